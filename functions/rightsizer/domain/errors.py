@@ -1,0 +1,48 @@
+"""The small error taxonomy every adapter maps SDK errors onto (style guide, "Boundaries").
+
+- ``ConfigError``: bad configuration or input; fail closed, take no action (CLI exit 2).
+- ``SnapshotError``: a snapshot file that is missing or does not match its schema (CLI exit 2).
+- ``StalePlan``: a precondition changed since the plan; abandon quietly (CLI exit 0).
+- ``TransientError(retry_after)``: retry later; ``EvictionBlocked`` is the 429 of the Eviction API.
+- ``PermanentError``: 403, validation errors, anything retrying cannot fix; alarm (CLI exit 1).
+"""
+
+from __future__ import annotations
+
+
+class RightsizerError(Exception):
+    """Base class of every error this package raises on purpose."""
+
+
+class ConfigError(RightsizerError):
+    """Configuration or input is invalid; ``source`` names the file and ``field`` the key (dotted path)."""
+
+    def __init__(self, message: str, *, source: str | None = None, field: str | None = None) -> None:
+        self.source = source
+        self.field = field
+        where = ": ".join(part for part in (source, field) if part)
+        super().__init__(f"{where}: {message}" if where else message)
+
+
+class SnapshotError(ConfigError):
+    """A snapshot directory file is missing, not JSON, or does not match its schema (design §5)."""
+
+
+class StalePlan(RightsizerError):
+    """The world changed since the decision (node gone, pods landed, lease lost); abandon without acting."""
+
+
+class TransientError(RightsizerError):
+    """A temporary failure; retry after ``retry_after`` seconds (throttling, 5xx, timeouts)."""
+
+    def __init__(self, message: str, *, retry_after: float = 5.0) -> None:
+        self.retry_after = retry_after
+        super().__init__(message)
+
+
+class EvictionBlocked(TransientError):
+    """policy/v1 Eviction answered 429: a PodDisruptionBudget allows no disruption right now."""
+
+
+class PermanentError(RightsizerError):
+    """A failure retrying cannot fix (403 Forbidden, AWS validation errors, exhausted retries)."""
