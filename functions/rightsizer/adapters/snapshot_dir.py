@@ -1,0 +1,345 @@
+"""Read a snapshot directory (design §5 "Snapshot directory (contract)") into a ``ClusterSnapshot``.
+
+Accepts what ``kubectl get -o json`` (kind ``List`` or a typed list), the Prometheus HTTP API and AWS
+return, unchanged. A required file that is missing, not JSON or not matching its schema raises
+``SnapshotError`` naming the file and the field, and nothing half-loaded is returned. A metrics file that
+is unusable only marks its metric as a problem: the nodes depending on it become ``unknown``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
+
+from rightsizer.domain.errors import SnapshotError
+from rightsizer.domain.model import (
+    AsgInfo,
+    ClusterSnapshot,
+    Ec2Instance,
+    Inventory,
+    MetricData,
+    Node,
+    Pod,
+    PodDisruptionBudget,
+    ResourceClaim,
+    Series,
+    SnapshotMeta,
+)
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class _SnapshotFile(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    taken_at: AwareDatetime
+    window_seconds: int = Field(gt=0)
+    step_seconds: int = Field(gt=0)
+    cluster: str
+    region: str
+
+
+def _read_json(path: Path, *, required: bool) -> Any:
+    if not path.exists():
+        if required:
+            raise SnapshotError("required file is missing", source=str(path))
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SnapshotError(f"not valid JSON: {exc}", source=str(path)) from exc
+
+
+def _validation_error(path: Path, prefix: str, exc: ValidationError) -> SnapshotError:
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"])
+    field = f"{prefix}.{loc}" if prefix and loc else prefix or loc or "<root>"
+    return SnapshotError(err["msg"], source=str(path), field=field)
+
+
+def _items(path: Path, data: Any) -> list[Any]:
+    if not isinstance(data, dict) or not isinstance(data.get("items"), list):
+        raise SnapshotError("expected a Kubernetes list with an 'items' array", source=str(path), field="items")
+    return list(data["items"])
+
+
+def _typed_list(path: Path, data: Any, model: type[M]) -> list[M]:
+    out: list[M] = []
+    for i, item in enumerate(_items(path, data)):
+        try:
+            out.append(model.model_validate(item))
+        except ValidationError as exc:
+            raise _validation_error(path, f"items[{i}]", exc) from exc
+    return out
+
+
+def _parse_matrix(name: str, data: Any) -> MetricData:
+    """A query_range answer → MetricData; an unusable answer becomes ``problem``, never an exception."""
+    if not isinstance(data, dict):
+        return MetricData(name, problem="not_a_response")
+    if data.get("status") != "success":
+        return MetricData(name, problem=f"status_{data.get('status')}")
+    if data.get("warnings"):
+        return MetricData(name, problem="warnings")
+    body = data.get("data")
+    if not isinstance(body, dict) or body.get("resultType") != "matrix" or not isinstance(body.get("result"), list):
+        return MetricData(name, problem="not_a_matrix")
+    series: list[Series] = []
+    try:
+        for item in body["result"]:
+            labels = {str(k): str(v) for k, v in item.get("metric", {}).items() if v != ""}
+            values = item.get("values") or []
+            series.append(
+                Series(
+                    labels=labels,
+                    times=tuple(float(p[0]) for p in values),
+                    values=tuple(float(p[1]) for p in values),
+                )
+            )
+    except (TypeError, ValueError, IndexError, AttributeError):
+        return MetricData(name, problem="malformed_matrix")
+    return MetricData(name, tuple(series))
+
+
+def _load_metrics(directory: Path) -> tuple[dict[str, MetricData], dict[str, MetricData]]:
+    metrics: dict[str, MetricData] = {}
+    timestamps: dict[str, MetricData] = {}
+    if not directory.is_dir():
+        return metrics, timestamps
+    for path in sorted(directory.glob("*.json")):
+        stem = path.name.removesuffix(".json")
+        target = metrics
+        if stem.endswith(".timestamp"):
+            stem = stem.removesuffix(".timestamp")
+            target = timestamps
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            target[stem] = MetricData(stem, problem="invalid_json")
+            continue
+        target[stem] = _parse_matrix(stem, data)
+    return metrics, timestamps
+
+
+def _node_selector_names(allocation: dict[str, Any]) -> set[str]:
+    names: set[str] = set()
+    selector = allocation.get("nodeSelector") or {}
+    for term in selector.get("nodeSelectorTerms") or []:
+        for field in term.get("matchFields") or []:
+            if field.get("key") == "metadata.name" and field.get("operator") == "In":
+                names.update(str(v) for v in field.get("values") or [])
+    return names
+
+
+def parse_resource_claims(claims: list[Any], slices: list[Any]) -> list[ResourceClaim]:
+    """Reduce resource.k8s.io ResourceClaims to the nodes they are allocated on and the pods they serve.
+
+    The node comes from ``status.allocation.nodeSelector`` (matchFields ``metadata.name``) or from the
+    ResourceSlice (``spec.nodeName``) whose ``spec.pool.name`` and driver hold an allocated device.
+    """
+    pool_node: dict[tuple[str, str], str] = {}
+    for s in slices:
+        spec = s.get("spec") or {}
+        if spec.get("nodeName"):
+            pool_node[(spec.get("driver", ""), (spec.get("pool") or {}).get("name", ""))] = spec["nodeName"]
+    out: list[ResourceClaim] = []
+    for c in claims:
+        meta = c.get("metadata") or {}
+        allocation = (c.get("status") or {}).get("allocation") or {}
+        nodes = _node_selector_names(allocation)
+        for result in (allocation.get("devices") or {}).get("results") or []:
+            node = pool_node.get((result.get("driver", ""), result.get("pool", "")))
+            if node:
+                nodes.add(node)
+        reserved = {
+            str(r.get("name"))
+            for r in (c.get("status") or {}).get("reservedFor") or []
+            if r.get("resource") == "pods" and r.get("name")
+        }
+        out.append(
+            ResourceClaim(
+                namespace=str(meta.get("namespace", "")),
+                name=str(meta.get("name", "")),
+                nodes=frozenset(nodes),
+                reserved_for=frozenset(reserved),
+                allocated=bool(allocation),
+            )
+        )
+    return out
+
+
+class _AsgInstance(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    InstanceId: str
+    LifecycleState: str = "InService"
+
+
+class _Tag(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    Key: str
+    Value: str = ""
+
+
+class _Asg(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    AutoScalingGroupName: str
+    MinSize: int
+    MaxSize: int
+    DesiredCapacity: int
+    Instances: list[_AsgInstance] = Field(default_factory=list)
+    Tags: list[_Tag] = Field(default_factory=list)
+
+
+class _AsgMembership(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    InstanceId: str
+    AutoScalingGroupName: str
+
+
+class _NodegroupResources(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    autoScalingGroups: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class _Nodegroup(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    nodegroupName: str
+    resources: _NodegroupResources = Field(default_factory=_NodegroupResources)
+
+
+class _NodegroupsFile(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    nodegroups: list[_Nodegroup] = Field(default_factory=list)
+    autoScalingGroups: list[_Asg] = Field(default_factory=list)
+    autoScalingInstances: list[_AsgMembership] = Field(default_factory=list)
+    launchActivities: dict[str, AwareDatetime] = Field(default_factory=dict)
+
+
+class _Ec2Instance(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    InstanceId: str
+    InstanceType: str
+    RootDeviceType: str = "ebs"
+    Tags: list[_Tag] = Field(default_factory=list)
+    State: dict[str, Any] = Field(default_factory=dict)
+
+
+class _Reservation(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    Instances: list[_Ec2Instance] = Field(default_factory=list)
+
+
+class _InstancesFile(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    Reservations: list[_Reservation] = Field(default_factory=list)
+
+
+def _inventory(path: Path, data: Any, instances_path: Path, instances_data: Any) -> Inventory:
+    if data is None:
+        return Inventory()
+    try:
+        parsed = _NodegroupsFile.model_validate(data)
+    except ValidationError as exc:
+        raise _validation_error(path, "", exc) from exc
+    managed = {
+        str(asg.get("name")): ng.nodegroupName for ng in parsed.nodegroups for asg in ng.resources.autoScalingGroups
+    }
+    groups: dict[str, AsgInfo] = {}
+    membership: dict[str, str] = {}
+    for asg in parsed.autoScalingGroups:
+        tags = {t.Key: t.Value for t in asg.Tags}
+        name = asg.AutoScalingGroupName
+        groups[name] = AsgInfo(
+            name=name,
+            min_size=asg.MinSize,
+            max_size=asg.MaxSize,
+            desired=asg.DesiredCapacity,
+            instances={i.InstanceId: i.LifecycleState for i in asg.Instances},
+            nodegroup=managed.get(name) or tags.get("eks:nodegroup-name"),
+            tags=tags,
+            last_launch=parsed.launchActivities.get(name),
+        )
+        for inst in asg.Instances:
+            membership[inst.InstanceId] = name
+    for m in parsed.autoScalingInstances:
+        membership[m.InstanceId] = m.AutoScalingGroupName
+    instances: dict[str, Ec2Instance] | None = None
+    if instances_data is not None:
+        try:
+            inst_file = _InstancesFile.model_validate(instances_data)
+        except ValidationError as exc:
+            raise _validation_error(instances_path, "", exc) from exc
+        instances = {
+            i.InstanceId: Ec2Instance(
+                instance_id=i.InstanceId,
+                instance_type=i.InstanceType,
+                tags={t.Key: t.Value for t in i.Tags},
+                root_device_type=i.RootDeviceType,
+                state=str(i.State.get("Name", "")),
+            )
+            for r in inst_file.Reservations
+            for i in r.Instances
+        }
+    return Inventory(known=True, groups=groups, asg_of_instance=membership, instances=instances)
+
+
+def load_snapshot(directory: str | Path, *, node_label: str | None = None) -> ClusterSnapshot:
+    """Load and validate a snapshot directory.
+
+    Args:
+        directory: the snapshot directory (design §5 layout).
+        node_label: kept on the snapshot for the series→node join (config ``prometheus.node_label``).
+
+    Returns:
+        A fully validated ``ClusterSnapshot``.
+
+    Raises:
+        SnapshotError: a required file (``snapshot.json``, ``nodes.json``, ``pods.json``) is missing, or any
+            present Kubernetes/AWS file is not JSON or does not match its schema; the message names the file
+            and the field.
+    """
+    root = Path(directory)
+    if not root.is_dir():
+        raise SnapshotError("not a directory", source=str(root))
+    meta_path = root / "snapshot.json"
+    try:
+        meta = _SnapshotFile.model_validate(_read_json(meta_path, required=True))
+    except ValidationError as exc:
+        raise _validation_error(meta_path, "", exc) from exc
+    nodes = _typed_list(root / "nodes.json", _read_json(root / "nodes.json", required=True), Node)
+    pods = _typed_list(root / "pods.json", _read_json(root / "pods.json", required=True), Pod)
+    pdb_data = _read_json(root / "pdbs.json", required=False)
+    pdbs = _typed_list(root / "pdbs.json", pdb_data, PodDisruptionBudget) if pdb_data is not None else []
+    claims_data = _read_json(root / "resourceclaims.json", required=False)
+    slices_data = _read_json(root / "resourceslices.json", required=False)
+    claims = parse_resource_claims(
+        _items(root / "resourceclaims.json", claims_data) if claims_data is not None else [],
+        _items(root / "resourceslices.json", slices_data) if slices_data is not None else [],
+    )
+    inventory = _inventory(
+        root / "nodegroups.json",
+        _read_json(root / "nodegroups.json", required=False),
+        root / "instances.json",
+        _read_json(root / "instances.json", required=False),
+    )
+    metrics, timestamps = _load_metrics(root / "metrics")
+    return ClusterSnapshot(
+        meta=SnapshotMeta(
+            taken_at=meta.taken_at,
+            window_seconds=meta.window_seconds,
+            step_seconds=meta.step_seconds,
+            cluster=meta.cluster,
+            region=meta.region,
+        ),
+        nodes=tuple(nodes),
+        pods=tuple(pods),
+        pdbs=tuple(pdbs),
+        resource_claims=tuple(claims),
+        inventory=inventory,
+        metrics=metrics,
+        timestamps=timestamps,
+        node_label=node_label,
+    )

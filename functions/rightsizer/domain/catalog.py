@@ -1,0 +1,105 @@
+"""The EC2 GPU instance catalog and the default idle power ceilings (packaged data, see CATALOG-PROVENANCE.md).
+
+Parsing is pure: callers pass the CSV text (``load_catalog()`` reads the packaged copy through
+``importlib.resources``, which is package data, not I/O on user input).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+from rightsizer.domain.quantity import parse_cpu_millis, parse_memory_mib
+
+HOURS_PER_MONTH = 730.0
+CATALOG_REGION = "us-east-1"
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceType:
+    """One catalog row: an EC2 instance type with GPUs.
+
+    Units: ``memory_gib`` GiB, ``gpu_memory_mib`` MiB per GPU, ``allocatable_cpu_m`` millicores,
+    ``allocatable_memory_mib`` MiB (Karpenter's allocatable figures), ``local_nvme_gb`` GB,
+    ``hourly_usd`` on-demand USD per hour in us-east-1 (Linux) or None when unknown.
+    """
+
+    name: str
+    family: str
+    arch: str
+    vcpu: int
+    memory_gib: float
+    gpu_count: int
+    gpu_manufacturer: str
+    gpu_model: str
+    gpu_memory_mib: int
+    compute_capability: float | None
+    local_nvme_gb: int
+    allocatable_cpu_m: int | None
+    allocatable_memory_mib: float | None
+    hourly_usd: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Catalog:
+    """Instance types by name and idle power ceilings (W) by ``gpu_model``."""
+
+    types: dict[str, InstanceType]
+    idle_power_w: dict[str, float]
+
+    def get(self, name: str | None) -> InstanceType | None:
+        """The catalog row for ``name`` (e.g. ``"g5.12xlarge"``), or None."""
+        return self.types.get(name) if name else None
+
+
+def _opt_float(text: str) -> float | None:
+    text = text.strip()
+    return float(text) if text else None
+
+
+def _opt_int(text: str) -> int:
+    text = text.strip()
+    return int(float(text)) if text else 0
+
+
+def parse_catalog(csv_text: str) -> dict[str, InstanceType]:
+    """Parse ``ec2-gpu-instances.csv`` text into instance types keyed by name."""
+    rows: dict[str, InstanceType] = {}
+    for row in csv.DictReader(io.StringIO(csv_text)):
+        cpu = row.get("allocatable_cpu_karpenter", "").strip()
+        mem = row.get("allocatable_memory_karpenter", "").strip()
+        rows[row["instance_type"]] = InstanceType(
+            name=row["instance_type"],
+            family=row["family"],
+            arch=row["arch"],
+            vcpu=_opt_int(row["vcpu"]),
+            memory_gib=float(row["memory_gib"] or 0),
+            gpu_count=_opt_int(row["gpu_count"]),
+            gpu_manufacturer=row["gpu_manufacturer"],
+            gpu_model=row["gpu_model"],
+            gpu_memory_mib=_opt_int(row["gpu_memory_mib_per_gpu"]),
+            compute_capability=_opt_float(row["cuda_compute_capability"]),
+            local_nvme_gb=_opt_int(row["local_nvme_gb"]),
+            allocatable_cpu_m=parse_cpu_millis(cpu) if cpu else None,
+            allocatable_memory_mib=parse_memory_mib(mem) if mem else None,
+            hourly_usd=_opt_float(row["on_demand_usd_per_hour_us_east_1_linux"]),
+        )
+    return rows
+
+
+def parse_idle_power(csv_text: str) -> dict[str, float]:
+    """Parse ``idle_power.csv`` text into {gpu_model: ceiling in W}."""
+    return {row["gpu_model"]: float(row["idle_power_max_w"]) for row in csv.DictReader(io.StringIO(csv_text))}
+
+
+@cache
+def load_catalog() -> Catalog:
+    """The packaged catalog (``rightsizer/data``), parsed once per process."""
+    data = resources.files("rightsizer") / "data"
+    return Catalog(
+        types=parse_catalog((data / "ec2-gpu-instances.csv").read_text(encoding="utf-8")),
+        idle_power_w=parse_idle_power((data / "idle_power.csv").read_text(encoding="utf-8")),
+    )

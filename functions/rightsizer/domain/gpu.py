@@ -1,0 +1,258 @@
+"""What the metrics say about one GPU node: expected devices, coverage, idleness (design §3).
+
+Pure: takes a Node, its device signals and the policy; returns reason codes and figures. Missing, partial,
+stale, frozen or non-finite data yields an ``unknown``-class reason — never a silent "idle" (BUG-02/04/05).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from rightsizer.domain.catalog import Catalog, InstanceType
+from rightsizer.domain.model import GPU_RESOURCE, GPU_SHARED_RESOURCE, MIG_RESOURCE_PREFIX, Node
+from rightsizer.domain.policy import Policy
+from rightsizer.domain.usage import DeviceSignals, Window
+
+
+def is_gpu_node(node: Node, catalog: Catalog) -> bool:
+    """A node with GPU capacity, label ``nvidia.com/gpu.present=true``, or a catalog type with GPUs."""
+    capacity = node.status.capacity
+    if any(
+        (k in (GPU_RESOURCE, GPU_SHARED_RESOURCE) or k.startswith(MIG_RESOURCE_PREFIX))
+        and node.capacity_count(k) > 0
+        for k in capacity
+    ):
+        return True
+    if node.labels.get("nvidia.com/gpu.present") == "true":
+        return True
+    row = catalog.get(node.instance_type)
+    return bool(row and row.gpu_count > 0)
+
+
+@dataclass(frozen=True, slots=True)
+class ExpectedDevices:
+    """Devices a node must report: ``physical`` GPUs, ``mig`` instances, ``full`` non-MIG GPUs on the node.
+
+    On a node without MIG ``full == physical``. ``reasons`` holds ``gpu_count_mismatch`` /
+    ``gpus_not_allocatable`` findings.
+    """
+
+    physical: int
+    mig: int
+    full: int
+    reasons: tuple[str, ...] = ()
+
+    @property
+    def total(self) -> int:
+        """Devices with their own activity signal."""
+        return self.mig + self.full
+
+
+def expected_devices(node: Node, row: InstanceType | None) -> ExpectedDevices:
+    """Expected devices of a node (design §3 "Expected devices").
+
+    Physical GPUs = the catalog count; without a catalog row, label ``nvidia.com/gpu.count``, else capacity
+    ``nvidia.com/gpu`` ÷ max(1, ``nvidia.com/gpu.replicas``) (time-slicing replicas are not devices).
+    MIG instances = Σ capacity ``nvidia.com/mig-*`` (strategy mixed), or capacity ``nvidia.com/gpu`` with
+    strategy single on a MIG-enabled GPU.
+    """
+    labels = node.labels
+    reasons: list[str] = []
+    replicas = max(1, _int(labels.get("nvidia.com/gpu.replicas")) or 1)
+    label_count = _int(labels.get("nvidia.com/gpu.count"))
+    cap_gpu = node.capacity_count(GPU_RESOURCE)
+    mig = sum(node.capacity_count(k) for k in node.status.capacity if k.startswith(MIG_RESOURCE_PREFIX))
+    single_mig = labels.get("nvidia.com/mig.strategy") == "single" and (
+        "MIG" in labels.get("nvidia.com/gpu.product", "")
+        or labels.get("nvidia.com/mig.config", "all-disabled") not in ("", "all-disabled")
+    )
+    if row is not None and row.gpu_count > 0:
+        physical = row.gpu_count
+        if label_count is not None and label_count != physical:
+            reasons.append(f"gpu_count_mismatch:catalog={physical},label={label_count}")
+        elif mig == 0 and not single_mig and cap_gpu and cap_gpu // replicas != physical:
+            reasons.append(f"gpu_count_mismatch:catalog={physical},capacity={cap_gpu // replicas}")
+    elif label_count is not None:
+        physical = label_count
+    else:
+        physical = cap_gpu // replicas
+    if single_mig:
+        mig, full = cap_gpu, 0
+    elif mig:
+        full = cap_gpu // replicas
+    else:
+        full = physical
+    for resource in sorted(node.status.capacity):
+        if resource in (GPU_RESOURCE, GPU_SHARED_RESOURCE) or resource.startswith(MIG_RESOURCE_PREFIX):
+            cap, alloc = node.capacity_count(resource), node.allocatable_count(resource)
+            if alloc < cap:
+                reasons.append(f"gpus_not_allocatable:{resource}={alloc}/{cap}")
+    return ExpectedDevices(physical=physical, mig=mig, full=full, reasons=tuple(reasons))
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+@dataclass
+class GpuAssessment:
+    """The metric-side findings for one node.
+
+    ``reasons``: unknown-class and busy-class reason codes (design §3 order is applied later).
+    Figures: ``activity_max_pct`` percent, ``fb_used_max_mib`` MiB (maxima over devices and the window,
+    None when unknown), ``coverage`` 0..1, ``peak_active_devices`` = most devices above the activity
+    threshold at one step, ``device_fb_peaks_mib`` per device peak framebuffer.
+    """
+
+    expected: ExpectedDevices
+    devices: list[DeviceSignals]
+    reasons: list[str] = field(default_factory=list)
+    coverage: float = 0.0
+    activity_max_pct: float | None = None
+    fb_used_max_mib: float | None = None
+    fb_total_mib: float | None = None
+    peak_active_devices: int = 0
+    busy: bool = False
+    idle: bool = False
+
+
+def assess_gpus(
+    node: Node,
+    row: InstanceType | None,
+    devices: Sequence[DeviceSignals],
+    *,
+    policy: Policy,
+    power_ceilings: Mapping[str, float],
+    window: Window,
+    at: datetime,
+    up_coverage: float | None,
+    problems: Sequence[str],
+    present: frozenset[str],
+    exporter: str | None,
+) -> GpuAssessment:
+    """Apply the signal rules of design §3 to one node's devices.
+
+    Args:
+        node: the Node.
+        row: its catalog row (None for types not in the catalog).
+        devices: signals of the devices joined to this node.
+        policy: thresholds (percent, MiB, W), ``min_coverage``, ``max_sample_age`` (s).
+        power_ceilings: W per ``gpu_model`` (packaged table overlaid with the policy's).
+        window: the idle window.
+        at: the decision instant (aware).
+        up_coverage: share of steps with ``up == 1`` for the node's exporter, None when ``up`` is absent.
+        problems: metric names whose answers were unusable (each ⇒ ``partial_response:<metric>``).
+        present: device metric names that were exported at all.
+        exporter: the node's dcgm-exporter pod (``namespace/name``) for ``signals_disagree``/frozen details.
+
+    Returns:
+        A ``GpuAssessment`` whose ``idle`` is True only when every expected device was seen for the
+        window and every signal was at or below its threshold.
+    """
+    expected = expected_devices(node, row)
+    reasons: list[str] = list(expected.reasons)
+    reasons.extend(f"partial_response:{m}" for m in problems)
+    mig_devs = [d for d in devices if d.is_mig]
+    mig_uuids = {d.device for d in mig_devs}
+    full_devs = [d for d in devices if not d.is_mig and d.device not in mig_uuids]
+    used = [*mig_devs, *full_devs]
+    a = GpuAssessment(expected=expected, devices=used)
+
+    if not (present & {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE"}):
+        reasons.append("no_series:activity")
+    missing = max(0, expected.mig - len(mig_devs)) + max(0, expected.full - len(full_devs))
+    if expected.total == 0:
+        reasons.append("no_series:no_expected_devices")
+    elif missing:
+        reasons.append(f"no_series:{missing}_of_{expected.total}_devices")
+    for name in ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_POWER_USAGE"):
+        if name not in present and name not in problems:
+            reasons.append(f"partial_response:{name}")
+    if used and any(not d.has_fb for d in used) and "DCGM_FI_DEV_FB_USED" in present:
+        reasons.append("no_series:DCGM_FI_DEV_FB_USED")
+    if used and any(not d.has_power for d in used) and "DCGM_FI_DEV_POWER_USAGE" in present:
+        reasons.append("no_series:DCGM_FI_DEV_POWER_USAGE")
+
+    coverage = min((d.coverage for d in used), default=0.0) if not missing else 0.0
+    if up_coverage is not None:
+        coverage = min(coverage, up_coverage)
+    a.coverage = coverage
+    if coverage < policy.min_coverage:
+        reasons.append(f"coverage_below_min:{coverage:.2f}<{policy.min_coverage:g}")
+
+    newest = [d.newest_sample for d in used]
+    if used and any(t is None for t in newest):
+        reasons.append("stale_metrics:no_sample")
+    elif used:
+        age = at.timestamp() - min(t for t in newest if t is not None)
+        if age > policy.max_sample_age:
+            reasons.append(f"stale_metrics:{int(age)}s")
+
+    frozen = sorted({d.exporter or d.device for d in used if d.liveness == "frozen"})
+    if frozen:
+        reasons.append(f"exporter_frozen:{exporter or ','.join(frozen) or node.name}")
+    if used and any(d.liveness == "absent" for d in used):
+        reasons.append("no_liveness_signal")
+    bad = sorted({m for d in used for m in d.non_finite})
+    reasons.extend(f"non_finite:{m}" for m in bad)
+
+    model = row.gpu_model if row else None
+    ceiling = power_ceilings.get(model) if model else None
+    if ceiling is None:
+        reasons.append(f"power_ceiling_unknown:{model or node.instance_type or 'unknown_type'}")
+
+    created = node.metadata.creationTimestamp
+    if created is not None and (at - created).total_seconds() < window.seconds:
+        reasons.append("node_too_young")
+
+    activities = [d.activity_max_pct for d in used if d.activity_max_pct is not None]
+    a.activity_max_pct = max(activities) if activities else None
+    fbs = [d.fb_used_max_mib for d in used if d.fb_used_max_mib is not None]
+    a.fb_used_max_mib = max(fbs) if fbs else None
+    totals = [d.fb_total_mib for d in used if d.fb_total_mib is not None]
+    a.fb_total_mib = max(totals) if totals else None
+    slots: dict[int, int] = {}
+    for d in used:
+        for slot in d.active_steps:
+            slots[slot] = slots.get(slot, 0) + 1
+    a.peak_active_devices = max(slots.values(), default=0)
+
+    busy_reasons: list[str] = []
+    if a.activity_max_pct is not None and a.activity_max_pct > policy.gpu_activity_max_pct:
+        busy_reasons.append(f"activity_above_threshold:{a.activity_max_pct:g}%")
+    if a.fb_used_max_mib is not None and a.fb_used_max_mib > policy.fb_used_max_mib:
+        busy_reasons.append(f"fb_above_threshold:{a.fb_used_max_mib:g}MiB")
+    powers = [d.power_max_w for d in used if d.power_max_w is not None]
+    if ceiling is not None and powers and max(powers) > ceiling:
+        busy_reasons.append(f"power_above_idle:{max(powers):g}W>{ceiling:g}W")
+    if any(d.signals_disagree for d in used):
+        busy_reasons.append(f"signals_disagree:{exporter or used[0].exporter or node.name}")
+    reasons.extend(busy_reasons)
+    a.reasons = reasons
+    a.busy = any(not r.startswith("signals_disagree") for r in busy_reasons)
+    unknown = any(r.split(":", 1)[0] in UNKNOWN_METRIC_CODES for r in reasons)
+    a.idle = not unknown and not a.busy
+    return a
+
+
+UNKNOWN_METRIC_CODES = frozenset(
+    {
+        "no_series",
+        "coverage_below_min",
+        "stale_metrics",
+        "exporter_frozen",
+        "non_finite",
+        "partial_response",
+        "series_unmapped",
+        "gpu_count_mismatch",
+        "gpus_not_allocatable",
+        "no_liveness_signal",
+        "power_ceiling_unknown",
+        "node_too_young",
+    }
+)

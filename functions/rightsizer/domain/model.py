@@ -1,0 +1,462 @@
+"""Snapshot data: the subset of Kubernetes, AWS and Prometheus objects the decision reads.
+
+Kubernetes objects are validated with pydantic from exactly what ``kubectl get -o json`` prints (unknown
+fields are ignored, camelCase names kept so error paths match the JSON). AWS inventory keeps the
+DescribeAutoScalingGroups / DescribeAutoScalingInstances / DescribeNodegroup shapes. Metrics are the
+``/api/v1/query_range`` matrices of the Prometheus HTTP API.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+
+from rightsizer.domain.quantity import parse_count
+
+GPU_RESOURCE = "nvidia.com/gpu"
+GPU_SHARED_RESOURCE = "nvidia.com/gpu.shared"
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+
+ANN_CORDONED_BY = "rightsizer.io/cordoned-by"
+ANN_CORDONED_AT = "rightsizer.io/cordoned-at"
+ANN_DO_NOT_DISRUPT = "rightsizer.io/do-not-disrupt"
+TAG_RESIZE = "rightsizer.io/resize"
+
+
+def is_gpu_resource(name: str) -> bool:
+    """True for ``nvidia.com/gpu``, ``nvidia.com/gpu.shared`` and ``nvidia.com/mig-*`` resource names."""
+    return name in (GPU_RESOURCE, GPU_SHARED_RESOURCE) or name.startswith(MIG_RESOURCE_PREFIX)
+
+
+class _K8s(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
+
+
+class OwnerReference(_K8s):
+    """metadata.ownerReferences[] (Kubernetes API meta/v1 OwnerReference)."""
+
+    apiVersion: str = ""
+    kind: str
+    name: str
+    controller: bool | None = None
+    uid: str = ""
+
+    @property
+    def group(self) -> str:
+        """The owner's API group (``""`` for the core group)."""
+        return self.apiVersion.rpartition("/")[0] if "/" in self.apiVersion else ""
+
+
+class ObjectMeta(_K8s):
+    """metadata of any Kubernetes object."""
+
+    name: str
+    namespace: str = ""
+    uid: str = ""
+    resourceVersion: str = ""
+    creationTimestamp: AwareDatetime | None = None
+    deletionTimestamp: AwareDatetime | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    ownerReferences: list[OwnerReference] = Field(default_factory=list)
+
+
+class Taint(_K8s):
+    """spec.taints[] of a Node."""
+
+    key: str
+    value: str = ""
+    effect: str = ""
+
+
+class NodeAddress(_K8s):
+    """status.addresses[] of a Node."""
+
+    type: str
+    address: str
+
+
+class NodeCondition(_K8s):
+    """status.conditions[] of a Node."""
+
+    type: str
+    status: str
+
+
+class NodeSpec(_K8s):
+    """spec of a Node."""
+
+    unschedulable: bool = False
+    taints: list[Taint] = Field(default_factory=list)
+    providerID: str = ""
+
+
+class NodeStatus(_K8s):
+    """status of a Node; quantities stay strings as the API sends them."""
+
+    capacity: dict[str, str] = Field(default_factory=dict)
+    allocatable: dict[str, str] = Field(default_factory=dict)
+    addresses: list[NodeAddress] = Field(default_factory=list)
+    conditions: list[NodeCondition] = Field(default_factory=list)
+
+
+class Node(_K8s):
+    """A core/v1 Node."""
+
+    metadata: ObjectMeta
+    spec: NodeSpec = Field(default_factory=NodeSpec)
+    status: NodeStatus = Field(default_factory=NodeStatus)
+
+    @property
+    def name(self) -> str:
+        """metadata.name."""
+        return self.metadata.name
+
+    @property
+    def labels(self) -> dict[str, str]:
+        """metadata.labels."""
+        return self.metadata.labels
+
+    @property
+    def instance_type(self) -> str | None:
+        """``node.kubernetes.io/instance-type`` (or the beta label)."""
+        return self.labels.get("node.kubernetes.io/instance-type") or self.labels.get(
+            "beta.kubernetes.io/instance-type"
+        )
+
+    @property
+    def instance_id(self) -> str | None:
+        """EC2 instance id from ``spec.providerID`` (``aws:///us-east-1a/i-0abc`` → ``i-0abc``)."""
+        provider = self.spec.providerID
+        if not provider.startswith("aws://"):
+            return None
+        tail = provider.rsplit("/", 1)[-1]
+        return tail if tail.startswith("i-") else None
+
+    @property
+    def internal_ips(self) -> list[str]:
+        """status.addresses of type InternalIP."""
+        return [a.address for a in self.status.addresses if a.type == "InternalIP"]
+
+    def capacity_count(self, resource: str) -> int:
+        """Capacity of an extended resource as an integer (0 when absent)."""
+        return parse_count(self.status.capacity.get(resource))
+
+    def allocatable_count(self, resource: str) -> int:
+        """Allocatable of an extended resource as an integer (0 when absent)."""
+        return parse_count(self.status.allocatable.get(resource))
+
+
+class EnvVar(_K8s):
+    """A container env entry; ``valueFrom`` is kept opaque."""
+
+    name: str
+    value: str | None = None
+    valueFrom: dict[str, Any] | None = None
+
+
+class ResourceRequirements(_K8s):
+    """Container resources."""
+
+    requests: dict[str, str | int | float] = Field(default_factory=dict)
+    limits: dict[str, str | int | float] = Field(default_factory=dict)
+
+
+class SecurityContext(_K8s):
+    """Container securityContext (only ``privileged`` matters here)."""
+
+    privileged: bool | None = None
+
+
+class Container(_K8s):
+    """A container or init container."""
+
+    name: str = ""
+    resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
+    env: list[EnvVar] = Field(default_factory=list)
+    envFrom: list[dict[str, Any]] = Field(default_factory=list)
+    securityContext: SecurityContext | None = None
+
+
+class Volume(_K8s):
+    """A pod volume; only the presence of ``emptyDir`` matters."""
+
+    name: str = ""
+    emptyDir: dict[str, Any] | None = None
+
+
+class Toleration(_K8s):
+    """spec.tolerations[]."""
+
+    key: str | None = None
+    operator: str = "Equal"
+    value: str | None = None
+    effect: str | None = None
+
+
+class PodResourceClaim(_K8s):
+    """spec.resourceClaims[] (DRA)."""
+
+    name: str
+    resourceClaimName: str | None = None
+    resourceClaimTemplateName: str | None = None
+
+
+class PodSpec(_K8s):
+    """spec of a Pod."""
+
+    nodeName: str = ""
+    containers: list[Container] = Field(default_factory=list)
+    initContainers: list[Container] = Field(default_factory=list)
+    volumes: list[Volume] = Field(default_factory=list)
+    terminationGracePeriodSeconds: int | None = None
+    runtimeClassName: str | None = None
+    nodeSelector: dict[str, str] = Field(default_factory=dict)
+    tolerations: list[Toleration] = Field(default_factory=list)
+    resourceClaims: list[PodResourceClaim] = Field(default_factory=list)
+    priorityClassName: str | None = None
+
+
+class ResourceClaimStatusRef(_K8s):
+    """status.resourceClaimStatuses[] (DRA): the generated claim name of a pod's claim."""
+
+    name: str
+    resourceClaimName: str | None = None
+
+
+class PodStatus(_K8s):
+    """status of a Pod."""
+
+    phase: str = "Pending"
+    podIP: str | None = None
+    startTime: AwareDatetime | None = None
+    resourceClaimStatuses: list[ResourceClaimStatusRef] = Field(default_factory=list)
+
+
+class Pod(_K8s):
+    """A core/v1 Pod."""
+
+    metadata: ObjectMeta
+    spec: PodSpec = Field(default_factory=PodSpec)
+    status: PodStatus = Field(default_factory=PodStatus)
+
+    @property
+    def key(self) -> str:
+        """``namespace/name``."""
+        return f"{self.metadata.namespace}/{self.metadata.name}"
+
+    @property
+    def controller(self) -> OwnerReference | None:
+        """The controlling owner reference, if any."""
+        for ref in self.metadata.ownerReferences:
+            if ref.controller:
+                return ref
+        return None
+
+    @property
+    def grace_seconds(self) -> int:
+        """terminationGracePeriodSeconds (Kubernetes default 30 s)."""
+        value = self.spec.terminationGracePeriodSeconds
+        return 30 if value is None else value
+
+    def all_containers(self) -> list[Container]:
+        """Init containers then containers."""
+        return [*self.spec.initContainers, *self.spec.containers]
+
+    def gpu_request(self) -> int:
+        """GPUs the pod needs: max(sum over containers, max over init containers) of GPU resources."""
+
+        def count(c: Container) -> int:
+            total = 0
+            for source in (c.resources.limits, c.resources.requests):
+                found = sum(parse_count(v) for k, v in source.items() if is_gpu_resource(k))
+                total = max(total, found)
+            return total
+
+        regular = sum(count(c) for c in self.spec.containers)
+        init = max((count(c) for c in self.spec.initContainers), default=0)
+        return max(regular, init)
+
+
+class LabelSelectorRequirement(_K8s):
+    """matchExpressions[] of a LabelSelector."""
+
+    key: str
+    operator: str
+    values: list[str] = Field(default_factory=list)
+
+
+class LabelSelector(_K8s):
+    """A meta/v1 LabelSelector."""
+
+    matchLabels: dict[str, str] = Field(default_factory=dict)
+    matchExpressions: list[LabelSelectorRequirement] = Field(default_factory=list)
+
+    def matches(self, labels: dict[str, str]) -> bool:
+        """Kubernetes label selector semantics (an empty selector matches everything)."""
+        for key, value in self.matchLabels.items():
+            if labels.get(key) != value:
+                return False
+        for expr in self.matchExpressions:
+            present = expr.key in labels
+            if expr.operator == "In" and (not present or labels[expr.key] not in expr.values):
+                return False
+            if expr.operator == "NotIn" and present and labels[expr.key] in expr.values:
+                return False
+            if expr.operator == "Exists" and not present:
+                return False
+            if expr.operator == "DoesNotExist" and present:
+                return False
+        return True
+
+
+class PdbSpec(_K8s):
+    """spec of a PodDisruptionBudget."""
+
+    selector: LabelSelector | None = None
+    minAvailable: int | str | None = None
+    maxUnavailable: int | str | None = None
+
+
+class PdbStatus(_K8s):
+    """status of a PodDisruptionBudget."""
+
+    disruptionsAllowed: int = 0
+    currentHealthy: int = 0
+    desiredHealthy: int = 0
+
+
+class PodDisruptionBudget(_K8s):
+    """A policy/v1 PodDisruptionBudget."""
+
+    metadata: ObjectMeta
+    spec: PdbSpec = Field(default_factory=PdbSpec)
+    status: PdbStatus = Field(default_factory=PdbStatus)
+
+    def selects(self, pod: Pod) -> bool:
+        """True when the PDB is in the pod's namespace and its selector matches the pod's labels.
+
+        A PDB with a null selector selects nothing (policy/v1 semantics).
+        """
+        if self.metadata.namespace != pod.metadata.namespace or self.spec.selector is None:
+            return False
+        return self.spec.selector.matches(pod.metadata.labels)
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceClaim:
+    """A resource.k8s.io ResourceClaim reduced to what matters: the nodes it is allocated on and its pods.
+
+    ``nodes`` comes from ``status.allocation.nodeSelector`` (matchFields ``metadata.name``) or from the
+    ResourceSlices whose pools hold the allocated devices; ``reserved_for`` holds pod names
+    (``status.reservedFor[]`` with ``resource: pods``).
+    """
+
+    namespace: str
+    name: str
+    nodes: frozenset[str]
+    reserved_for: frozenset[str]
+    allocated: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Series:
+    """One Prometheus series of a ``query_range`` matrix: labels and parallel time/value arrays.
+
+    ``times`` are Unix seconds; ``values`` floats (NaN and ±Inf kept as Prometheus sent them).
+    """
+
+    labels: dict[str, str]
+    times: tuple[float, ...]
+    values: tuple[float, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class MetricData:
+    """A metric's ``query_range`` answer; ``problem`` is set when the answer is unusable (design §5)."""
+
+    name: str
+    series: tuple[Series, ...] = ()
+    problem: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AsgInfo:
+    """An Auto Scaling group (DescribeAutoScalingGroups) and its EKS managed node group, if any.
+
+    Sizes are instance counts; ``instances`` maps instance id → LifecycleState.
+    """
+
+    name: str
+    min_size: int
+    max_size: int
+    desired: int
+    instances: dict[str, str]
+    nodegroup: str | None = None
+    tags: dict[str, str] = field(default_factory=dict)
+    last_launch: datetime | None = None
+
+    @property
+    def display_name(self) -> str:
+        """The EKS node group name when managed, else the ASG name."""
+        return self.nodegroup or self.name
+
+
+@dataclass(frozen=True, slots=True)
+class Ec2Instance:
+    """An EC2 instance (DescribeInstances): type, tags and root device type."""
+
+    instance_id: str
+    instance_type: str
+    tags: dict[str, str]
+    root_device_type: str
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
+class Inventory:
+    """Node group membership from AWS (design §3 "Node groups").
+
+    ``known`` is False when the snapshot has no ``nodegroups.json`` (every node ⇒ ``node_group_unknown``).
+    ``asg_of_instance`` maps instance id → ASG name (DescribeAutoScalingInstances, and the ASGs'
+    Instances lists); an instance absent from it is standalone when ``known``.
+    """
+
+    known: bool = False
+    groups: dict[str, AsgInfo] = field(default_factory=dict)
+    asg_of_instance: dict[str, str] = field(default_factory=dict)
+    instances: dict[str, Ec2Instance] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotMeta:
+    """snapshot.json: when and where the snapshot was taken; window and step in seconds."""
+
+    taken_at: datetime
+    window_seconds: int
+    step_seconds: int
+    cluster: str
+    region: str
+
+
+@dataclass(frozen=True)
+class ClusterSnapshot:
+    """Everything ``plan`` reads (design §5 snapshot directory), already validated.
+
+    ``metrics`` maps metric name → query_range answer; ``timestamps`` maps metric name → the answer of
+    ``timestamp(<metric>)``. ``resource_claims`` is empty when the cluster does not serve DRA.
+    """
+
+    meta: SnapshotMeta
+    nodes: tuple[Node, ...]
+    pods: tuple[Pod, ...]
+    pdbs: tuple[PodDisruptionBudget, ...] = ()
+    resource_claims: tuple[ResourceClaim, ...] = ()
+    inventory: Inventory = field(default_factory=Inventory)
+    metrics: dict[str, MetricData] = field(default_factory=dict)
+    timestamps: dict[str, MetricData] = field(default_factory=dict)
+    node_label: str | None = None
+    source: Literal["snapshot", "live"] = "snapshot"

@@ -1,0 +1,105 @@
+"""The Plan JSON contract (design §5 "Plan JSON"): pydantic models, serialised as the contract says."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rightsizer.domain.verdicts import Verdict
+
+ActionKind = Literal["scale_in", "resize_instance", "scale_node_group", "recommend"]
+EXECUTABLE_KINDS = frozenset({"scale_in", "resize_instance", "scale_node_group"})
+
+
+def action_id(kind: str, target: str, to: Any) -> str:
+    """First 16 hex characters of sha256(``kind|node or node group|canonical JSON of to``)."""
+    canonical = json.dumps(to, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(f"{kind}|{target}|{canonical}".encode()).hexdigest()[:16]
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class NodeReport(_Out):
+    """One GPU node's verdict with every reason and the figures behind it.
+
+    Units: ``gpu_activity_max_pct`` percent, ``fb_used_max_mib`` MiB, ``coverage`` 0..1,
+    ``hourly_usd`` on-demand USD per hour (None when the type is not priced).
+    """
+
+    node: str
+    verdict: Verdict
+    reasons: list[str]
+    node_group: str | None
+    instance_id: str | None
+    instance_type: str | None
+    gpus: int
+    gpu_activity_max_pct: float | None
+    fb_used_max_mib: float | None
+    coverage: float
+    hourly_usd: float | None
+
+
+class Action(_Out):
+    """A proposed action. ``from``/``to`` depend on ``kind`` (design §5); ``reason`` says why."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    action_id: str
+    kind: ActionKind
+    node: str | None
+    node_group: str | None
+    instance_id: str | None
+    from_: Any = Field(alias="from")
+    to: Any
+    reason: str
+    hourly_savings_usd: float | None
+    monthly_savings_usd: float | None
+    manifests: list[str] = Field(default_factory=list)
+
+
+class UnmappedReport(_Out):
+    """A series that could not be joined to a node."""
+
+    metric: str
+    labels: dict[str, str]
+    reason: str
+
+
+class Savings(_Out):
+    """Savings of the executable actions (USD per hour and per month, month = 730 h)."""
+
+    hourly_usd: float
+    monthly_usd: float
+
+
+class Plan(_Out):
+    """What the rightsizer decided at ``at`` for the snapshot taken at ``taken_at`` (design §5)."""
+
+    at: str
+    taken_at: str
+    dry_run: bool
+    policy: dict[str, Any]
+    nodes: list[NodeReport]
+    actions: list[Action]
+    unmapped: list[UnmappedReport]
+    savings: Savings
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The contract JSON document (``from`` spelled as in the contract)."""
+        return self.model_dump(mode="json", by_alias=True)
+
+    def node(self, name: str) -> NodeReport:
+        """The report of node ``name``.
+
+        Raises:
+            KeyError: when the node is not a GPU node of this plan.
+        """
+        for report in self.nodes:
+            if report.node == name:
+                return report
+        raise KeyError(name)

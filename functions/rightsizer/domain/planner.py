@@ -1,0 +1,379 @@
+"""``plan(snapshot, policy, now) -> Plan``: the pure decision (design §3).
+
+No clock, no environment, no I/O, no randomness: the same input gives the same plan. Steps: interpret the
+metrics per device, classify the pods on every GPU node, collect every reason, choose ``scale_in``
+candidates under the disruption budget (Karpenter-style: budgets are counted down while choosing), then
+price everything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from rightsizer.domain.catalog import CATALOG_REGION, HOURS_PER_MONTH, Catalog, InstanceType, load_catalog
+from rightsizer.domain.gpu import GpuAssessment, assess_gpus, is_gpu_node
+from rightsizer.domain.join import NodeJoiner
+from rightsizer.domain.model import (
+    ANN_CORDONED_BY,
+    ANN_DO_NOT_DISRUPT,
+    AsgInfo,
+    ClusterSnapshot,
+    Node,
+    Pod,
+    ResourceClaim,
+)
+from rightsizer.domain.periods import schedule_contains
+from rightsizer.domain.plan import Action, NodeReport, Plan, Savings, UnmappedReport, action_id
+from rightsizer.domain.pods import PodClassification, PodContext, classify_pods, wants_node
+from rightsizer.domain.policy import Policy
+from rightsizer.domain.recommend import Recommendation, recommend_for_node
+from rightsizer.domain.usage import UnmappedSeries, Window, collect_signals
+from rightsizer.domain.verdicts import order_reasons, verdict_of
+
+KARPENTER_NODEPOOL = "karpenter.sh/nodepool"
+OTHER_AUTOSCALER_TAINTS = ("ToBeDeletedByClusterAutoscaler", "karpenter.sh/disrupted")
+CA_SCALE_DOWN_DISABLED = "cluster-autoscaler.kubernetes.io/scale-down-disabled"
+KARPENTER_DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
+
+
+@dataclass
+class NodeDecision:
+    """Working state for one GPU node while planning (internal to the planner, exposed for tests)."""
+
+    node: Node
+    group: AsgInfo | None
+    standalone: bool
+    row: InstanceType | None
+    assessment: GpuAssessment
+    pods: list[PodClassification]
+    reasons: list[str] = field(default_factory=list)
+    hourly_usd: float | None = None
+    recommendation: Recommendation | None = None
+
+    @property
+    def pods_to_evict(self) -> int:
+        """Pods the drain would evict (not ignored)."""
+        return sum(1 for p in self.pods if p.ignored is None)
+
+
+def _rfc3339(value: datetime) -> str:
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def _price(node: Node, row: InstanceType | None, region: str) -> tuple[float | None, list[str]]:
+    """On-demand USD/hour for the node and the pricing reasons (design §3 "Pricing")."""
+    if row is None or row.hourly_usd is None:
+        return None, [f"price_unknown:{node.instance_type or 'no_instance_type'}"]
+    reasons: list[str] = []
+    node_region = node.labels.get("topology.kubernetes.io/region") or region
+    if node_region != CATALOG_REGION:
+        reasons.append(f"price_region_fallback:{node_region}")
+    capacity_type = (
+        node.labels.get("eks.amazonaws.com/capacityType")
+        or node.labels.get("karpenter.sh/capacity-type")
+        or ""
+    )
+    if capacity_type.lower() == "spot":
+        reasons.append("spot_priced_on_demand")
+    return row.hourly_usd, reasons
+
+
+def _node_protections(node: Node) -> list[str]:
+    reasons: list[str] = []
+    ann, labels = node.metadata.annotations, node.labels
+    if (
+        ann.get(ANN_DO_NOT_DISRUPT) == "true"
+        or labels.get(ANN_DO_NOT_DISRUPT) == "true"
+        or ann.get(KARPENTER_DO_NOT_DISRUPT) == "true"
+        or ann.get(CA_SCALE_DOWN_DISABLED) == "true"
+    ):
+        reasons.append("do_not_disrupt:node")
+    for taint in node.spec.taints:
+        if taint.key in OTHER_AUTOSCALER_TAINTS:
+            reasons.append(f"other_autoscaler:{taint.key}")
+    if KARPENTER_NODEPOOL in labels:
+        reasons.append(f"karpenter_owned:{labels[KARPENTER_NODEPOOL]}")
+    if node.spec.unschedulable:
+        if ANN_CORDONED_BY in ann:
+            reasons.append(f"in_flight:{ann[ANN_CORDONED_BY]}")
+        else:
+            reasons.append("cordoned_by_other")
+    return reasons
+
+
+def _selected(node: Node, group: AsgInfo | None, policy: Policy) -> bool:
+    if any(node.labels.get(k) != v for k, v in policy.node_selector.items()):
+        return False
+    if policy.node_groups:
+        names = {node.labels.get("eks.amazonaws.com/nodegroup")}
+        if group is not None:
+            names |= {group.name, group.nodegroup}
+        return bool(names & set(policy.node_groups))
+    return True
+
+
+def _exporter_pod(pods: Sequence[Pod]) -> str | None:
+    for pod in pods:
+        if "dcgm-exporter" in pod.metadata.name:
+            return pod.key
+    return None
+
+
+def _claims_by_node(snapshot: ClusterSnapshot) -> dict[str, dict[str, ResourceClaim]]:
+    out: dict[str, dict[str, ResourceClaim]] = {}
+    for claim in snapshot.resource_claims:
+        if not claim.allocated:
+            continue
+        for node in claim.nodes:
+            out.setdefault(node, {})[f"{claim.namespace}/{claim.name}"] = claim
+    return out
+
+
+def plan(
+    snapshot: ClusterSnapshot,
+    policy: Policy,
+    now: datetime | None = None,
+    *,
+    catalog: Catalog | None = None,
+    node_label: str | None = None,
+) -> Plan:
+    """Decide, for every GPU node of ``snapshot``, a verdict with reasons, and the actions to take.
+
+    Args:
+        snapshot: the cluster state (design §5 snapshot directory, validated).
+        policy: the decision policy.
+        now: the decision instant ``at`` (aware); defaults to the snapshot's ``taken_at``.
+        catalog: the instance catalog (defaults to the packaged one).
+        node_label: the operator's node-name label on DCGM series (config ``prometheus.node_label``).
+
+    Returns:
+        The ``Plan`` (design §5): nodes sorted by name, actions by hourly savings then id.
+
+    Raises:
+        ValueError: when ``now`` is a naive datetime.
+    """
+    at = now or snapshot.meta.taken_at
+    if at.tzinfo is None:
+        raise ValueError("plan() needs an aware datetime for now")
+    catalog = catalog or load_catalog()
+    window = Window.ending(at, policy.idle_window, snapshot.meta.step_seconds)
+    joiner = NodeJoiner(snapshot.nodes, snapshot.pods, node_label or snapshot.node_label)
+    signals = collect_signals(
+        snapshot.metrics, snapshot.timestamps, joiner, window, policy.gpu_activity_max_pct
+    )
+    ambiguous: dict[str, set[str]] = {}
+    for u in signals.unmapped:
+        if u.reason.startswith("series_unmapped:ambiguous:"):
+            for name in u.reason.rsplit(":", 1)[1].split(","):
+                ambiguous.setdefault(name, set()).add(u.metric)
+    ceilings = {**catalog.idle_power_w, **policy.idle_power_max_w}
+    pods_by_node: dict[str, list[Pod]] = {}
+    for pod in snapshot.pods:
+        if pod.spec.nodeName:
+            pods_by_node.setdefault(pod.spec.nodeName, []).append(pod)
+    pending = [p for p in snapshot.pods if p.status.phase == "Pending" and not p.spec.nodeName]
+    claims = _claims_by_node(snapshot)
+    inventory = snapshot.inventory
+
+    decisions: list[NodeDecision] = []
+    for node in sorted(snapshot.nodes, key=lambda n: n.name):
+        if not is_gpu_node(node, catalog):
+            continue
+        row = catalog.get(node.instance_type)
+        instance = node.instance_id
+        group: AsgInfo | None = None
+        standalone = False
+        reasons: list[str] = []
+        if inventory.known and instance:
+            asg_name = inventory.asg_of_instance.get(instance)
+            if asg_name is None:
+                standalone = True
+            else:
+                group = inventory.groups.get(asg_name)
+                if group is None:
+                    reasons.append(f"node_group_unknown:{asg_name}")
+        else:
+            reasons.append("node_group_unknown:" + ("no_inventory" if instance else "no_provider_id"))
+        if not _selected(node, group, policy):
+            reasons.append("not_selected")
+        node_pods = pods_by_node.get(node.name, [])
+        assessment = assess_gpus(
+            node,
+            row,
+            signals.devices.get(node.name, []),
+            policy=policy,
+            power_ceilings=ceilings,
+            window=window,
+            at=at,
+            up_coverage=signals.up_coverage.get(node.name),
+            problems=signals.problems,
+            present=signals.present,
+            exporter=_exporter_pod(node_pods),
+        )
+        reasons.extend(assessment.reasons)
+        reasons.extend(f"series_unmapped:{m}" for m in sorted(ambiguous.get(node.name, ())))
+        ctx = PodContext(policy, snapshot.pdbs, claims.get(node.name, {}), at)
+        classified = classify_pods(node_pods, ctx)
+        for c in classified:
+            reasons.extend(f.reason for f in c.findings)
+            if c.gpu_holder is not None:
+                reasons.append(c.gpu_holder.reason)
+        if policy.evict_idle_gpu_holders:
+            reasons = [r for r in reasons if not r.startswith("idle_gpu_holder")]
+        wanted = sum(1 for p in pending if wants_node(p, node))
+        if wanted:
+            reasons.append(f"pending_gpu_pods:{wanted}")
+        reasons.extend(_node_protections(node))
+        hourly, price_reasons = _price(node, row, snapshot.meta.region)
+        decision = NodeDecision(node, group, standalone, row, assessment, classified, reasons, hourly)
+        decision.recommendation = recommend_for_node(
+            node=node,
+            row=row,
+            assessment=assessment,
+            pods=classified,
+            group=group,
+            standalone=standalone,
+            instances=inventory.instances,
+            hourly=hourly,
+            policy=policy,
+            catalog=catalog,
+        )
+        decision.reasons.extend(price_reasons)
+        decisions.append(decision)
+
+    _apply_group_rules(decisions, snapshot, policy, at)
+    actions = _choose(decisions, policy)
+    return _assemble(snapshot, policy, at, decisions, actions, signals.unmapped)
+
+
+def _apply_group_rules(
+    decisions: list[NodeDecision], snapshot: ClusterSnapshot, policy: Policy, at: datetime
+) -> None:
+    """Static group rules: MinSize, cooldown since the last scale-up, disruption windows."""
+    newest: dict[str, datetime] = {}
+    for d in decisions:
+        created = d.node.metadata.creationTimestamp
+        if d.group is not None and created is not None:
+            newest[d.group.name] = max(newest.get(d.group.name, created), created)
+    for name, group in snapshot.inventory.groups.items():
+        if group.last_launch is not None:
+            newest[name] = max(newest.get(name, group.last_launch), group.last_launch)
+    in_window = not policy.disruption_windows or schedule_contains(policy.disruption_windows, at)
+    for d in decisions:
+        if d.group is not None:
+            if d.group.desired - 1 < d.group.min_size:
+                d.reasons.append(f"node_group_at_min_size:{d.group.display_name}={d.group.min_size}")
+            last = newest.get(d.group.name)
+            if last is not None and (at - last).total_seconds() < policy.cooldown:
+                d.reasons.append(f"cooldown:{int(policy.cooldown - (at - last).total_seconds())}s")
+        if not in_window:
+            d.reasons.append("outside_disruption_window")
+
+
+def _choose(decisions: list[NodeDecision], policy: Policy) -> list[Action]:
+    """Pick ``scale_in`` candidates among idle nodes under the disruption budget (design §3)."""
+    in_flight_total = sum(1 for d in decisions if ANN_CORDONED_BY in d.node.metadata.annotations)
+    in_flight_group: dict[str, int] = {}
+    for d in decisions:
+        if d.group is not None and ANN_CORDONED_BY in d.node.metadata.annotations:
+            in_flight_group[d.group.name] = in_flight_group.get(d.group.name, 0) + 1
+    run_slots = policy.max_nodes_per_run - in_flight_total
+    chosen_group: dict[str, int] = {}
+
+    idle = [d for d in decisions if verdict_of(d.reasons) == "idle" and d.group is not None]
+
+    def order(d: NodeDecision) -> tuple[float, int, float, str]:
+        created = d.node.metadata.creationTimestamp
+        return (
+            -(d.hourly_usd if d.hourly_usd is not None else -1.0),
+            d.pods_to_evict,
+            created.timestamp() if created else float("inf"),
+            d.node.name,
+        )
+
+    actions: list[Action] = []
+    for d in sorted(idle, key=order):
+        group = d.group
+        assert group is not None
+        taken = in_flight_group.get(group.name, 0) + chosen_group.get(group.name, 0)
+        if group.desired - taken - 1 < group.min_size:
+            d.reasons.append(f"node_group_at_min_size:{group.display_name}={group.min_size}")
+            continue
+        if run_slots <= 0 or taken >= policy.node_group_budget(group.desired):
+            d.reasons.append("disruption_budget_exhausted")
+            continue
+        before = group.desired - chosen_group.get(group.name, 0)
+        chosen_group[group.name] = chosen_group.get(group.name, 0) + 1
+        run_slots -= 1
+        d.reasons.append("idle_window_clean")
+        hourly = d.hourly_usd
+        actions.append(
+            Action(
+                action_id=action_id("scale_in", d.node.name, before - 1),
+                kind="scale_in",
+                node=d.node.name,
+                node_group=group.display_name,
+                instance_id=d.node.instance_id,
+                from_=before,
+                to=before - 1,
+                reason=f"all {d.assessment.expected.total} GPU devices idle for the whole "
+                f"{policy.idle_window // 60} min window",
+                hourly_savings_usd=hourly,
+                monthly_savings_usd=None if hourly is None else hourly * HOURS_PER_MONTH,
+            )
+        )
+    for d in decisions:
+        if verdict_of(d.reasons) == "idle" and "idle_window_clean" not in d.reasons:
+            d.reasons.append("idle_window_clean")
+    return actions
+
+
+def _assemble(
+    snapshot: ClusterSnapshot,
+    policy: Policy,
+    at: datetime,
+    decisions: list[NodeDecision],
+    scale_ins: list[Action],
+    unmapped: Sequence[UnmappedSeries],
+) -> Plan:
+    reports: list[NodeReport] = []
+    actions = list(scale_ins)
+    for d in decisions:
+        rec = d.recommendation
+        reasons = order_reasons(d.reasons)
+        verdict = verdict_of(reasons, cheaper_shape_fits=rec is not None and rec.cheaper_fits)
+        if rec is not None and rec.action is not None and verdict in rec.for_verdicts:
+            actions.append(rec.action)
+        a = d.assessment
+        reports.append(
+            NodeReport(
+                node=d.node.name,
+                verdict=verdict,
+                reasons=reasons,
+                node_group=d.group.display_name if d.group else None,
+                instance_id=d.node.instance_id,
+                instance_type=d.node.instance_type,
+                gpus=a.expected.physical,
+                gpu_activity_max_pct=a.activity_max_pct,
+                fb_used_max_mib=a.fb_used_max_mib,
+                coverage=a.coverage,
+                hourly_usd=d.hourly_usd,
+            )
+        )
+    actions.sort(
+        key=lambda x: (-(x.hourly_savings_usd if x.hourly_savings_usd is not None else -1.0), x.action_id)
+    )
+    executable = [x for x in actions if x.kind != "recommend" and x.hourly_savings_usd is not None]
+    hourly = sum(x.hourly_savings_usd or 0.0 for x in executable)
+    return Plan(
+        at=_rfc3339(at),
+        taken_at=_rfc3339(snapshot.meta.taken_at),
+        dry_run=policy.dry_run,
+        policy=policy.model_dump(mode="json"),
+        nodes=reports,
+        actions=actions,
+        unmapped=[UnmappedReport(metric=u.metric, labels=u.labels, reason=u.reason) for u in unmapped],
+        savings=Savings(hourly_usd=hourly, monthly_usd=hourly * HOURS_PER_MONTH),
+    )

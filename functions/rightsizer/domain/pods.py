@@ -1,0 +1,294 @@
+"""Pod classification for a drain: an ordered chain of pure filters (kubectl drain first, then our safety).
+
+Modelled on kubectl's ``pkg/drain`` filters: each filter looks at one pod and either ignores it (DaemonSet,
+mirror and finished pods never block and are never evicted), lets it through, or blocks the node with a
+reason code and a message naming the policy switch that would change the outcome (design §3 "Pods").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from rightsizer.domain.model import (
+    ANN_DO_NOT_DISRUPT,
+    Node,
+    Pod,
+    PodDisruptionBudget,
+    ResourceClaim,
+    is_gpu_resource,
+)
+from rightsizer.domain.policy import Policy, parse_duration
+
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+KARPENTER_DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
+CA_SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
+NVIDIA_VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
+_NO_DEVICES = frozenset({"", "void", "none"})
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One reason a pod gives: ``code`` (design §3 reason code), ``pod`` (ns/name) and a human message."""
+
+    code: str
+    pod: str
+    message: str
+
+    @property
+    def reason(self) -> str:
+        """``code:namespace/name`` as it appears in a plan's reasons."""
+        return f"{self.code}:{self.pod}"
+
+
+@dataclass(frozen=True, slots=True)
+class PodClassification:
+    """The outcome for one pod: ``ignored`` (with why) or to be evicted, plus every blocking finding.
+
+    ``gpu_holder`` is a finding kept apart because it blocks only while ``evict_idle_gpu_holders`` is off.
+    """
+
+    pod: Pod
+    ignored: str | None
+    findings: tuple[Finding, ...]
+    gpu_holder: Finding | None
+
+    @property
+    def evictable(self) -> bool:
+        """True when the pod is to be evicted and nothing blocks it."""
+        return self.ignored is None and not self.findings and self.gpu_holder is None
+
+
+@dataclass(frozen=True)
+class PodContext:
+    """What the filters may consult besides the pod: policy, PDBs, DRA claims on the node, the time."""
+
+    policy: Policy
+    pdbs: Sequence[PodDisruptionBudget]
+    claims_on_node: Mapping[str, ResourceClaim]
+    at: datetime
+
+
+IgnoreFilter = Callable[[Pod], str | None]
+BlockFilter = Callable[[Pod, PodContext], Finding | None]
+
+
+def _terminal(pod: Pod) -> str | None:
+    return "terminal_phase" if pod.status.phase in ("Succeeded", "Failed") else None
+
+
+def _mirror(pod: Pod) -> str | None:
+    return "mirror_pod" if MIRROR_ANNOTATION in pod.metadata.annotations else None
+
+
+def _daemonset(pod: Pod) -> str | None:
+    ref = pod.controller
+    return "daemonset_pod" if ref is not None and ref.kind == "DaemonSet" else None
+
+
+IGNORE_FILTERS: tuple[IgnoreFilter, ...] = (_terminal, _mirror, _daemonset)
+"""kubectl drain's skip rules: finished pods, mirror (static) pods, DaemonSet pods."""
+
+
+def _bare(pod: Pod, ctx: PodContext) -> Finding | None:
+    if pod.controller is None and not ctx.policy.allow_bare_pods:
+        return Finding(
+            "bare_pod", pod.key, "no controller will recreate it; set allow_bare_pods: true to evict"
+        )
+    return None
+
+
+def _emptydir(pod: Pod, ctx: PodContext) -> Finding | None:
+    if any(v.emptyDir is not None for v in pod.spec.volumes) and not ctx.policy.delete_emptydir_data:
+        return Finding(
+            "local_storage", pod.key, "emptyDir data would be lost; set delete_emptydir_data: true to evict"
+        )
+    return None
+
+
+def _matching_pdbs(pod: Pod, ctx: PodContext) -> list[PodDisruptionBudget]:
+    return [pdb for pdb in ctx.pdbs if pdb.selects(pod)]
+
+
+def _system(pod: Pod, ctx: PodContext) -> Finding | None:
+    if (
+        pod.metadata.namespace == "kube-system"
+        and not ctx.policy.evict_system_pods
+        and not _matching_pdbs(pod, ctx)
+    ):
+        return Finding(
+            "system_pod",
+            pod.key,
+            "kube-system pod without a PodDisruptionBudget; set evict_system_pods: true to evict",
+        )
+    return None
+
+
+def _batch(pod: Pod, ctx: PodContext) -> Finding | None:
+    if ctx.policy.evict_running_jobs:
+        return None
+    groups = set(ctx.policy.batch_owner_groups)
+    for ref in pod.metadata.ownerReferences:
+        if (ref.kind in ("Job", "CronJob") and ref.group in ("batch", "")) or ref.group in groups:
+            return Finding(
+                "running_batch_pod",
+                pod.key,
+                f"owned by {ref.kind} {ref.name}; set evict_running_jobs: true to evict running batch work",
+            )
+    return None
+
+
+def _grace(pod: Pod, ctx: PodContext) -> Finding | None:
+    if pod.grace_seconds + 60 > ctx.policy.drain_timeout:
+        return Finding(
+            "grace_exceeds_drain_timeout",
+            pod.key,
+            f"terminationGracePeriodSeconds {pod.grace_seconds} + 60 s exceeds drain_timeout "
+            f"{ctx.policy.drain_timeout} s; raise drain_timeout",
+        )
+    return None
+
+
+def _pdb(pod: Pod, ctx: PodContext) -> Finding | None:
+    pdbs = _matching_pdbs(pod, ctx)
+    if len(pdbs) > 1:
+        names = ",".join(sorted(p.metadata.name for p in pdbs))
+        return Finding(
+            "multiple_pdbs",
+            pod.key,
+            f"matched by PodDisruptionBudgets {names}; the API server refuses to evict it",
+        )
+    if pdbs and pdbs[0].status.disruptionsAllowed <= 0:
+        return Finding(
+            "pdb_blocks",
+            pod.key,
+            f"PodDisruptionBudget {pdbs[0].metadata.name} allows no disruption now",
+        )
+    return None
+
+
+def pod_do_not_disrupt(pod: Pod, at: datetime) -> str | None:
+    """Which do-not-disrupt annotation protects the pod at ``at``, if any (design §3 family).
+
+    ``karpenter.sh/do-not-disrupt`` may be ``"true"`` or a duration counted from ``status.startTime``.
+    """
+    ann = pod.metadata.annotations
+    if ann.get(ANN_DO_NOT_DISRUPT) == "true":
+        return ANN_DO_NOT_DISRUPT
+    if ann.get(CA_SAFE_TO_EVICT) == "false":
+        return CA_SAFE_TO_EVICT
+    karpenter = ann.get(KARPENTER_DO_NOT_DISRUPT)
+    if karpenter is not None:
+        if karpenter == "true":
+            return KARPENTER_DO_NOT_DISRUPT
+        try:
+            seconds = parse_duration(karpenter)
+        except ValueError:
+            return None
+        start = pod.status.startTime or pod.metadata.creationTimestamp
+        if start is None or (at - start).total_seconds() < seconds:
+            return KARPENTER_DO_NOT_DISRUPT
+    return None
+
+
+def _do_not_disrupt(pod: Pod, ctx: PodContext) -> Finding | None:
+    found = pod_do_not_disrupt(pod, ctx.at)
+    if found:
+        return Finding(
+            "do_not_disrupt", pod.key, f"annotated {found}; remove the annotation to allow eviction"
+        )
+    return None
+
+
+BLOCK_FILTERS: tuple[BlockFilter, ...] = (_bare, _emptydir, _system, _batch, _grace, _pdb, _do_not_disrupt)
+"""Filters that block eviction; kubectl drain's (bare, emptyDir) come first, then ours."""
+
+
+def gpu_holding(pod: Pod, claims_on_node: Mapping[str, ResourceClaim]) -> str | None:
+    """Why a pod holds a GPU, or None (design §3 "GPU holders").
+
+    An (init) container requesting a GPU resource, a DRA ResourceClaim allocated on the node, a runtime
+    class containing ``nvidia``, a privileged container, or ``NVIDIA_VISIBLE_DEVICES`` set to anything but
+    "", "void" or "none" (a ``valueFrom``/``envFrom`` value counts as set, BUG-06).
+    """
+    for c in pod.all_containers():
+        if any(is_gpu_resource(k) for k in (*c.resources.requests, *c.resources.limits)):
+            return "requests a GPU resource"
+    for ref in pod.spec.resourceClaims:
+        name = ref.resourceClaimName
+        if name is None:
+            name = next(
+                (s.resourceClaimName for s in pod.status.resourceClaimStatuses if s.name == ref.name), None
+            )
+        if name and f"{pod.metadata.namespace}/{name}" in claims_on_node:
+            return f"DRA ResourceClaim {name}"
+    for claim in claims_on_node.values():
+        if claim.namespace == pod.metadata.namespace and pod.metadata.name in claim.reserved_for:
+            return f"DRA ResourceClaim {claim.name}"
+    if pod.spec.runtimeClassName and "nvidia" in pod.spec.runtimeClassName:
+        return f"runtimeClassName {pod.spec.runtimeClassName}"
+    for c in pod.all_containers():
+        if c.securityContext is not None and c.securityContext.privileged:
+            return f"privileged container {c.name}"
+        for env in c.env:
+            if env.name == NVIDIA_VISIBLE_DEVICES and (
+                env.valueFrom is not None or (env.value or "").strip().lower() not in _NO_DEVICES
+            ):
+                return f"{NVIDIA_VISIBLE_DEVICES}={env.value if env.value is not None else '<valueFrom>'}"
+        if c.envFrom:
+            return "envFrom may set NVIDIA_VISIBLE_DEVICES"
+    return None
+
+
+def classify_pod(pod: Pod, ctx: PodContext) -> PodClassification:
+    """Run the filter chain on one pod; every blocking filter is evaluated so every reason is reported."""
+    for ignore in IGNORE_FILTERS:
+        why = ignore(pod)
+        if why:
+            return PodClassification(pod, why, (), None)
+    findings = tuple(f for f in (flt(pod, ctx) for flt in BLOCK_FILTERS) if f is not None)
+    holder_why = gpu_holding(pod, ctx.claims_on_node)
+    holder = None
+    if holder_why:
+        switch = "" if ctx.policy.evict_idle_gpu_holders else "; set evict_idle_gpu_holders: true to evict"
+        holder = Finding("idle_gpu_holder", pod.key, f"holds a GPU ({holder_why}){switch}")
+    return PodClassification(pod, None, findings, holder)
+
+
+def classify_pods(pods: Sequence[Pod], ctx: PodContext) -> list[PodClassification]:
+    """Classify every pod bound to one node."""
+    return [classify_pod(p, ctx) for p in pods]
+
+
+def tolerates(pod: Pod, node: Node) -> bool:
+    """True when the pod's tolerations cover every NoSchedule/NoExecute taint of the node."""
+    for taint in node.spec.taints:
+        if taint.effect not in ("NoSchedule", "NoExecute"):
+            continue
+        ok = False
+        for tol in pod.spec.tolerations:
+            if tol.effect and tol.effect != taint.effect:
+                continue
+            if tol.operator == "Exists" and (tol.key is None or tol.key == taint.key):
+                ok = True
+                break
+            if tol.key == taint.key and (tol.value or "") == taint.value:
+                ok = True
+                break
+        if not ok:
+            return False
+    return True
+
+
+def wants_node(pod: Pod, node: Node) -> bool:
+    """A Pending, unscheduled pod requesting GPUs that could land on ``node`` (design ``pending_gpu_pods``).
+
+    nodeSelector must match the node's labels and tolerations must cover its taints; node affinity is
+    not evaluated, which errs on the side of keeping the node.
+    """
+    if pod.status.phase != "Pending" or pod.spec.nodeName or pod.gpu_request() == 0:
+        return False
+    if any(node.labels.get(k) != v for k, v in pod.spec.nodeSelector.items()):
+        return False
+    return tolerates(pod, node)

@@ -1,0 +1,195 @@
+"""The decision policy (design §5 "Policy"): keys, units and defaults, validated with pydantic.
+
+Durations accept ``"30s"``, ``"10m"``, ``"1h"``, ``"1h30m"`` or integer seconds and are stored as
+integer seconds. Percentages are in percent (0-100). Unknown keys are rejected with the key's name.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+
+from rightsizer.domain.errors import ConfigError
+from rightsizer.domain.periods import Period
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(value: object) -> int:
+    """Parse a duration into whole seconds.
+
+    Args:
+        value: integer seconds, or a string such as ``"30s"``, ``"10m"``, ``"1h30m"`` (units ms, s, m, h,
+            d; Prometheus style).
+
+    Returns:
+        The duration in seconds (int, >= 0).
+
+    Raises:
+        ValueError: for negative numbers, booleans, or strings that are not a duration.
+    """
+    if isinstance(value, bool):
+        raise ValueError("a duration must be a number of seconds or a string like '10m'")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError("a duration cannot be negative")
+        return value
+    if isinstance(value, float) and value.is_integer() and value >= 0:
+        return int(value)
+    if isinstance(value, str):
+        text = value.strip()
+        if text.isdigit():
+            return int(text)
+        pos = 0
+        total = 0.0
+        for match in _DURATION_PART.finditer(text):
+            if match.start() != pos:
+                break
+            total += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+            pos = match.end()
+        if text and pos == len(text):
+            return math.ceil(total)
+    raise ValueError(f"{value!r} is not a duration (use integer seconds or e.g. '30s', '10m', '1h')")
+
+
+Seconds = Annotated[int, BeforeValidator(parse_duration)]
+"""A duration in seconds, written as integer seconds or ``"10m"``-style text."""
+
+DEFAULT_BATCH_OWNER_GROUPS = ("batch", "kubeflow.org", "ray.io", "jobset.x-k8s.io", "batch.volcano.sh")
+DEFAULT_ALERT_NODE_LABELS = ("node", "Hostname", "hostname", "kubernetes_node")
+_PERCENT_BUDGET = re.compile(r"^(\d+)%$")
+
+
+def _budget(value: object) -> int | str:
+    if isinstance(value, bool):
+        raise ValueError("a node budget is an integer or 'N%'")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError("a node budget cannot be negative")
+        return value
+    if isinstance(value, str):
+        text = value.strip()
+        if text.isdigit():
+            return int(text)
+        match = _PERCENT_BUDGET.match(text)
+        if match and 0 <= int(match.group(1)) <= 100:
+            return f"{int(match.group(1))}%"
+    raise ValueError(f"{value!r} is not a node budget (an integer or 'N%' with 0 <= N <= 100)")
+
+
+NodeBudget = Annotated[int | str, BeforeValidator(_budget)]
+
+
+class Policy(BaseModel):
+    """What counts as idle and what the rightsizer may do about it (design §5, all keys optional).
+
+    Frozen and strict about keys (``extra="forbid"``): a typo is an error naming the key.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    dry_run: bool = Field(True, description="Validate and record what would be done; act on nothing.")
+    idle_window: Seconds = Field(1800, gt=0, description="Seconds every GPU must stay idle (default 30m).")
+    gpu_activity_max_pct: float = Field(
+        5.0,
+        ge=0,
+        le=100,
+        description="Activity ceiling in percent: max(100 x DCGM_FI_PROF_GR_ENGINE_ACTIVE, DCGM_FI_DEV_GPU_UTIL).",
+    )
+    fb_used_max_mib: float = Field(
+        1024.0, ge=0, description="Framebuffer ceiling in MiB (DCGM_FI_DEV_FB_USED) per device."
+    )
+    idle_power_max_w: dict[str, float] = Field(
+        default_factory=dict,
+        description="Power ceiling in W per catalog gpu_model (DCGM_FI_DEV_POWER_USAGE); "
+        "merged over the packaged table (data/idle_power.csv).",
+    )
+    min_coverage: float = Field(
+        0.9, ge=0, le=1, description="Share of window steps that must hold a finite sample (0..1)."
+    )
+    max_sample_age: Seconds = Field(300, ge=0, description="Newest raw sample may be at most this old (s).")
+    node_selector: dict[str, str] = Field(
+        default_factory=dict, description="Only nodes carrying all these labels are considered."
+    )
+    node_groups: list[str] = Field(
+        default_factory=list, description="Only these node groups (EKS or ASG names); empty = all."
+    )
+    max_nodes_per_run: int = Field(1, ge=0, description="Nodes in flight per cluster at any moment.")
+    max_nodes_per_node_group: NodeBudget = Field(
+        1, description="Nodes in flight per node group: an integer or 'N%' of DesiredCapacity, rounded up."
+    )
+    cooldown: Seconds = Field(600, ge=0, description="Seconds after a node group's last scale-up.")
+    disruption_windows: list[Period] = Field(
+        default_factory=list, description="Periods when disruption is allowed (design §4); empty = always."
+    )
+    drain_timeout: Seconds = Field(600, gt=0, description="Seconds from cordon to a drained node.")
+    max_decision_age: Seconds = Field(
+        300, ge=0, description="Re-read metrics when the decision is older (s)."
+    )
+    allow_bare_pods: bool = Field(False, description="Evict pods that no controller owns (they are lost).")
+    delete_emptydir_data: bool = Field(False, description="Evict pods with emptyDir volumes (data lost).")
+    evict_system_pods: bool = Field(
+        False, description="Evict non-DaemonSet kube-system pods without a PodDisruptionBudget."
+    )
+    evict_running_jobs: bool = Field(False, description="Evict running pods owned by batch controllers.")
+    batch_owner_groups: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_BATCH_OWNER_GROUPS),
+        description="API groups whose owners count as batch work (Job, PyTorchJob, RayJob, ...).",
+    )
+    evict_idle_gpu_holders: bool = Field(
+        False, description="Evict pods that hold a GPU but leave it idle (notebooks, idle servers)."
+    )
+    fb_headroom: float = Field(
+        0.2, ge=0, le=10, description="Framebuffer headroom for recommendations (ratio)."
+    )
+    allow_resize: bool = Field(False, description="Resize opted-in standalone instances in place.")
+    resize_allow_instance_store_loss: bool = Field(
+        False, description="Allow resizing instance-store types (their local NVMe data is lost on stop)."
+    )
+    alert_node_labels: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_ALERT_NODE_LABELS),
+        description="Alert labels that may carry the node name, first present wins.",
+    )
+    restore_deadline: Seconds = Field(1800, gt=0, description="Off-hours restore alarm after this many s.")
+
+    @field_validator("idle_power_max_w")
+    @classmethod
+    def _positive_ceilings(cls, value: dict[str, float]) -> dict[str, float]:
+        for model, watts in value.items():
+            if not watts > 0:
+                raise ValueError(f"idle_power_max_w[{model!r}] must be > 0 W")
+        return value
+
+    def node_group_budget(self, desired_capacity: int) -> int:
+        """Nodes of one node group that may be in flight, from ``max_nodes_per_node_group``.
+
+        Args:
+            desired_capacity: the Auto Scaling group's DesiredCapacity.
+
+        Returns:
+            An integer; ``"N%"`` is N percent of ``desired_capacity`` rounded up (design §3).
+        """
+        budget = self.max_nodes_per_node_group
+        if isinstance(budget, int):
+            return budget
+        percent = int(budget.rstrip("%"))
+        return -(-percent * max(desired_capacity, 0) // 100)
+
+
+def load_policy(data: Mapping[str, Any] | None, *, source: str = "policy") -> Policy:
+    """Validate a policy mapping (parsed YAML/JSON) into a ``Policy``.
+
+    Raises:
+        ConfigError: naming ``source`` and the first offending key (dotted path).
+    """
+    try:
+        return Policy.model_validate(dict(data or {}))
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(part) for part in err["loc"]) or "<root>"
+        raise ConfigError(err["msg"], source=source, field=field) from exc

@@ -1,0 +1,363 @@
+"""Rightsizing and GPU-sharing recommendations (design §3 "Recommendations").
+
+For a busy node: the cheapest catalog type that fits the observed peak (GPU count, framebuffer with
+headroom, compute capability, CPU/memory requests; same GPU model preferred); if none, a MIG profile
+(A100, H100, H200) or time-slicing replicas that pack the active workloads onto fewer GPUs, with the
+manifests to apply. For an idle node held by GPU pods: who holds it and how to scale it to zero. For an
+idle standalone instance: stop it. Pure; prices are catalog on-demand USD per hour.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rightsizer.domain.catalog import HOURS_PER_MONTH, Catalog, InstanceType
+from rightsizer.domain.gpu import GpuAssessment
+from rightsizer.domain.model import TAG_RESIZE, AsgInfo, Ec2Instance, Node
+from rightsizer.domain.plan import Action, ActionKind, action_id
+from rightsizer.domain.pods import PodClassification
+from rightsizer.domain.policy import Policy
+from rightsizer.domain.quantity import parse_cpu_millis, parse_memory_mib
+from rightsizer.domain.verdicts import Verdict
+
+MIB_PER_GB = 1e9 / 2**20  # MIG profile names count decimal GB
+
+# NVIDIA MIG User Guide, "Supported MIG Profiles": (profile, compute slices of 7, instances per GPU).
+MIG_PROFILES: dict[str, tuple[tuple[str, int, int], ...]] = {
+    "A100-40": (("1g.5gb", 1, 7), ("2g.10gb", 2, 3), ("3g.20gb", 3, 2), ("4g.20gb", 4, 1), ("7g.40gb", 7, 1)),
+    "A100-80": (
+        ("1g.10gb", 1, 7),
+        ("2g.20gb", 2, 3),
+        ("3g.40gb", 3, 2),
+        ("4g.40gb", 4, 1),
+        ("7g.80gb", 7, 1),
+    ),
+    "H100": (
+        ("1g.10gb", 1, 7),
+        ("1g.20gb", 1, 4),
+        ("2g.20gb", 2, 3),
+        ("3g.40gb", 3, 2),
+        ("4g.40gb", 4, 1),
+        ("7g.80gb", 7, 1),
+    ),
+    "H200": (
+        ("1g.18gb", 1, 7),
+        ("1g.35gb", 1, 4),
+        ("2g.35gb", 2, 3),
+        ("3g.71gb", 3, 2),
+        ("4g.71gb", 4, 1),
+        ("7g.141gb", 7, 1),
+    ),
+}
+MAX_TIME_SLICING_REPLICAS = 8
+
+
+@dataclass(frozen=True, slots=True)
+class Recommendation:
+    """A node's recommendation: whether a cheaper shape fits, and the action to show for ``for_verdicts``."""
+
+    cheaper_fits: bool
+    action: Action | None
+    for_verdicts: frozenset[Verdict]
+
+
+def _mig_family(row: InstanceType) -> str | None:
+    model = row.gpu_model
+    if "A100" in model:
+        return "A100-80" if row.gpu_memory_mib >= 60000 else "A100-40"
+    if "H100" in model:
+        return "H100"
+    if "H200" in model:
+        return "H200"
+    return None
+
+
+def _profile_mib(profile: str) -> float:
+    return float(profile.split(".", 1)[1].removesuffix("gb")) * MIB_PER_GB
+
+
+def _pod_requests(pods: Sequence[PodClassification]) -> tuple[int, float, int]:
+    """Summed CPU (millicores) and memory (MiB) requests of non-ignored pods, and the largest GPU request."""
+    cpu = 0
+    mem = 0.0
+    gpus = 0
+    for c in pods:
+        if c.ignored is not None:
+            continue
+        gpus = max(gpus, c.pod.gpu_request())
+        for container in c.pod.spec.containers:
+            req = container.resources.requests
+            if "cpu" in req:
+                cpu += parse_cpu_millis(req["cpu"])
+            if "memory" in req:
+                mem += parse_memory_mib(req["memory"])
+    return cpu, mem, gpus
+
+
+def _action(
+    kind: ActionKind,
+    node: Node,
+    group: AsgInfo | None,
+    to: Any,
+    from_: Any,
+    reason: str,
+    hourly: float | None,
+    manifests: list[str] | None = None,
+) -> Action:
+    return Action(
+        action_id=action_id(kind, node.name, to),
+        kind=kind,
+        node=node.name,
+        node_group=group.display_name if group else None,
+        instance_id=node.instance_id,
+        from_=from_,
+        to=to,
+        reason=reason,
+        hourly_savings_usd=hourly,
+        monthly_savings_usd=None if hourly is None else hourly * HOURS_PER_MONTH,
+        manifests=manifests or [],
+    )
+
+
+def _shape(
+    instance_type: str | None = None,
+    mig_profile: str | None = None,
+    mig_instances: int | None = None,
+    replicas: int | None = None,
+) -> dict[str, Any]:
+    return {
+        "instance_type": instance_type,
+        "mig_profile": mig_profile,
+        "mig_instances": mig_instances,
+        "time_slicing_replicas": replicas,
+    }
+
+
+def cheapest_fit(
+    row: InstanceType,
+    catalog: Catalog,
+    *,
+    gpus: int,
+    fb_per_gpu_mib: float,
+    cpu_m: int,
+    memory_mib: float,
+) -> InstanceType | None:
+    """The cheapest catalog type cheaper than ``row`` that fits, same ``gpu_model`` first.
+
+    Fits: ≥ ``gpus`` GPUs, ≥ ``fb_per_gpu_mib`` MiB per GPU, a known compute capability not older than the
+    current one, allocatable CPU (millicores) and memory (MiB) ≥ the pods' requests, same architecture.
+    Rows without a price or a compute capability are never chosen; ties go by name.
+    """
+    if row.hourly_usd is None or row.compute_capability is None:
+        return None
+    fits: list[InstanceType] = []
+    for cand in catalog.types.values():
+        if (
+            cand.hourly_usd is None
+            or cand.compute_capability is None
+            or cand.hourly_usd >= row.hourly_usd
+            or cand.arch != row.arch
+            or cand.gpu_count < gpus
+            or cand.gpu_memory_mib < fb_per_gpu_mib
+            or cand.compute_capability < row.compute_capability
+            or (cand.allocatable_cpu_m is not None and cand.allocatable_cpu_m < cpu_m)
+            or (cand.allocatable_memory_mib is not None and cand.allocatable_memory_mib < memory_mib)
+        ):
+            continue
+        fits.append(cand)
+    same = [c for c in fits if c.gpu_model == row.gpu_model]
+    pool = same or fits
+    return min(pool, key=lambda c: (c.hourly_usd, c.name)) if pool else None
+
+
+def time_slicing_manifest(replicas: int) -> str:
+    """NVIDIA device plugin time-slicing ConfigMap (GPU Operator ``devicePlugin.config``)."""
+    return (
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: time-slicing-config\n  namespace: gpu-operator\n"
+        "data:\n  any: |-\n    version: v1\n    flags:\n      migStrategy: none\n    sharing:\n      timeSlicing:\n"
+        f"        resources:\n        - name: nvidia.com/gpu\n          replicas: {replicas}\n"
+        "# then: kubectl patch clusterpolicies.nvidia.com/cluster-policy --type merge -p "
+        '\'{"spec":{"devicePlugin":{"config":{"name":"time-slicing-config","default":"any"}}}}\'\n'
+    )
+
+
+def mig_manifests(profile: str, node: str) -> list[str]:
+    """A mig-parted config for the GPU Operator's MIG manager, the node label, and a DRA claim template."""
+    config = (
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: custom-mig-config\n  namespace: gpu-operator\n"
+        f"data:\n  config.yaml: |\n    version: v1\n    mig-configs:\n      all-{profile}:\n"
+        f"        - devices: all\n          mig-enabled: true\n          mig-devices:\n"
+        f'            "{profile}": {dict((p, n) for fam in MIG_PROFILES.values() for p, _, n in fam)[profile]}\n'
+    )
+    label = f"kubectl label node {node} nvidia.com/mig.config=all-{profile} --overwrite\n"
+    dra = (
+        "apiVersion: resource.k8s.io/v1\nkind: ResourceClaimTemplate\nmetadata:\n"
+        f"  name: mig-{profile.replace('.', '-')}\nspec:\n  spec:\n    devices:\n      requests:\n"
+        "      - name: mig\n        exactly:\n          deviceClassName: mig.nvidia.com\n"
+        f"          selectors:\n          - cel:\n              expression: \"device.attributes['gpu.nvidia.com'].profile"
+        f" == '{profile}'\"\n"
+    )
+    return [config, label, dra]
+
+
+def _sharing(
+    row: InstanceType, assessment: GpuAssessment, policy: Policy, hourly: float | None
+) -> tuple[dict[str, Any], list[str], float | None, str] | None:
+    """MIG profile or time-slicing replicas that put the active workloads on fewer GPUs."""
+    workloads = [
+        d
+        for d in assessment.devices
+        if (d.activity_max_pct or 0) > policy.gpu_activity_max_pct
+        or (d.fb_used_max_mib or 0) > policy.fb_used_max_mib
+    ]
+    if not workloads or row.gpu_count < 2 or any(d.is_mig for d in assessment.devices):
+        return None
+    peak_fb = max((d.fb_used_max_mib or 0.0) for d in workloads) * (1 + policy.fb_headroom)
+    peak_act = max((d.activity_max_pct or 0.0) for d in workloads)
+    per_gpu = hourly / row.gpu_count if hourly is not None else None
+    family = _mig_family(row)
+    if family is not None:
+        for profile, slices, per in MIG_PROFILES[family]:
+            if peak_fb <= _profile_mib(profile) and peak_act <= 100.0 * slices / 7:
+                needed = math.ceil(len(workloads) / per)
+                if needed >= len(workloads):
+                    return None
+                saved = None if per_gpu is None else per_gpu * (len(workloads) - needed)
+                why = (
+                    f"{len(workloads)} workloads each fit MIG {profile} (peak {peak_fb:.0f} MiB with headroom, "
+                    f"{peak_act:.0f}% activity): {needed} GPU(s) instead of {len(workloads)}"
+                )
+                return _shape(mig_profile=profile, mig_instances=len(workloads)), [], saved, why
+        return None
+    if peak_act <= 0 or peak_fb <= 0:
+        return None
+    replicas = min(MAX_TIME_SLICING_REPLICAS, int(100.0 // peak_act), int(row.gpu_memory_mib // peak_fb))
+    if replicas < 2:
+        return None
+    needed = math.ceil(len(workloads) / replicas)
+    if needed >= len(workloads):
+        return None
+    saved = None if per_gpu is None else per_gpu * (len(workloads) - needed)
+    why = (
+        f"{len(workloads)} workloads peak at {peak_act:.0f}% activity and {peak_fb:.0f} MiB with headroom: "
+        f"time-slicing x{replicas} serves them on {needed} GPU(s)"
+    )
+    return _shape(replicas=replicas), [time_slicing_manifest(replicas)], saved, why
+
+
+def recommend_for_node(
+    *,
+    node: Node,
+    row: InstanceType | None,
+    assessment: GpuAssessment,
+    pods: Sequence[PodClassification],
+    group: AsgInfo | None,
+    standalone: bool,
+    instances: dict[str, Ec2Instance] | None,
+    hourly: float | None,
+    policy: Policy,
+    catalog: Catalog,
+) -> Recommendation | None:
+    """The recommendation for one GPU node, or None.
+
+    Returns a ``Recommendation`` whose action applies when the final verdict is in ``for_verdicts``:
+    ``underutilized`` (cheaper type / MIG / time-slicing), ``protected`` (idle GPU holders) or ``idle``
+    (a standalone instance, which no Auto Scaling group can scale in).
+    """
+    holders = [c.gpu_holder for c in pods if c.gpu_holder is not None]
+    if assessment.idle and holders and not policy.evict_idle_gpu_holders:
+        names = ", ".join(h.pod for h in holders)
+        reason = (
+            f"GPU held but idle by {names}: scale the owner to zero when idle (KEDA ScaledObject on "
+            f"DCGM_FI_DEV_GPU_UTIL, or kubectl scale --replicas=0), or set evict_idle_gpu_holders: true; "
+            f"the node costs {hourly if hourly is not None else 'an unknown amount of'} USD/h"
+        )
+        return Recommendation(
+            False,
+            _action("recommend", node, group, _shape(), node.instance_type, reason, hourly),
+            frozenset({"protected"}),
+        )
+    if assessment.idle and standalone:
+        reason = (
+            "idle standalone instance (not in an Auto Scaling group): drain it, then stop or terminate it"
+        )
+        return Recommendation(
+            False,
+            _action("recommend", node, group, _shape(), node.instance_type, reason, hourly),
+            frozenset({"idle"}),
+        )
+    if not assessment.busy or row is None or row.gpu_count == 0:
+        return None
+    cpu_m, mem_mib, pod_gpus = _pod_requests(pods)
+    gpus = max(assessment.peak_active_devices, pod_gpus, 1)
+    fb_peak = max((d.fb_used_max_mib or 0.0) for d in assessment.devices) if assessment.devices else 0.0
+    fit = cheapest_fit(
+        row,
+        catalog,
+        gpus=gpus,
+        fb_per_gpu_mib=fb_peak * (1 + policy.fb_headroom),
+        cpu_m=cpu_m,
+        memory_mib=mem_mib,
+    )
+    if fit is not None and row.hourly_usd is not None and fit.hourly_usd is not None:
+        saved = row.hourly_usd - fit.hourly_usd
+        peak = (
+            f"peak {gpus} GPU(s) busy at once, {fb_peak:.0f} MiB framebuffer (+{policy.fb_headroom:.0%} headroom), "
+            f"pods request {cpu_m}m CPU / {mem_mib:.0f} MiB"
+        )
+        instance = instances.get(node.instance_id or "") if instances is not None else None
+        if (
+            standalone
+            and policy.allow_resize
+            and instance is not None
+            and instance.tags.get(TAG_RESIZE) == "allowed"
+            and (row.local_nvme_gb == 0 or policy.resize_allow_instance_store_loss)
+        ):
+            return Recommendation(
+                True,
+                _action(
+                    "resize_instance", node, group, fit.name, row.name, f"{fit.name} fits: {peak}", saved
+                ),
+                frozenset({"underutilized"}),
+            )
+        if group is not None and group.nodegroup:
+            how = (
+                f"managed node group {group.nodegroup} cannot change its instance type in place: create a new "
+                f"node group (e.g. {group.nodegroup}-{fit.name.replace('.', '-')}) with the same labels and taints, "
+                "wait until its GPUs are allocatable, drain the old nodes, scale the old group to 0, then delete "
+                "it; or publish a new launch template version with the new type and UpdateNodegroupVersion"
+            )
+        elif group is not None:
+            how = f"Auto Scaling group {group.name}: new launch template version with {fit.name}, then an instance refresh"
+        else:
+            why_not = "tag rightsizer.io/resize=allowed and allow_resize: true enable an in-place resize"
+            if row.local_nvme_gb and not policy.resize_allow_instance_store_loss:
+                why_not = "instance-store data is lost on resize: set resize_allow_instance_store_loss: true"
+            how = f"standalone instance: {why_not}"
+        return Recommendation(
+            True,
+            _action(
+                "recommend",
+                node,
+                group,
+                _shape(instance_type=fit.name),
+                row.name,
+                f"{fit.name} fits: {peak}; {how}",
+                saved,
+            ),
+            frozenset({"underutilized"}),
+        )
+    sharing = _sharing(row, assessment, policy, hourly)
+    if sharing is None:
+        return None
+    to, manifests, shared_saving, why = sharing
+    if to["mig_profile"]:
+        manifests = mig_manifests(to["mig_profile"], node.name)
+    return Recommendation(
+        True,
+        _action("recommend", node, group, to, row.name, why, shared_saving, manifests),
+        frozenset({"underutilized"}),
+    )

@@ -1,0 +1,336 @@
+"""From DCGM series to per-device signals (design §3 "Device identity", "Signals", "Window, coverage").
+
+The snapshot path turns ``query_range`` matrices into ``DeviceSignals``; the live path (Prometheus adapter)
+builds the same ``DeviceSignals`` from PromQL aggregated in the server. Everything after that — the
+verdict rules in ``rightsizer.domain.gpu`` — is shared, so both paths decide alike.
+
+DCGM fields (NVIDIA dcgm-exporter ``default-counters.csv`` / ``dcp-metrics-included.csv``):
+``DCGM_FI_DEV_GPU_UTIL`` (percent), ``DCGM_FI_PROF_GR_ENGINE_ACTIVE`` (ratio 0..1), ``DCGM_FI_DEV_FB_USED``
+and ``DCGM_FI_DEV_FB_FREE`` (MiB), ``DCGM_FI_DEV_POWER_USAGE`` (W), ``DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION``
+(mJ since boot, monotonic).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from rightsizer.domain.join import NodeJoiner
+from rightsizer.domain.model import MetricData, Series
+
+GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
+PROF_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
+FB_USED = "DCGM_FI_DEV_FB_USED"
+FB_FREE = "DCGM_FI_DEV_FB_FREE"
+POWER = "DCGM_FI_DEV_POWER_USAGE"
+ENERGY = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
+UP = "up"
+ACTIVITY_METRICS = (GPU_UTIL, PROF_ACTIVE)
+REQUIRED_METRICS = (FB_USED, FB_FREE, POWER)
+DEVICE_METRICS = (GPU_UTIL, PROF_ACTIVE, FB_USED, FB_FREE, POWER, ENERGY)
+DISAGREE_POINTS = 50.0
+
+DeviceKey = tuple[str, str, str]
+"""(node, UUID or gpu index, GPU_I_ID or "") — design §3 "Device identity"."""
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """The idle window (at − W, at] sampled every ``step`` seconds; times are Unix seconds."""
+
+    end: float
+    seconds: int
+    step: int
+
+    @property
+    def start(self) -> float:
+        """The excluded left end of the window."""
+        return self.end - self.seconds
+
+    @property
+    def expected_points(self) -> int:
+        """Step points a fully covered window holds (W / step, at least 1)."""
+        return max(1, self.seconds // max(self.step, 1))
+
+    def step_index(self, t: float) -> int | None:
+        """0-based step slot of time ``t`` counted back from ``end`` (0 = at), or None outside."""
+        if not (self.start < t <= self.end):
+            return None
+        return min((round((self.end - t) / max(self.step, 1))), self.expected_points - 1)
+
+    @classmethod
+    def ending(cls, at: datetime, seconds: int, step: int) -> Window:
+        """The window of ``seconds`` ending at ``at``."""
+        return cls(end=at.timestamp(), seconds=seconds, step=step)
+
+
+@dataclass(slots=True)
+class DeviceSignals:
+    """What the window says about one device (a physical GPU or a MIG instance).
+
+    Units: activity percent (0..100), framebuffer MiB, power W. ``None`` means no usable sample.
+    ``active_steps`` holds the step slots (see ``Window.step_index``) where activity was above the
+    policy threshold; ``coverage`` is the share of window steps with a finite activity sample (0..1).
+    ``liveness`` is ``moving``, ``frozen`` or ``absent`` (energy counter, else power, design §3).
+    """
+
+    node: str
+    device: str
+    gpu_instance: str = ""
+    mig_profile: str | None = None
+    exporter: str = ""
+    activity_max_pct: float | None = None
+    activity_points: int = 0
+    coverage: float = 0.0
+    active_steps: frozenset[int] = frozenset()
+    fb_used_max_mib: float | None = None
+    fb_total_mib: float | None = None
+    power_max_w: float | None = None
+    newest_sample: float | None = None
+    liveness: str = "absent"
+    non_finite: tuple[str, ...] = ()
+    signals_disagree: bool = False
+    has_fb: bool = False
+    has_power: bool = False
+
+    @property
+    def is_mig(self) -> bool:
+        """True for a MIG instance (series carry ``GPU_I_ID``)."""
+        return bool(self.gpu_instance)
+
+
+@dataclass(frozen=True, slots=True)
+class UnmappedSeries:
+    """A series no node could be assigned to (design §5 plan ``unmapped``)."""
+
+    metric: str
+    labels: dict[str, str]
+    reason: str
+
+
+@dataclass
+class CollectedSignals:
+    """Per node: device signals, ``up`` coverage and problems; plus the unmapped series.
+
+    ``up_coverage`` maps node → share of window steps with ``up == 1`` (absent when ``up`` has no series
+    for that node). ``problems`` are metric names whose answer was unusable (``partial_response``).
+    ``present`` are the device metrics that were exported at all.
+    """
+
+    devices: dict[str, list[DeviceSignals]] = field(default_factory=dict)
+    up_coverage: dict[str, float] = field(default_factory=dict)
+    unmapped: list[UnmappedSeries] = field(default_factory=list)
+    problems: tuple[str, ...] = ()
+    present: frozenset[str] = frozenset()
+
+
+def _device_key(node: str, labels: Mapping[str, str]) -> DeviceKey:
+    return (node, labels.get("UUID") or labels.get("gpu") or "", labels.get("GPU_I_ID") or "")
+
+
+def _merge(
+    series: Iterable[Series], window: Window
+) -> tuple[dict[int, float], dict[int, float], float | None]:
+    """Merge series of one device per step (max); returns (finite by slot, non-finite by slot, newest t)."""
+    finite: dict[int, float] = {}
+    bad: dict[int, float] = {}
+    newest: float | None = None
+    for s in series:
+        for t, v in zip(s.times, s.values, strict=True):
+            slot = window.step_index(t)
+            if slot is None:
+                continue
+            if newest is None or t > newest:
+                newest = t
+            if math.isfinite(v):
+                if slot not in finite or v > finite[slot]:
+                    finite[slot] = v
+            else:
+                bad[slot] = v
+    return finite, bad, newest
+
+
+def collect_signals(
+    metrics: Mapping[str, MetricData],
+    timestamps: Mapping[str, MetricData],
+    joiner: NodeJoiner,
+    window: Window,
+    activity_threshold_pct: float,
+) -> CollectedSignals:
+    """Turn ``query_range`` matrices into per-device signals (the snapshot path).
+
+    Args:
+        metrics: metric name → its query_range answer (missing metrics are simply absent).
+        timestamps: metric name → the answer of ``timestamp(<metric>)`` (raw sample times), optional.
+        joiner: resolves series labels to nodes (design §3 join).
+        window: the idle window.
+        activity_threshold_pct: the policy's ``gpu_activity_max_pct`` (percent) for ``active_steps``.
+
+    Returns:
+        ``CollectedSignals``; series that cannot be joined are listed in ``unmapped`` and assigned to
+        no node, so a node whose devices lack series ends up ``unknown``.
+    """
+    problems = tuple(
+        sorted(
+            {m.name for m in metrics.values() if m.problem}
+            | {m.name for m in timestamps.values() if m.problem}
+        )
+    )
+    grouped: dict[str, dict[DeviceKey, list[Series]]] = {}
+    meta: dict[DeviceKey, dict[str, str]] = {}
+    unmapped: list[UnmappedSeries] = []
+    for name in DEVICE_METRICS:
+        data = metrics.get(name)
+        if data is None or data.problem:
+            continue
+        per_key = grouped.setdefault(name, {})
+        for s in data.series:
+            result = joiner.join(s.labels)
+            if result.node is None:
+                unmapped.append(UnmappedSeries(name, dict(s.labels), f"series_unmapped:{result.reason}"))
+                continue
+            key = _device_key(result.node, s.labels)
+            per_key.setdefault(key, []).append(s)
+            info = meta.setdefault(key, {})
+            if s.labels.get("GPU_I_PROFILE"):
+                info["profile"] = s.labels["GPU_I_PROFILE"]
+            info.setdefault("exporter", s.labels.get("instance") or s.labels.get("Hostname") or "")
+
+    ts_newest: dict[DeviceKey, float] = {}
+    for name in ACTIVITY_METRICS:
+        data = timestamps.get(name)
+        if data is None or data.problem:
+            continue
+        for s in data.series:
+            result = joiner.join(s.labels)
+            if result.node is None:
+                continue
+            key = _device_key(result.node, s.labels)
+            finite = [
+                v for t, v in zip(s.times, s.values, strict=True) if math.isfinite(v) and t <= window.end
+            ]
+            if finite:
+                ts_newest[key] = max(ts_newest.get(key, -math.inf), max(finite))
+
+    # A MIG instance is a device only through the profiling metric (BUG-02): its GPU_UTIL series is ignored.
+    activity_keys = set(grouped.get(PROF_ACTIVE, {})) | {k for k in grouped.get(GPU_UTIL, {}) if not k[2]}
+    devices: dict[str, list[DeviceSignals]] = {}
+    for key in sorted(activity_keys):
+        node, device, gi = key
+        sig = DeviceSignals(node=node, device=device, gpu_instance=gi)
+        sig.mig_profile = meta.get(key, {}).get("profile")
+        sig.exporter = meta.get(key, {}).get("exporter", "")
+        _activity(sig, key, grouped, window, activity_threshold_pct)
+        if key in ts_newest:
+            sig.newest_sample = ts_newest[key]
+        parent = (node, device, "")
+        fb_key = key if key in grouped.get(FB_USED, {}) else parent
+        _framebuffer(sig, fb_key, grouped, window)
+        _power_and_liveness(sig, parent, grouped, window)
+        devices.setdefault(node, []).append(sig)
+
+    up_coverage: dict[str, float] = {}
+    up = metrics.get(UP)
+    if up is not None and not up.problem:
+        per_node: dict[str, list[Series]] = {}
+        for s in up.series:
+            result = joiner.join(s.labels)
+            if result.node is not None:
+                per_node.setdefault(result.node, []).append(s)
+        for node, series in per_node.items():
+            up_points, _, _ = _merge(series, window)
+            up_coverage[node] = min(1.0, sum(1 for v in up_points.values() if v == 1) / window.expected_points)
+
+    present = frozenset(n for n in DEVICE_METRICS if n in metrics and not metrics[n].problem)
+    return CollectedSignals(devices, up_coverage, unmapped, problems, present)
+
+
+def _activity(
+    sig: DeviceSignals,
+    key: DeviceKey,
+    grouped: Mapping[str, Mapping[DeviceKey, list[Series]]],
+    window: Window,
+    threshold: float,
+) -> None:
+    # A MIG instance has no usable DCGM_FI_DEV_GPU_UTIL (BUG-02): only the profiling metric counts.
+    names = (PROF_ACTIVE,) if sig.is_mig else ACTIVITY_METRICS
+    per_metric: dict[str, dict[int, float]] = {}
+    non_finite: list[str] = []
+    newest: float | None = None
+    for name in names:
+        series = grouped.get(name, {}).get(key)
+        if not series:
+            continue
+        finite, bad, last = _merge(series, window)
+        scale = 100.0 if name == PROF_ACTIVE else 1.0
+        per_metric[name] = {slot: v * scale for slot, v in finite.items()}
+        if bad:
+            non_finite.append(name)
+        if last is not None and (newest is None or last > newest):
+            newest = last
+    slots: dict[int, float] = {}
+    for values in per_metric.values():
+        for slot, v in values.items():
+            if slot not in slots or v > slots[slot]:
+                slots[slot] = v
+    prof, util = per_metric.get(PROF_ACTIVE), per_metric.get(GPU_UTIL)
+    if prof is not None and util is not None:
+        sig.signals_disagree = any(
+            abs(prof[slot] - util[slot]) > DISAGREE_POINTS for slot in prof.keys() & util.keys()
+        )
+    sig.non_finite = tuple(non_finite)
+    sig.activity_points = len(slots)
+    sig.coverage = min(1.0, len(slots) / window.expected_points)
+    sig.activity_max_pct = max(slots.values()) if slots else None
+    sig.active_steps = frozenset(slot for slot, v in slots.items() if v > threshold)
+    sig.newest_sample = newest
+
+
+def _framebuffer(
+    sig: DeviceSignals,
+    key: DeviceKey,
+    grouped: Mapping[str, Mapping[DeviceKey, list[Series]]],
+    window: Window,
+) -> None:
+    used = grouped.get(FB_USED, {}).get(key)
+    if not used:
+        return
+    sig.has_fb = True
+    finite, bad, _ = _merge(used, window)
+    if bad:
+        sig.non_finite = (*sig.non_finite, FB_USED)
+    if finite:
+        sig.fb_used_max_mib = max(finite.values())
+    free = grouped.get(FB_FREE, {}).get(key)
+    if free:
+        free_finite, _, _ = _merge(free, window)
+        totals = [finite[s] + free_finite[s] for s in finite.keys() & free_finite.keys()]
+        if totals:
+            sig.fb_total_mib = max(totals)
+
+
+def _power_and_liveness(
+    sig: DeviceSignals,
+    parent: DeviceKey,
+    grouped: Mapping[str, Mapping[DeviceKey, list[Series]]],
+    window: Window,
+) -> None:
+    power = grouped.get(POWER, {}).get(parent)
+    power_values: list[float] = []
+    if power:
+        sig.has_power = True
+        finite, bad, _ = _merge(power, window)
+        if bad:
+            sig.non_finite = (*sig.non_finite, POWER)
+        power_values = [finite[s] for s in sorted(finite)]
+        if power_values:
+            sig.power_max_w = max(power_values)
+    energy = grouped.get(ENERGY, {}).get(parent)
+    if energy:
+        finite, _, _ = _merge(energy, window)
+        values = list(finite.values())
+        sig.liveness = "moving" if len(set(values)) > 1 else "frozen"
+    elif power_values:
+        sig.liveness = "moving" if len(set(power_values)) > 1 else "frozen"

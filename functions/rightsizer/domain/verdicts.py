@@ -1,0 +1,103 @@
+"""Reason codes and verdicts (design §3 "Verdicts (contract)").
+
+Reasons are ``code`` or ``code:detail``; a node's reasons are sorted by the position of their code in
+``REASON_CODES`` (stable for equal codes), without duplicates. The verdict is the first class with a
+reason: excluded → unknown → busy/underutilized → protected → idle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Literal
+
+Verdict = Literal["excluded", "unknown", "busy", "underutilized", "protected", "idle"]
+
+REASON_CODES: tuple[str, ...] = (
+    "not_selected",
+    "no_series",
+    "coverage_below_min",
+    "stale_metrics",
+    "exporter_frozen",
+    "non_finite",
+    "partial_response",
+    "series_unmapped",
+    "gpu_count_mismatch",
+    "gpus_not_allocatable",
+    "no_liveness_signal",
+    "power_ceiling_unknown",
+    "node_too_young",
+    "activity_above_threshold",
+    "fb_above_threshold",
+    "power_above_idle",
+    "signals_disagree",
+    "idle_gpu_holder",
+    "running_batch_pod",
+    "bare_pod",
+    "local_storage",
+    "system_pod",
+    "pdb_blocks",
+    "multiple_pdbs",
+    "grace_exceeds_drain_timeout",
+    "pending_gpu_pods",
+    "do_not_disrupt",
+    "other_autoscaler",
+    "karpenter_owned",
+    "cordoned_by_other",
+    "in_flight",
+    "node_group_unknown",
+    "node_group_at_min_size",
+    "disruption_budget_exhausted",
+    "cooldown",
+    "outside_disruption_window",
+    "idle_window_clean",
+    "price_region_fallback",
+    "spot_priced_on_demand",
+    "price_unknown",
+)
+"""Every reason code in contract order. Extend, never rename. ``in_flight`` (a node we already cordoned)
+is our extension."""
+
+_ORDER = {code: i for i, code in enumerate(REASON_CODES)}
+
+EXCLUDED_CODES = frozenset({"not_selected"})
+UNKNOWN_CODES = frozenset(REASON_CODES[1:13])
+BUSY_CODES = frozenset({"activity_above_threshold", "fb_above_threshold", "power_above_idle"})
+PROTECTED_CODES = frozenset(
+    REASON_CODES[REASON_CODES.index("idle_gpu_holder") : REASON_CODES.index("idle_window_clean")]
+)
+
+
+def code_of(reason: str) -> str:
+    """The code part of ``code:detail``."""
+    return reason.split(":", 1)[0]
+
+
+def order_reasons(reasons: Iterable[str]) -> list[str]:
+    """Sort reasons by contract code order, keep first occurrences, drop duplicates.
+
+    Raises:
+        ValueError: for a code that is not in ``REASON_CODES`` (a programming error, caught by tests).
+    """
+    seen: dict[str, None] = {}
+    for reason in reasons:
+        if code_of(reason) not in _ORDER:
+            raise ValueError(f"unknown reason code {reason!r}")
+        seen.setdefault(reason, None)
+    return sorted(seen, key=lambda r: _ORDER[code_of(r)])
+
+
+def verdict_of(reasons: Iterable[str], *, cheaper_shape_fits: bool = False) -> Verdict:
+    """The verdict: the first class (excluded, unknown, busy, protected, idle) that has a reason.
+
+    ``busy`` becomes ``underutilized`` when a cheaper shape fits the observed peak.
+    """
+    codes = {code_of(r) for r in reasons}
+    if codes & EXCLUDED_CODES:
+        return "excluded"
+    if codes & UNKNOWN_CODES:
+        return "unknown"
+    if codes & BUSY_CODES:
+        return "underutilized" if cheaper_shape_fits else "busy"
+    if codes & PROTECTED_CODES:
+        return "protected"
+    return "idle"

@@ -1,0 +1,278 @@
+"""Builders for in-memory snapshots: GPU nodes, pods, PDBs and DCGM series (no I/O)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from rightsizer.domain.model import (
+    AsgInfo,
+    ClusterSnapshot,
+    Inventory,
+    MetricData,
+    Node,
+    Pod,
+    PodDisruptionBudget,
+    Series,
+    SnapshotMeta,
+)
+
+AT = datetime(2026, 11, 2, 10, 0, tzinfo=UTC)
+WINDOW = 1800
+STEP = 60
+
+
+def rfc(t: datetime) -> str:
+    return t.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def gpu_node(
+    name: str,
+    *,
+    instance_type: str = "g5.12xlarge",
+    gpus: int = 4,
+    instance_id: str | None = None,
+    ip: str | None = None,
+    nodegroup: str | None = "gpu-a10g",
+    created: datetime | None = None,
+    labels: Mapping[str, str] | None = None,
+    annotations: Mapping[str, str] | None = None,
+    capacity: Mapping[str, str] | None = None,
+    allocatable: Mapping[str, str] | None = None,
+    unschedulable: bool = False,
+    taints: list[dict[str, str]] | None = None,
+) -> dict[str, Any]:
+    """A Node as ``kubectl get -o json`` prints it."""
+    iid = instance_id or f"i-{abs(hash(name)) % 16**17:017x}"
+    lab = {
+        "kubernetes.io/hostname": name,
+        "node.kubernetes.io/instance-type": instance_type,
+        "topology.kubernetes.io/region": "us-east-1",
+        "nvidia.com/gpu.present": "true",
+        **({"eks.amazonaws.com/nodegroup": nodegroup} if nodegroup else {}),
+        **(labels or {}),
+    }
+    cap = {"cpu": "48", "memory": "192Gi", "nvidia.com/gpu": str(gpus), **(capacity or {})}
+    alloc = {**cap, "cpu": "47", **(allocatable or {})}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "uid": f"uid-{name}",
+            "creationTimestamp": rfc(created or AT - timedelta(days=3)),
+            "labels": lab,
+            "annotations": dict(annotations or {}),
+        },
+        "spec": {
+            "providerID": f"aws:///us-east-1a/{iid}",
+            "unschedulable": unschedulable,
+            "taints": taints or [],
+        },
+        "status": {
+            "capacity": cap,
+            "allocatable": alloc,
+            "addresses": [{"type": "InternalIP", "address": ip or f"10.0.{len(name)}.{sum(map(ord, name)) % 250}"}],
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+
+
+def pod(
+    name: str,
+    node: str | None,
+    *,
+    namespace: str = "default",
+    owner: tuple[str, str] | None = ("ReplicaSet", "apps/v1"),
+    gpus: int = 0,
+    phase: str = "Running",
+    annotations: Mapping[str, str] | None = None,
+    labels: Mapping[str, str] | None = None,
+    volumes: list[dict[str, Any]] | None = None,
+    env: list[dict[str, Any]] | None = None,
+    grace: int | None = None,
+    pod_ip: str | None = None,
+    node_selector: Mapping[str, str] | None = None,
+    cpu: str = "1",
+    memory: str = "1Gi",
+    extra_spec: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A Pod as ``kubectl get -o json`` prints it; ``owner`` is (kind, apiVersion) or None for a bare pod."""
+    requests: dict[str, str] = {"cpu": cpu, "memory": memory}
+    limits: dict[str, str] = {}
+    if gpus:
+        requests["nvidia.com/gpu"] = str(gpus)
+        limits["nvidia.com/gpu"] = str(gpus)
+    meta: dict[str, Any] = {
+        "name": name,
+        "namespace": namespace,
+        "uid": f"uid-{namespace}-{name}",
+        "creationTimestamp": rfc(AT - timedelta(hours=5)),
+        "labels": dict(labels or {"app": name.split("-")[0]}),
+        "annotations": dict(annotations or {}),
+    }
+    if owner:
+        meta["ownerReferences"] = [{"apiVersion": owner[1], "kind": owner[0], "name": f"{name}-owner", "controller": True}]
+    spec: dict[str, Any] = {
+        "containers": [{"name": "main", "resources": {"requests": requests, "limits": limits}, "env": env or []}],
+        "volumes": volumes or [],
+        **({"nodeName": node} if node else {}),
+        **({"terminationGracePeriodSeconds": grace} if grace is not None else {}),
+        **({"nodeSelector": dict(node_selector)} if node_selector else {}),
+        **(extra_spec or {}),
+    }
+    status: dict[str, Any] = {"phase": phase, "startTime": rfc(AT - timedelta(hours=5))}
+    if pod_ip:
+        status["podIP"] = pod_ip
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": status}
+
+
+def exporter_pod(node: str, ip: str, name: str | None = None) -> dict[str, Any]:
+    """A dcgm-exporter DaemonSet pod on ``node`` with pod IP ``ip``."""
+    return pod(
+        name or f"nvidia-dcgm-exporter-{node[-5:]}",
+        node,
+        namespace="gpu-operator",
+        owner=("DaemonSet", "apps/v1"),
+        pod_ip=ip,
+    )
+
+
+def pdb(name: str, namespace: str, match: Mapping[str, str], allowed: int) -> dict[str, Any]:
+    """A policy/v1 PodDisruptionBudget with ``status.disruptionsAllowed``."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"selector": {"matchLabels": dict(match)}, "minAvailable": 1},
+        "status": {"disruptionsAllowed": allowed},
+    }
+
+
+Shape = Callable[[int], float]
+"""Value at step ``i`` (0 = the oldest point of the window)."""
+
+
+def const(v: float) -> Shape:
+    return lambda _i: v
+
+
+def jitter(base: float, amp: float) -> Shape:
+    return lambda i: base + amp * math.sin(i * 1.7)
+
+
+def times(at: datetime = AT, window: int = WINDOW, step: int = STEP) -> list[float]:
+    """Prometheus 2.x range: both ends, W/step + 1 points."""
+    end = at.timestamp()
+    return [end - window + k * step for k in range(window // step + 1)]
+
+
+def series(labels: Mapping[str, str], shape: Shape, ts: list[float] | None = None) -> Series:
+    ts = ts or times()
+    return Series(dict(labels), tuple(ts), tuple(shape(i) for i in range(len(ts))))
+
+
+def device_series(
+    labels: Mapping[str, str],
+    *,
+    util: Shape | None = const(0.0),
+    prof: Shape | None = None,
+    fb_used: Shape | None = jitter(300, 2),
+    fb_total: float = 23028,
+    power: Shape | None = jitter(27, 1),
+    energy: str | None = "moving",
+    ts: list[float] | None = None,
+) -> dict[str, list[Series]]:
+    """One device's DCGM series by metric name (units: percent, ratio, MiB, W, mJ)."""
+    out: dict[str, list[Series]] = {}
+    if util is not None:
+        out["DCGM_FI_DEV_GPU_UTIL"] = [series(labels, util, ts)]
+    if prof is not None:
+        out["DCGM_FI_PROF_GR_ENGINE_ACTIVE"] = [series(labels, prof, ts)]
+    if fb_used is not None:
+        out["DCGM_FI_DEV_FB_USED"] = [series(labels, fb_used, ts)]
+        used = fb_used
+        out["DCGM_FI_DEV_FB_FREE"] = [series(labels, lambda i: fb_total - used(i), ts)]
+    if power is not None:
+        out["DCGM_FI_DEV_POWER_USAGE"] = [series(labels, power, ts)]
+    if energy == "moving":
+        out["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"] = [series(labels, lambda i: 9.8e10 + i * 1.6e6, ts)]
+    elif energy == "frozen":
+        out["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"] = [series(labels, const(9.8e10), ts)]
+    return out
+
+
+def merge_metrics(*parts: Mapping[str, list[Series]]) -> dict[str, list[Series]]:
+    out: dict[str, list[Series]] = {}
+    for part in parts:
+        for k, v in part.items():
+            out.setdefault(k, []).extend(v)
+    return out
+
+
+def node_devices(
+    node: str, gpus: int = 4, *, per_gpu: Mapping[int, Mapping[str, Any]] | None = None, **common: Any
+) -> dict[str, list[Series]]:
+    """Series for every GPU of ``node`` labelled ``node``/``gpu``/``UUID``; ``per_gpu`` overrides by index."""
+    parts = []
+    for g in range(gpus):
+        labels = {"node": node, "gpu": str(g), "UUID": f"GPU-{node}-{g}", "Hostname": node}
+        kwargs = {**common, **((per_gpu or {}).get(g, {}))}
+        parts.append(device_series(labels, **kwargs))
+    return merge_metrics(*parts)
+
+
+def asg(
+    name: str, instances: Iterable[str], *, min_size: int = 0, desired: int | None = None, max_size: int = 10,
+    nodegroup: str | None = None,
+) -> AsgInfo:
+    ids = list(instances)
+    return AsgInfo(
+        name=name,
+        min_size=min_size,
+        max_size=max_size,
+        desired=len(ids) if desired is None else desired,
+        instances={i: "InService" for i in ids},
+        nodegroup=nodegroup,
+    )
+
+
+def snapshot(
+    nodes: list[dict[str, Any]],
+    pods: list[dict[str, Any]] | None = None,
+    metrics: Mapping[str, list[Series]] | None = None,
+    *,
+    pdbs: list[dict[str, Any]] | None = None,
+    groups: list[AsgInfo] | None = None,
+    standalone: Iterable[str] = (),
+    inventory_known: bool = True,
+    problems: Mapping[str, str] | None = None,
+    timestamps: Mapping[str, list[Series]] | None = None,
+    at: datetime = AT,
+) -> ClusterSnapshot:
+    """A validated ClusterSnapshot. Without ``groups`` every node is put in one ASG per nodegroup label."""
+    node_objs = tuple(Node.model_validate(n) for n in nodes)
+    if groups is None:
+        by_group: dict[str, list[str]] = {}
+        for n in node_objs:
+            ng = n.labels.get("eks.amazonaws.com/nodegroup")
+            if ng and n.instance_id:
+                by_group.setdefault(ng, []).append(n.instance_id)
+        groups = [asg(f"eks-{ng}-asg", ids, nodegroup=ng) for ng, ids in by_group.items()]
+    membership = {i: g.name for g in groups for i in g.instances}
+    metric_data = {k: MetricData(k, tuple(v)) for k, v in (metrics or {}).items()}
+    for name, problem in (problems or {}).items():
+        metric_data[name] = MetricData(name, problem=problem)
+    return ClusterSnapshot(
+        meta=SnapshotMeta(taken_at=at, window_seconds=WINDOW, step_seconds=STEP, cluster="demo", region="us-east-1"),
+        nodes=node_objs,
+        pods=tuple(Pod.model_validate(p) for p in (pods or [])),
+        pdbs=tuple(PodDisruptionBudget.model_validate(p) for p in (pdbs or [])),
+        inventory=Inventory(
+            known=inventory_known, groups={g.name: g for g in groups}, asg_of_instance=membership
+        ),
+        metrics=metric_data,
+        timestamps={k: MetricData(k, tuple(v)) for k, v in (timestamps or {}).items()},
+    )
