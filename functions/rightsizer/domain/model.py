@@ -460,3 +460,6 @@ class ClusterSnapshot:
     timestamps: dict[str, MetricData] = field(default_factory=dict)
     node_label: str | None = None
     source: Literal["snapshot", "live"] = "snapshot"
+    signals: Any = None
+    """Live path only: ``rightsizer.domain.usage.CollectedSignals`` computed by PromQL in the server for
+    this snapshot's window; when set, ``plan`` uses it instead of interpreting ``metrics``."""

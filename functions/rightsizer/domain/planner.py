@@ -29,7 +29,7 @@ from rightsizer.domain.plan import Action, NodeReport, Plan, Savings, UnmappedRe
 from rightsizer.domain.pods import PodClassification, PodContext, classify_pods, wants_node
 from rightsizer.domain.policy import Policy
 from rightsizer.domain.recommend import Recommendation, recommend_for_node
-from rightsizer.domain.usage import UnmappedSeries, Window, collect_signals
+from rightsizer.domain.usage import CollectedSignals, UnmappedSeries, Window, collect_signals
 from rightsizer.domain.verdicts import order_reasons, verdict_of
 
 KARPENTER_NODEPOOL = "karpenter.sh/nodepool"
@@ -160,8 +160,12 @@ def plan(
     catalog = catalog or load_catalog()
     window = Window.ending(at, policy.idle_window, snapshot.meta.step_seconds)
     joiner = NodeJoiner(snapshot.nodes, snapshot.pods, node_label or snapshot.node_label)
-    signals = collect_signals(
-        snapshot.metrics, snapshot.timestamps, joiner, window, policy.gpu_activity_max_pct
+    signals = (
+        snapshot.signals
+        if isinstance(snapshot.signals, CollectedSignals)
+        else collect_signals(
+            snapshot.metrics, snapshot.timestamps, joiner, window, policy.gpu_activity_max_pct
+        )
     )
     ambiguous: dict[str, set[str]] = {}
     for u in signals.unmapped:

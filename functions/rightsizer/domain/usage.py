@@ -241,7 +241,9 @@ def collect_signals(
                 per_node.setdefault(result.node, []).append(s)
         for node, series in per_node.items():
             up_points, _, _ = _merge(series, window)
-            up_coverage[node] = min(1.0, sum(1 for v in up_points.values() if v == 1) / window.expected_points)
+            up_coverage[node] = min(
+                1.0, sum(1 for v in up_points.values() if v == 1) / window.expected_points
+            )
 
     present = frozenset(n for n in DEVICE_METRICS if n in metrics and not metrics[n].problem)
     return CollectedSignals(devices, up_coverage, unmapped, problems, present)
