@@ -74,7 +74,9 @@ def gpu_node(
         "status": {
             "capacity": cap,
             "allocatable": alloc,
-            "addresses": [{"type": "InternalIP", "address": ip or f"10.0.{len(name)}.{sum(map(ord, name)) % 250}"}],
+            "addresses": [
+                {"type": "InternalIP", "address": ip or f"10.0.{len(name)}.{sum(map(ord, name)) % 250}"}
+            ],
             "conditions": [{"type": "Ready", "status": "True"}],
         },
     }
@@ -114,9 +116,13 @@ def pod(
         "annotations": dict(annotations or {}),
     }
     if owner:
-        meta["ownerReferences"] = [{"apiVersion": owner[1], "kind": owner[0], "name": f"{name}-owner", "controller": True}]
+        meta["ownerReferences"] = [
+            {"apiVersion": owner[1], "kind": owner[0], "name": f"{name}-owner", "controller": True}
+        ]
     spec: dict[str, Any] = {
-        "containers": [{"name": "main", "resources": {"requests": requests, "limits": limits}, "env": env or []}],
+        "containers": [
+            {"name": "main", "resources": {"requests": requests, "limits": limits}, "env": env or []}
+        ],
         "volumes": volumes or [],
         **({"nodeName": node} if node else {}),
         **({"terminationGracePeriodSeconds": grace} if grace is not None else {}),
@@ -174,14 +180,19 @@ def series(labels: Mapping[str, str], shape: Shape, ts: list[float] | None = Non
     return Series(dict(labels), tuple(ts), tuple(shape(i) for i in range(len(ts))))
 
 
+_ZERO = const(0.0)
+_FB = jitter(300, 2)
+_POWER = jitter(27, 1)
+
+
 def device_series(
     labels: Mapping[str, str],
     *,
-    util: Shape | None = const(0.0),
+    util: Shape | None = _ZERO,
     prof: Shape | None = None,
-    fb_used: Shape | None = jitter(300, 2),
+    fb_used: Shape | None = _FB,
     fb_total: float = 23028,
-    power: Shape | None = jitter(27, 1),
+    power: Shape | None = _POWER,
     energy: str | None = "moving",
     ts: list[float] | None = None,
 ) -> dict[str, list[Series]]:
@@ -225,7 +236,12 @@ def node_devices(
 
 
 def asg(
-    name: str, instances: Iterable[str], *, min_size: int = 0, desired: int | None = None, max_size: int = 10,
+    name: str,
+    instances: Iterable[str],
+    *,
+    min_size: int = 0,
+    desired: int | None = None,
+    max_size: int = 10,
     nodegroup: str | None = None,
 ) -> AsgInfo:
     ids = list(instances)
@@ -266,7 +282,9 @@ def snapshot(
     for name, problem in (problems or {}).items():
         metric_data[name] = MetricData(name, problem=problem)
     return ClusterSnapshot(
-        meta=SnapshotMeta(taken_at=at, window_seconds=WINDOW, step_seconds=STEP, cluster="demo", region="us-east-1"),
+        meta=SnapshotMeta(
+            taken_at=at, window_seconds=WINDOW, step_seconds=STEP, cluster="demo", region="us-east-1"
+        ),
         nodes=node_objs,
         pods=tuple(Pod.model_validate(p) for p in (pods or [])),
         pdbs=tuple(PodDisruptionBudget.model_validate(p) for p in (pdbs or [])),
@@ -276,3 +294,72 @@ def snapshot(
         metrics=metric_data,
         timestamps={k: MetricData(k, tuple(v)) for k, v in (timestamps or {}).items()},
     )
+
+
+def write_snapshot_dir(
+    path: Any,
+    nodes: list[dict[str, Any]],
+    pods: list[dict[str, Any]],
+    metrics: Mapping[str, list[Series]],
+    *,
+    groups: list[AsgInfo] | None = None,
+    at: datetime = AT,
+) -> Any:
+    """Write a design §5 snapshot directory (kubectl Lists, query_range matrices, nodegroups.json)."""
+    import json
+    from pathlib import Path
+
+    root = Path(path)
+    (root / "metrics").mkdir(parents=True, exist_ok=True)
+    meta = {
+        "taken_at": rfc(at),
+        "window_seconds": WINDOW,
+        "step_seconds": STEP,
+        "cluster": "demo",
+        "region": "us-east-1",
+    }
+    (root / "snapshot.json").write_text(json.dumps(meta))
+    (root / "nodes.json").write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": nodes}))
+    (root / "pods.json").write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": pods}))
+    if groups is None:
+        snap = snapshot(nodes, pods, {})
+        groups = list(snap.inventory.groups.values())
+    ng = {
+        "nodegroups": [
+            {"nodegroupName": g.nodegroup, "resources": {"autoScalingGroups": [{"name": g.name}]}}
+            for g in groups
+            if g.nodegroup
+        ],
+        "autoScalingGroups": [
+            {
+                "AutoScalingGroupName": g.name,
+                "MinSize": g.min_size,
+                "MaxSize": g.max_size,
+                "DesiredCapacity": g.desired,
+                "Instances": [{"InstanceId": i, "LifecycleState": s} for i, s in g.instances.items()],
+            }
+            for g in groups
+        ],
+        "autoScalingInstances": [
+            {"InstanceId": i, "AutoScalingGroupName": g.name} for g in groups for i in g.instances
+        ],
+    }
+    (root / "nodegroups.json").write_text(json.dumps(ng))
+    for name, items in metrics.items():
+        body = {
+            "status": "success",
+            "data": {
+                "resultType": "matrix",
+                "result": [
+                    {
+                        "metric": {"__name__": name, **s.labels},
+                        "values": [
+                            [t, repr(v) if v == v else "NaN"] for t, v in zip(s.times, s.values, strict=True)
+                        ],
+                    }
+                    for s in items
+                ],
+            },
+        }
+        (root / "metrics" / f"{name}.json").write_text(json.dumps(body))
+    return root

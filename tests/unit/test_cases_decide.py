@@ -92,7 +92,9 @@ def test_bug01_hostname_naming_another_node_makes_series_unmapped_and_node_unkno
 
 def test_bug01_unresolvable_series_never_idle() -> None:
     nodes = [gpu_node("gpu-x", instance_type="g5.xlarge", gpus=1, ip="198.51.100.9")]
-    metrics = device_series({"Hostname": "localhost", "instance": "192.0.2.99:9400", "gpu": "0", "UUID": "GPU-x"})
+    metrics = device_series(
+        {"Hostname": "localhost", "instance": "192.0.2.99:9400", "gpu": "0", "UUID": "GPU-x"}
+    )
     result = plan(snapshot(nodes, [], metrics), Policy())
     assert result.node("gpu-x").verdict == "unknown"
     assert len(result.unmapped) == len(metrics)
@@ -118,7 +120,13 @@ def mig_node(name: str = "gpu-node-mig-1") -> dict[str, Any]:
 def mig_metrics(prof: dict[str, float] | None) -> dict[str, Any]:
     parts = []
     for gi in ("1", "2"):
-        labels = {"node": "gpu-node-mig-1", "gpu": "0", "UUID": "GPU-mig0", "GPU_I_ID": gi, "GPU_I_PROFILE": "3g.20gb"}
+        labels = {
+            "node": "gpu-node-mig-1",
+            "gpu": "0",
+            "UUID": "GPU-mig0",
+            "GPU_I_ID": gi,
+            "GPU_I_PROFILE": "3g.20gb",
+        }
         parts.append(
             device_series(
                 labels,
@@ -130,7 +138,9 @@ def mig_metrics(prof: dict[str, float] | None) -> dict[str, Any]:
             )
         )
     parent = {"node": "gpu-node-mig-1", "gpu": "0", "UUID": "GPU-mig0"}
-    parts.append(device_series(parent, util=None, fb_used=jitter(800, 5), fb_total=40960, power=jitter(90, 2)))
+    parts.append(
+        device_series(parent, util=None, fb_used=jitter(800, 5), fb_total=40960, power=jitter(90, 2))
+    )
     return merge_metrics(*parts)
 
 
@@ -156,7 +166,10 @@ def test_mig_single_strategy_counts_instances_from_gpu_capacity() -> None:
         "mig-single",
         instance_type="p4d.24xlarge",
         gpus=14,
-        labels={"nvidia.com/mig.strategy": "single", "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB-MIG-3g.20gb"},
+        labels={
+            "nvidia.com/mig.strategy": "single",
+            "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB-MIG-3g.20gb",
+        },
     )
     # Only 1 instance reports: 13 of 14 expected MIG devices lack series.
     labels = {"node": "mig-single", "gpu": "0", "UUID": "GPU-s0", "GPU_I_ID": "1"}
@@ -187,7 +200,9 @@ def test_bug03_any_saturated_signal_makes_busy_and_flags_disagreement() -> None:
             )
         )
     trainer = pod("pretrain-worker-3", "gpu-node-h100-1", namespace="ml", gpus=8)
-    report = plan(snapshot([node], [exporter, trainer], merge_metrics(*parts)), Policy()).node("gpu-node-h100-1")
+    report = plan(snapshot([node], [exporter, trainer], merge_metrics(*parts)), Policy()).node(
+        "gpu-node-h100-1"
+    )
     # busy; a cheaper 8-GPU type with enough framebuffer per GPU exists, so the busy class is underutilized.
     assert report.verdict == "underutilized"
     assert report.reasons[:4] == [
@@ -215,7 +230,11 @@ def test_bug04_frozen_energy_counter_is_unknown_even_with_up_1() -> None:
     power = float(case["DCGM_FI_DEV_POWER_USAGE"]["data"]["result"][0]["values"][0][1])
     node = gpu_node("gpu-node-d", instance_type="g5.xlarge", gpus=1)
     metrics = node_devices("gpu-node-d", 1, util=const(0), power=const(power), energy="frozen")
-    metrics["up"] = [device_series({"node": "gpu-node-d", "instance": "192.0.2.31:9400"}, util=const(1))["DCGM_FI_DEV_GPU_UTIL"][0]]
+    metrics["up"] = [
+        device_series({"node": "gpu-node-d", "instance": "192.0.2.31:9400"}, util=const(1))[
+            "DCGM_FI_DEV_GPU_UTIL"
+        ][0]
+    ]
     result = plan(snapshot([node], [], metrics), Policy())
     report = result.node("gpu-node-d")
     assert report.verdict == "unknown"
@@ -254,12 +273,17 @@ def test_stale_samples_are_unknown() -> None:
 
 def test_bug05_partial_and_absent_series_are_unknown() -> None:
     case = load_case("BUG-05.json")
-    nodes = [gpu_node(n["name"], instance_type="p4d.24xlarge", gpus=8, nodegroup="p4d") for n in case["kubernetes_context"]["gpu_nodes"]]
+    nodes = [
+        gpu_node(n["name"], instance_type="p4d.24xlarge", gpus=8, nodegroup="p4d")
+        for n in case["kubernetes_context"]["gpu_nodes"]
+    ]
     present: dict[str, list[int]] = {}
     for item in case["prometheus_response"]["data"]["result"]:
         present.setdefault(item["metric"]["node"], []).append(int(item["metric"]["gpu"]))
     parts = [
-        device_series({"node": node, "gpu": str(g), "UUID": f"GPU-{node}-{g}"}, fb_total=40960, power=jitter(55, 1))
+        device_series(
+            {"node": node, "gpu": str(g), "UUID": f"GPU-{node}-{g}"}, fb_total=40960, power=jitter(55, 1)
+        )
         for node, gpus in present.items()
         for g in gpus
     ]
@@ -280,7 +304,9 @@ def test_bug05_partial_and_absent_series_are_unknown() -> None:
 def test_up_zero_for_part_of_window_caps_coverage() -> None:
     node = gpu_node("u", instance_type="g5.xlarge", gpus=1)
     metrics = node_devices("u", 1)
-    metrics["up"] = device_series({"node": "u"}, util=lambda i: 0.0 if i < 10 else 1.0)["DCGM_FI_DEV_GPU_UTIL"]
+    metrics["up"] = device_series({"node": "u"}, util=lambda i: 0.0 if i < 10 else 1.0)[
+        "DCGM_FI_DEV_GPU_UTIL"
+    ]
     report = plan(snapshot([node], [], metrics), Policy()).node("u")
     assert report.coverage == pytest.approx(21 / 30)
     assert report.verdict == "unknown"
@@ -309,7 +335,9 @@ def test_non_finite_values_are_unknown(value: float) -> None:
 def test_partial_response_makes_every_gpu_node_unknown(problem: str) -> None:
     node = gpu_node("p", instance_type="g5.xlarge", gpus=1)
     metrics = node_devices("p", 1)
-    report = plan(snapshot([node], [], metrics, problems={"DCGM_FI_DEV_POWER_USAGE": problem}), Policy()).node("p")
+    report = plan(
+        snapshot([node], [], metrics, problems={"DCGM_FI_DEV_POWER_USAGE": problem}), Policy()
+    ).node("p")
     assert report.verdict == "unknown"
     assert "partial_response:DCGM_FI_DEV_POWER_USAGE" in report.reasons
 
@@ -355,7 +383,17 @@ def test_bug06_unattributed_gpu_use_is_busy_by_framebuffer_and_holder_named() ->
     [
         ({"env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}, True),
         ({"env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]}, False),
-        ({"env": [{"name": "NVIDIA_VISIBLE_DEVICES", "valueFrom": {"configMapKeyRef": {"name": "x", "key": "y"}}}]}, True),
+        (
+            {
+                "env": [
+                    {
+                        "name": "NVIDIA_VISIBLE_DEVICES",
+                        "valueFrom": {"configMapKeyRef": {"name": "x", "key": "y"}},
+                    }
+                ]
+            },
+            True,
+        ),
         ({"runtime": "nvidia"}, True),
         ({"privileged": True}, True),
         ({}, False),
@@ -404,7 +442,12 @@ def test_system_pods_without_pdb_block_and_with_pdb_do_not() -> None:
     coredns = pod("coredns-abc", "k", namespace="kube-system", labels={"k8s-app": "kube-dns"})
     snap = snapshot([node], [coredns], node_devices("k", 1))
     assert plan(snap, Policy()).node("k").reasons == ["system_pod:kube-system/coredns-abc"]
-    with_pdb = snapshot([node], [coredns], node_devices("k", 1), pdbs=[pdb_obj("coredns", "kube-system", {"k8s-app": "kube-dns"}, 1)])
+    with_pdb = snapshot(
+        [node],
+        [coredns],
+        node_devices("k", 1),
+        pdbs=[pdb_obj("coredns", "kube-system", {"k8s-app": "kube-dns"}, 1)],
+    )
     assert plan(with_pdb, Policy()).node("k").verdict == "idle"
 
 
@@ -432,7 +475,10 @@ def test_grace_period_longer_than_drain_timeout_blocks() -> None:
     assert plan(snapshot([node], [slow], node_devices("gr", 1)), Policy()).node("gr").reasons == [
         "grace_exceeds_drain_timeout:default/ckpt-0"
     ]
-    assert plan(snapshot([node], [slow], node_devices("gr", 1)), Policy(drain_timeout="20m")).node("gr").verdict == "idle"
+    assert (
+        plan(snapshot([node], [slow], node_devices("gr", 1)), Policy(drain_timeout="20m")).node("gr").verdict
+        == "idle"
+    )
 
 
 # --- BUG-20: new node, GPUs not allocatable yet ---------------------------------------------------------
@@ -457,11 +503,22 @@ def test_bug20_warming_node_is_unknown_and_pending_pod_protects() -> None:
 
 
 def test_pending_gpu_pod_that_cannot_tolerate_taint_does_not_protect() -> None:
-    node = gpu_node("t", instance_type="g5.xlarge", gpus=1, taints=[{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}])
+    node = gpu_node(
+        "t",
+        instance_type="g5.xlarge",
+        gpus=1,
+        taints=[{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}],
+    )
     pending = pod("wants-gpu", None, gpus=1, phase="Pending")
-    assert "pending_gpu_pods:1" not in plan(snapshot([node], [pending], node_devices("t", 1)), Policy()).node("t").reasons
+    assert (
+        "pending_gpu_pods:1"
+        not in plan(snapshot([node], [pending], node_devices("t", 1)), Policy()).node("t").reasons
+    )
     pending["spec"]["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
-    assert "pending_gpu_pods:1" in plan(snapshot([node], [pending], node_devices("t", 1)), Policy()).node("t").reasons
+    assert (
+        "pending_gpu_pods:1"
+        in plan(snapshot([node], [pending], node_devices("t", 1)), Policy()).node("t").reasons
+    )
 
 
 # --- BUG-22: running batch and do-not-disrupt -----------------------------------------------------------
@@ -473,11 +530,18 @@ def test_bug22_running_jobs_and_do_not_disrupt_protect() -> None:
     for n in case["nodes"]:
         nodes.append(gpu_node(n["name"], instance_type="g5.xlarge", gpus=1))
         for p in n["pods"]:
-            obj = pod(p["metadata"]["name"], n["name"], namespace=p["metadata"]["namespace"], owner=("Job", "batch/v1"))
+            obj = pod(
+                p["metadata"]["name"],
+                n["name"],
+                namespace=p["metadata"]["namespace"],
+                owner=("Job", "batch/v1"),
+            )
             obj["metadata"]["annotations"] = p["metadata"].get("annotations") or {}
             pods_.append(obj)
         fb = n["gpu_mem_used_fraction"] * 23028
-        parts.append(node_devices(n["name"], 1, util=const(n["gpu_util_30m_avg"]), fb_used=const(max(fb, 200))))
+        parts.append(
+            node_devices(n["name"], 1, util=const(n["gpu_util_30m_avg"]), fb_used=const(max(fb, 200)))
+        )
     result = plan(snapshot(nodes, pods_, merge_metrics(*parts)), Policy())
     q, r = result.node("gpu-node-q"), result.node("gpu-node-r")
     assert q.verdict in ("busy", "underutilized")
@@ -507,7 +571,10 @@ def test_batch_owner_groups(owner: tuple[str, str], blocked: bool) -> None:
 def test_karpenter_do_not_disrupt_duration_expires() -> None:
     node = gpu_node("d", instance_type="g5.xlarge", gpus=1)
     p = pod("svc-0", "d", annotations={"karpenter.sh/do-not-disrupt": "6h"})  # started 5 h before AT
-    assert "do_not_disrupt:default/svc-0" in plan(snapshot([node], [p], node_devices("d", 1)), Policy()).node("d").reasons
+    assert (
+        "do_not_disrupt:default/svc-0"
+        in plan(snapshot([node], [p], node_devices("d", 1)), Policy()).node("d").reasons
+    )
     p["metadata"]["annotations"]["karpenter.sh/do-not-disrupt"] = "4h"
     assert plan(snapshot([node], [p], node_devices("d", 1)), Policy()).node("d").verdict == "idle"
 
@@ -541,7 +608,11 @@ def test_catalog_and_label_gpu_count_mismatch_is_unknown() -> None:
 
 def test_time_slicing_replicas_are_not_devices() -> None:
     node = gpu_node(
-        "ts", instance_type="g5.xlarge", gpus=4, labels={"nvidia.com/gpu.replicas": "4"}, capacity={"nvidia.com/gpu": "4"}
+        "ts",
+        instance_type="g5.xlarge",
+        gpus=4,
+        labels={"nvidia.com/gpu.replicas": "4"},
+        capacity={"nvidia.com/gpu": "4"},
     )
     report = plan(snapshot([node], [], node_devices("ts", 1)), Policy()).node("ts")
     assert report.verdict == "idle"
@@ -562,7 +633,9 @@ def test_policy_power_ceiling_for_unknown_model_is_not_enough_without_catalog_ro
     report = plan(snapshot([node], [], node_devices("ok", 1, power=jitter(20, 1))), Policy()).node("ok")
     assert report.verdict == "idle" and report.hourly_usd is not None
     strict = Policy(idle_power_max_w={"NVIDIA L4": 15})
-    assert "power_above_idle" in codes(plan(snapshot([node], [], node_devices("ok", 1, power=jitter(20, 1))), strict).node("ok").reasons)
+    assert "power_above_idle" in codes(
+        plan(snapshot([node], [], node_devices("ok", 1, power=jitter(20, 1))), strict).node("ok").reasons
+    )
 
 
 def test_non_gpu_nodes_are_not_in_the_plan() -> None:
@@ -617,8 +690,12 @@ def test_young_node_is_unknown() -> None:
 def test_series_of_one_device_that_differ_in_pod_labels_are_merged() -> None:
     # The workload changed mid-window: two series for one UUID, each covering half the window.
     node = gpu_node("mg", instance_type="g5.xlarge", gpus=1)
-    first = device_series({"node": "mg", "gpu": "0", "UUID": "U", "pod": "a"}, util=lambda i: 0 if i < 16 else math.nan)
-    second = device_series({"node": "mg", "gpu": "0", "UUID": "U", "pod": "b"}, util=lambda i: 0 if i >= 16 else math.nan)
+    first = device_series(
+        {"node": "mg", "gpu": "0", "UUID": "U", "pod": "a"}, util=lambda i: 0 if i < 16 else math.nan
+    )
+    second = device_series(
+        {"node": "mg", "gpu": "0", "UUID": "U", "pod": "b"}, util=lambda i: 0 if i >= 16 else math.nan
+    )
     metrics = merge_metrics(first, second)
     # Drop the NaN points (absent samples), keep the other metrics of the first series.
     metrics["DCGM_FI_DEV_GPU_UTIL"] = [
@@ -633,7 +710,9 @@ def test_series_of_one_device_that_differ_in_pod_labels_are_merged() -> None:
 
 def test_asg_min_size_and_unknown_group() -> None:
     node = gpu_node("ms", instance_type="g5.xlarge", gpus=1, instance_id="i-ms")
-    at_min = snapshot([node], [], node_devices("ms", 1), groups=[asg("g1", ["i-ms"], min_size=1, nodegroup="gpu-a10g")])
+    at_min = snapshot(
+        [node], [], node_devices("ms", 1), groups=[asg("g1", ["i-ms"], min_size=1, nodegroup="gpu-a10g")]
+    )
     report = plan(at_min, Policy()).node("ms")
     assert report.verdict == "protected"
     assert report.reasons == ["node_group_at_min_size:gpu-a10g=1"]
