@@ -23,8 +23,12 @@ def render_plan(plan: Plan, *, max_reasons: int = 4) -> str:
     """
     rows = []
     for n in plan.nodes:
-        reasons = ", ".join(n.reasons[:max_reasons]) + (f" (+{len(n.reasons) - max_reasons})" if len(n.reasons) > max_reasons else "")
-        rows.append([n.node, n.node_group or "-", n.instance_type or "-", n.verdict, reasons, _money(n.hourly_usd)])
+        reasons = ", ".join(n.reasons[:max_reasons]) + (
+            f" (+{len(n.reasons) - max_reasons})" if len(n.reasons) > max_reasons else ""
+        )
+        rows.append(
+            [n.node, n.node_group or "-", n.instance_type or "-", n.verdict, reasons, _money(n.hourly_usd)]
+        )
     out = [
         f"Plan at {plan.at} (snapshot {plan.taken_at}){'  [dry run]' if plan.dry_run else ''}",
         "",
@@ -33,7 +37,13 @@ def render_plan(plan: Plan, *, max_reasons: int = 4) -> str:
     ]
     if plan.actions:
         arows = [
-            [a.kind, a.node or a.node_group or "-", f"{a.from_} -> {_short(a.to)}", _money(a.hourly_savings_usd), a.reason]
+            [
+                a.kind,
+                a.node or a.node_group or "-",
+                f"{a.from_} -> {_short(a.to)}",
+                _money(a.hourly_savings_usd),
+                a.reason,
+            ]
             for a in plan.actions
         ]
         out.append(_table(arows, ["ACTION", "TARGET", "CHANGE", "USD/H SAVED", "WHY"]))

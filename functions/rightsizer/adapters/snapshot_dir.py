@@ -62,7 +62,9 @@ def _validation_error(path: Path, prefix: str, exc: ValidationError) -> Snapshot
 
 def _items(path: Path, data: Any) -> list[Any]:
     if not isinstance(data, dict) or not isinstance(data.get("items"), list):
-        raise SnapshotError("expected a Kubernetes list with an 'items' array", source=str(path), field="items")
+        raise SnapshotError(
+            "expected a Kubernetes list with an 'items' array", source=str(path), field="items"
+        )
     return list(data["items"])
 
 
@@ -85,7 +87,11 @@ def _parse_matrix(name: str, data: Any) -> MetricData:
     if data.get("warnings"):
         return MetricData(name, problem="warnings")
     body = data.get("data")
-    if not isinstance(body, dict) or body.get("resultType") != "matrix" or not isinstance(body.get("result"), list):
+    if (
+        not isinstance(body, dict)
+        or body.get("resultType") != "matrix"
+        or not isinstance(body.get("result"), list)
+    ):
         return MetricData(name, problem="not_a_matrix")
     series: list[Series] = []
     try:
@@ -245,7 +251,9 @@ def _inventory(path: Path, data: Any, instances_path: Path, instances_data: Any)
     except ValidationError as exc:
         raise _validation_error(path, "", exc) from exc
     managed = {
-        str(asg.get("name")): ng.nodegroupName for ng in parsed.nodegroups for asg in ng.resources.autoScalingGroups
+        str(asg.get("name")): ng.nodegroupName
+        for ng in parsed.nodegroups
+        for asg in ng.resources.autoScalingGroups
     }
     groups: dict[str, AsgInfo] = {}
     membership: dict[str, str] = {}
