@@ -1,0 +1,1012 @@
+"""AWS adapter: inventory, targeted scale-in, managed node group sizing and standalone EC2 resize.
+
+Implements design §4 "Remove", "Resize" and "Node group sizing", and the AWS half of the snapshot
+(§5 ``nodegroups.json`` / ``instances.json``). Every SDK error leaves this module as one of the taxonomy
+in :mod:`rightsizer.domain.errors`, chosen by the AWS error ``Code`` (never by message text); the
+``Aws*`` subclasses below keep the code and the operation for logs and alarms.
+
+IAM actions needed (one role may hold only the subset its function uses):
+
+- ``autoscaling:DescribeAutoScalingGroups``, ``autoscaling:DescribeAutoScalingInstances``,
+  ``autoscaling:DescribeScalingActivities`` — inventory, scale-in and resize preflight;
+- ``autoscaling:TerminateInstanceInAutoScalingGroup`` — targeted scale-in (:class:`AsgScaler`);
+- ``eks:ListNodegroups``, ``eks:DescribeNodegroup`` — inventory and sizing;
+- ``eks:UpdateNodegroupConfig`` — node group sizing (:class:`EksNodeGroupSizer`, off-hours only);
+- ``ec2:DescribeInstances``, ``ec2:DescribeInstanceTypes`` — inventory and resize preflight;
+- ``ec2:StopInstances``, ``ec2:StartInstances``, ``ec2:ModifyInstanceAttribute`` — resize
+  (:class:`Ec2Resizer`); scope these with a condition on the tag ``rightsizer.io/resize=allowed``.
+
+Clients are built once per cold start by :func:`make_clients` (or by the wiring) and passed in; this
+module never builds a client behind the caller's back.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Final, NoReturn, cast
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    NoCredentialsError,
+    ParamValidationError,
+    WaiterError,
+)
+from botocore.exceptions import ConnectionError as BotoConnectionError
+
+from rightsizer.domain.errors import (
+    ConfigError,
+    PermanentError,
+    RightsizerError,
+    StalePlan,
+    TransientError,
+)
+
+if TYPE_CHECKING:
+    from mypy_boto3_autoscaling.client import AutoScalingClient
+    from mypy_boto3_ec2.client import EC2Client
+    from mypy_boto3_ec2.literals import InstanceTypeType
+    from mypy_boto3_ec2.type_defs import WaiterConfigTypeDef
+    from mypy_boto3_eks.client import EKSClient
+
+__all__ = [
+    "ASG_BATCH",
+    "ActionRefusedError",
+    "AsgScaler",
+    "AwsClients",
+    "AwsInventory",
+    "AwsPermanentError",
+    "AwsStalePlan",
+    "AwsTransientError",
+    "Ec2Resizer",
+    "EksNodeGroupSizer",
+    "GroupSizes",
+    "NodeGroupUpdate",
+    "ResizeResult",
+    "ScalingSizes",
+    "TerminateResult",
+    "instance_type_change_steps",
+    "json_safe",
+    "make_clients",
+    "map_aws_error",
+    "preflight_fits",
+    "validate_sizes",
+]
+
+#: DescribeAutoScalingInstances accepts at most 50 instance ids per call.
+ASG_BATCH: Final = 50
+#: DescribeInstances filter values per call; the API allows 200, a smaller page keeps responses small.
+EC2_BATCH: Final = 100
+
+_RETRY_CONFIG: Final = Config(retries={"mode": "standard", "max_attempts": 5})
+
+# --------------------------------------------------------------------------------------------------
+# Clients
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AwsClients:
+    """The three SDK clients this adapter uses, all for one region."""
+
+    ec2: EC2Client
+    eks: EKSClient
+    autoscaling: AutoScalingClient
+
+
+def make_clients(
+    region: str, endpoint_url: str | None = None, *, session: boto3.session.Session | None = None
+) -> AwsClients:
+    """Build EC2, EKS and Auto Scaling clients with standard retries (5 attempts).
+
+    Args:
+        region: AWS region name, e.g. ``us-east-1``.
+        endpoint_url: override for every client (a moto server in tests and the demo); ``None`` = AWS.
+        session: a boto3 session to build from (it caches service models: reuse it across cold-start
+            wiring or tests); by default a new one.
+    """
+    session = session or boto3.session.Session(region_name=region)
+    return AwsClients(
+        ec2=session.client("ec2", region_name=region, endpoint_url=endpoint_url, config=_RETRY_CONFIG),
+        eks=session.client("eks", region_name=region, endpoint_url=endpoint_url, config=_RETRY_CONFIG),
+        autoscaling=session.client(
+            "autoscaling", region_name=region, endpoint_url=endpoint_url, config=_RETRY_CONFIG
+        ),
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Error taxonomy mapping
+# --------------------------------------------------------------------------------------------------
+
+
+class AwsTransientError(TransientError):
+    """A retryable AWS failure; ``code`` is the AWS error code, ``operation`` the API name."""
+
+    def __init__(self, message: str, *, code: str, operation: str, retry_after: float = 5.0) -> None:
+        self.code = code
+        self.operation = operation
+        super().__init__(message, retry_after=retry_after)
+
+
+class AwsPermanentError(PermanentError):
+    """A non-retryable AWS failure (validation, authorization); ``code`` is the AWS error code."""
+
+    def __init__(self, message: str, *, code: str, operation: str) -> None:
+        self.code = code
+        self.operation = operation
+        super().__init__(message)
+
+
+class AwsStalePlan(StalePlan):
+    """The resource the plan named no longer exists (``*NotFound`` codes)."""
+
+    def __init__(self, message: str, *, code: str, operation: str) -> None:
+        self.code = code
+        self.operation = operation
+        super().__init__(message)
+
+
+class ActionRefusedError(PermanentError):
+    """We refused an action before any side effect; ``reasons`` are stable codes, message explains.
+
+    Reason codes: ``node_group_at_min_size``, ``in_auto_scaling_group``, ``instance_store_root``,
+    ``instance_store_data_loss``, ``spot_instance``, ``architecture_mismatch``, ``target_has_no_gpus``,
+    ``gpu_vendor_mismatch``, ``ena_incompatible``, ``nvme_incompatible``, ``efa_unsupported``,
+    ``immutable_instance_type``, ``pod_does_not_fit``.
+    """
+
+    def __init__(self, message: str, *, reasons: Sequence[str]) -> None:
+        self.reasons = tuple(reasons)
+        super().__init__(message)
+
+
+# Seconds to wait before retrying, per retryable code. ICE needs minutes, not seconds (BUG-27).
+_TRANSIENT: Final[Mapping[str, float]] = {
+    "Throttling": 5.0,
+    "ThrottlingException": 5.0,
+    "ThrottledException": 5.0,
+    "RequestLimitExceeded": 5.0,
+    "RequestThrottled": 5.0,
+    "RequestThrottledException": 5.0,
+    "TooManyRequestsException": 5.0,
+    "SlowDown": 5.0,
+    "PriorRequestNotComplete": 5.0,
+    "RequestTimeout": 5.0,
+    "RequestTimeoutException": 5.0,
+    "InternalError": 10.0,
+    "InternalFailure": 10.0,
+    "InternalServerError": 10.0,
+    "ServerException": 10.0,
+    "ServiceUnavailable": 10.0,
+    "ServiceUnavailableException": 10.0,
+    "Unavailable": 10.0,
+    "ResourceInUseException": 15.0,
+    "ResourceContention": 15.0,
+    "ScalingActivityInProgress": 15.0,
+    "IncorrectInstanceState": 15.0,
+    "IncorrectState": 15.0,
+    "InsufficientInstanceCapacity": 120.0,
+    "InsufficientCapacity": 120.0,
+    "InsufficientHostCapacity": 120.0,
+}
+
+_PERMANENT: Final = frozenset(
+    {
+        "InvalidParameterException",
+        "InvalidParameterValue",
+        "InvalidParameterValueException",
+        "InvalidParameterCombination",
+        "InvalidRequestException",
+        "MissingParameter",
+        "ValidationError",
+        "ValidationException",
+        "AccessDenied",
+        "AccessDeniedException",
+        "UnauthorizedOperation",
+        "UnauthorizedException",
+        "AuthFailure",
+        "InvalidClientTokenId",
+        "UnrecognizedClientException",
+        "SignatureDoesNotMatch",
+        "ExpiredToken",
+        "ExpiredTokenException",
+        "OptInRequired",
+        "ClientException",
+        "InvalidInstanceAttributeValue",
+        "InvalidInstanceType",
+        "InvalidInstanceID.Malformed",
+        "Unsupported",
+        "UnsupportedOperation",
+        "UnsupportedInstanceAttribute",
+        "LimitExceeded",
+        "LimitExceededException",
+        "ResourceLimitExceededException",
+        "ServiceLinkedRoleFailure",
+        "OperationNotPermitted",
+    }
+)
+
+
+def map_aws_error(exc: Exception, operation: str) -> RightsizerError:
+    """Translate an SDK exception into the taxonomy, by AWS error ``Code`` then HTTP status.
+
+    Args:
+        exc: a ``botocore`` ``ClientError`` / ``BotoCoreError`` (anything else is returned as a
+            ``PermanentError``).
+        operation: the AWS API name, e.g. ``TerminateInstanceInAutoScalingGroup``.
+
+    Returns:
+        ``AwsTransientError`` (throttling, 5xx, ``ResourceInUseException``, capacity, connection
+        failures), ``AwsStalePlan`` (``*NotFound``), ``AwsPermanentError`` (validation, access denied,
+        unknown 4xx), ``ConfigError`` (no credentials).
+    """
+    if isinstance(exc, ClientError):
+        error = exc.response.get("Error", {})
+        code = str(error.get("Code") or "Unknown")
+        status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+        text = f"{operation} failed: {code}: {error.get('Message', '')}".rstrip(": ")
+        if code in _TRANSIENT:
+            return AwsTransientError(text, code=code, operation=operation, retry_after=_TRANSIENT[code])
+        if code in _PERMANENT or code.startswith("AccessDenied"):
+            return AwsPermanentError(text, code=code, operation=operation)
+        if code.endswith("NotFound") or code.endswith("NotFoundException") or code == "NoSuchEntity":
+            return AwsStalePlan(text, code=code, operation=operation)
+        if status >= 500 or status == 429:
+            return AwsTransientError(text, code=code, operation=operation, retry_after=10.0)
+        return AwsPermanentError(text, code=code, operation=operation)
+    if isinstance(exc, NoCredentialsError):
+        return ConfigError(f"{operation}: no AWS credentials found", field="aws")
+    if isinstance(exc, ParamValidationError):
+        # Our own request was malformed (BUG-25: instanceTypes on UpdateNodegroupConfig): a bug, not a retry.
+        return AwsPermanentError(f"{operation}: {exc}", code="ParamValidationError", operation=operation)
+    if isinstance(exc, BotoConnectionError):
+        return AwsTransientError(
+            f"{operation}: {exc}", code=type(exc).__name__, operation=operation, retry_after=10.0
+        )
+    if isinstance(exc, BotoCoreError):
+        return AwsPermanentError(f"{operation}: {exc}", code=type(exc).__name__, operation=operation)
+    return PermanentError(f"{operation}: {exc}")
+
+
+@contextmanager
+def _aws(operation: str) -> Iterator[None]:
+    try:
+        yield
+    except (ClientError, BotoCoreError) as exc:
+        raise map_aws_error(exc, operation) from exc
+
+
+def _error_code(exc: BaseException) -> str | None:
+    return getattr(exc, "code", None)
+
+
+# --------------------------------------------------------------------------------------------------
+# JSON helpers
+# --------------------------------------------------------------------------------------------------
+
+
+def _rfc3339(value: datetime) -> str:
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def json_safe(value: Any) -> Any:
+    """Return ``value`` with datetimes as RFC 3339 UTC strings and ``ResponseMetadata`` removed.
+
+    The result is what ``json.dumps`` accepts; otherwise the AWS shape is kept key for key.
+    """
+    if isinstance(value, datetime):
+        return _rfc3339(value)
+    if isinstance(value, Mapping):
+        return {str(k): json_safe(v) for k, v in value.items() if k != "ResponseMetadata"}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    return value
+
+
+def _batches(items: Sequence[str], size: int) -> Iterator[list[str]]:
+    for start in range(0, len(items), size):
+        yield list(items[start : start + size])
+
+
+def _unique(items: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(items))
+
+
+# --------------------------------------------------------------------------------------------------
+# Inventory
+# --------------------------------------------------------------------------------------------------
+
+
+class AwsInventory:
+    """Reads node group, Auto Scaling and EC2 state in the snapshot's shapes (design §5)."""
+
+    def __init__(self, clients: AwsClients, *, activity_pages: int = 2) -> None:
+        """Args: clients; activity_pages: DescribeScalingActivities pages read per ASG (newest first)."""
+        self._ec2 = clients.ec2
+        self._eks = clients.eks
+        self._asg = clients.autoscaling
+        self._activity_pages = activity_pages
+
+    def describe(self, instance_ids: Sequence[str], cluster: str) -> dict[str, Any]:
+        """Return the ``nodegroups.json`` document for a cluster and the nodes' instance ids.
+
+        Calls EKS ListNodegroups + DescribeNodegroup (every managed node group of ``cluster``),
+        DescribeAutoScalingInstances (``instance_ids`` in batches of 50), DescribeAutoScalingGroups
+        (every group named by either) and DescribeScalingActivities (newest successful launch).
+
+        Returns:
+            ``{"nodegroups": [DescribeNodegroup .nodegroup], "autoScalingGroups": [ASG],
+            "autoScalingInstances": [instance], "launchActivities": {asg_name: RFC 3339}}``; the first
+            three exactly as AWS returns them (datetimes as RFC 3339 strings). An instance id missing
+            from ``autoScalingInstances`` is known to be standalone.
+        """
+        nodegroups = self._nodegroups(cluster)
+        asg_instances = self._asg_instances(_unique(instance_ids))
+        names = [
+            str(group["name"])
+            for ng in nodegroups
+            for group in ng.get("resources", {}).get("autoScalingGroups", [])
+            if group.get("name")
+        ]
+        names += [str(item["AutoScalingGroupName"]) for item in asg_instances]
+        groups = self._groups(_unique(names))
+        launches: dict[str, str] = {}
+        for group in groups:
+            started = self._newest_launch(str(group["AutoScalingGroupName"]))
+            if started is not None:
+                launches[str(group["AutoScalingGroupName"])] = started
+        return {
+            "nodegroups": json_safe(nodegroups),
+            "autoScalingGroups": json_safe(groups),
+            "autoScalingInstances": json_safe(asg_instances),
+            "launchActivities": launches,
+        }
+
+    def describe_instances(self, instance_ids: Sequence[str]) -> dict[str, Any]:
+        """Return ``{"Reservations": [...]}`` (the ``instances.json`` document) for these instance ids.
+
+        Calls EC2 DescribeInstances with an ``instance-id`` filter, paginated, so that an id that no
+        longer exists is simply absent instead of failing the whole call (``InvalidInstanceID.NotFound``).
+        """
+        reservations: list[Any] = []
+        paginator = self._ec2.get_paginator("describe_instances")
+        for batch in _batches(_unique(instance_ids), EC2_BATCH):
+            with _aws("DescribeInstances"):
+                for page in paginator.paginate(Filters=[{"Name": "instance-id", "Values": batch}]):
+                    reservations.extend(page.get("Reservations", []))
+        return {"Reservations": json_safe(reservations)}
+
+    def _nodegroups(self, cluster: str) -> list[Mapping[str, Any]]:
+        names: list[str] = []
+        with _aws("ListNodegroups"):
+            for page in self._eks.get_paginator("list_nodegroups").paginate(clusterName=cluster):
+                names.extend(page.get("nodegroups", []))
+        result: list[Mapping[str, Any]] = []
+        for name in names:
+            try:
+                with _aws("DescribeNodegroup"):
+                    result.append(
+                        self._eks.describe_nodegroup(clusterName=cluster, nodegroupName=name)["nodegroup"]
+                    )
+            except StalePlan:
+                continue  # deleted between list and describe
+        return result
+
+    def _asg_instances(self, instance_ids: Sequence[str]) -> list[Mapping[str, Any]]:
+        result: list[Mapping[str, Any]] = []
+        paginator = self._asg.get_paginator("describe_auto_scaling_instances")
+        for batch in _batches(instance_ids, ASG_BATCH):
+            with _aws("DescribeAutoScalingInstances"):
+                for page in paginator.paginate(InstanceIds=batch):
+                    result.extend(page.get("AutoScalingInstances", []))
+        return result
+
+    def _groups(self, names: Sequence[str]) -> list[Mapping[str, Any]]:
+        result: list[Mapping[str, Any]] = []
+        paginator = self._asg.get_paginator("describe_auto_scaling_groups")
+        for batch in _batches(names, ASG_BATCH):
+            with _aws("DescribeAutoScalingGroups"):
+                for page in paginator.paginate(AutoScalingGroupNames=batch):
+                    result.extend(page.get("AutoScalingGroups", []))
+        return result
+
+    def _newest_launch(self, asg_name: str) -> str | None:
+        paginator = self._asg.get_paginator("describe_scaling_activities")
+        pages = paginator.paginate(
+            AutoScalingGroupName=asg_name, PaginationConfig={"MaxItems": 100 * self._activity_pages}
+        )
+        newest: datetime | None = None
+        with _aws("DescribeScalingActivities"):
+            for page in pages:
+                for activity in page.get("Activities", []):
+                    # Activities carry no type field; the launch ones are described as "Launching ...".
+                    if activity.get("StatusCode") != "Successful":
+                        continue
+                    if not str(activity.get("Description", "")).startswith("Launching"):
+                        continue
+                    started = activity.get("StartTime")
+                    if isinstance(started, datetime) and (newest is None or started > newest):
+                        newest = started
+        return None if newest is None else _rfc3339(newest)
+
+
+# --------------------------------------------------------------------------------------------------
+# Targeted scale-in (Auto Scaling)
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ScalingSizes:
+    """Min, desired and max size of a group, in instances."""
+
+    min_size: int
+    desired: int
+    max_size: int
+
+
+@dataclass(frozen=True)
+class GroupSizes:
+    """An Auto Scaling group's sizes (instances) and member ids, from DescribeAutoScalingGroups."""
+
+    min_size: int
+    desired: int
+    max_size: int
+    instance_ids: tuple[str, ...]
+
+    @property
+    def sizes(self) -> ScalingSizes:
+        """The sizes without the members."""
+        return ScalingSizes(self.min_size, self.desired, self.max_size)
+
+
+@dataclass(frozen=True)
+class TerminateResult:
+    """Outcome of a targeted scale-in; ``already_done`` means no terminate call was made this time."""
+
+    asg_name: str
+    instance_id: str
+    desired_before: int
+    desired_after: int
+    already_done: bool
+    activity_id: str | None = None
+
+
+_DONE_STATES: Final = ("Terminating", "Terminated")
+_NOT_YET_STATES: Final = ("Pending", "EnteringStandby")
+
+
+class AsgScaler:
+    """Removes one chosen instance from its Auto Scaling group and shrinks the group by one (BUG-23)."""
+
+    def __init__(self, autoscaling: AutoScalingClient) -> None:
+        """Args: autoscaling: an Auto Scaling client (standard retries)."""
+        self._asg = autoscaling
+
+    def group_sizes(self, asg_name: str) -> GroupSizes:
+        """Read MinSize, DesiredCapacity, MaxSize and the member ids via DescribeAutoScalingGroups.
+
+        Raises:
+            StalePlan: the group does not exist (any more).
+        """
+        group = self._group(asg_name)
+        return GroupSizes(
+            min_size=int(group["MinSize"]),
+            desired=int(group["DesiredCapacity"]),
+            max_size=int(group["MaxSize"]),
+            instance_ids=tuple(str(i["InstanceId"]) for i in group.get("Instances", [])),
+        )
+
+    def terminate_instance(self, asg_name: str, instance_id: str) -> TerminateResult:
+        """Terminate exactly ``instance_id`` and decrement DesiredCapacity by one, idempotently.
+
+        Re-reads the instance (DescribeAutoScalingInstances) and the group (DescribeAutoScalingGroups),
+        checks DesiredCapacity − 1 ≥ MinSize, then calls TerminateInstanceInAutoScalingGroup with
+        ``ShouldDecrementDesiredCapacity=True``. Never follow it with UpdateNodegroupConfig: EKS already
+        mirrors the new DesiredCapacity, a second change would shrink the group twice.
+
+        Returns:
+            :class:`TerminateResult`; ``already_done=True`` without a call when the instance is already
+            Terminating/Terminated, gone, or no longer in any group.
+
+        Raises:
+            StalePlan: the instance is in a different group, or in a state we do not remove from
+                (Standby, Detaching...).
+            TransientError: the instance is still Pending; AWS throttling/5xx.
+            ActionRefusedError: ``node_group_at_min_size`` — lower MinSize first or skip the node.
+            PermanentError: AWS refused the call (validation, access denied).
+        """
+        with _aws("DescribeAutoScalingInstances"):
+            found = self._asg.describe_auto_scaling_instances(InstanceIds=[instance_id])
+        members = found.get("AutoScalingInstances", [])
+        if not members:
+            return self._already_done(asg_name, instance_id)
+        member = members[0]
+        if member.get("AutoScalingGroupName") != asg_name:
+            raise StalePlan(
+                f"{instance_id} belongs to Auto Scaling group {member.get('AutoScalingGroupName')!r}, "
+                f"not {asg_name!r}"
+            )
+        state = str(member.get("LifecycleState", ""))
+        if state.startswith(_DONE_STATES):
+            return self._already_done(asg_name, instance_id)
+        if state.startswith(_NOT_YET_STATES):
+            raise TransientError(f"{instance_id} is {state}, not InService yet", retry_after=30.0)
+        if state != "InService":
+            raise StalePlan(f"{instance_id} is {state} in {asg_name}, not InService")
+
+        sizes = self.group_sizes(asg_name)
+        if instance_id not in sizes.instance_ids:
+            return self._already_done(asg_name, instance_id, sizes)
+        # Checked here because the API's own refusal arrives only after the drain, and moto never refuses.
+        if sizes.desired - 1 < sizes.min_size:
+            raise ActionRefusedError(
+                f"removing {instance_id} would take {asg_name} below MinSize: DesiredCapacity "
+                f"{sizes.desired} - 1 < MinSize {sizes.min_size}; lower MinSize first or skip this node",
+                reasons=["node_group_at_min_size"],
+            )
+        with _aws("TerminateInstanceInAutoScalingGroup"):
+            response = self._asg.terminate_instance_in_auto_scaling_group(
+                InstanceId=instance_id, ShouldDecrementDesiredCapacity=True
+            )
+        after = self.group_sizes(asg_name)
+        return TerminateResult(
+            asg_name=asg_name,
+            instance_id=instance_id,
+            desired_before=sizes.desired,
+            desired_after=after.desired,
+            already_done=False,
+            activity_id=response.get("Activity", {}).get("ActivityId"),
+        )
+
+    def _already_done(
+        self, asg_name: str, instance_id: str, sizes: GroupSizes | None = None
+    ) -> TerminateResult:
+        try:
+            desired = (sizes or self.group_sizes(asg_name)).desired
+        except StalePlan:
+            desired = 0  # the whole group is gone: nothing left to remove
+        return TerminateResult(asg_name, instance_id, desired, desired, already_done=True)
+
+    def _group(self, asg_name: str) -> Mapping[str, Any]:
+        with _aws("DescribeAutoScalingGroups"):
+            groups = self._asg.describe_auto_scaling_groups(AutoScalingGroupNames=[asg_name])
+        found = groups.get("AutoScalingGroups", [])
+        if not found:
+            raise StalePlan(f"Auto Scaling group {asg_name!r} not found")
+        return found[0]
+
+
+# --------------------------------------------------------------------------------------------------
+# Managed node group sizing (EKS)
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NodeGroupUpdate:
+    """Outcome of :meth:`EksNodeGroupSizer.update_sizes`; ``already_done`` = sizes already matched."""
+
+    cluster: str
+    nodegroup: str
+    before: ScalingSizes
+    after: ScalingSizes
+    update_id: str | None
+    already_done: bool
+    attempts: int
+
+
+def validate_sizes(min_size: int, desired: int, max_size: int) -> ScalingSizes:
+    """Check 0 ≤ min ≤ desired ≤ max and max ≥ 1 locally, before any AWS call.
+
+    moto accepts any scalingConfig (even desired > max); EKS would reject it only after the drain.
+
+    Raises:
+        ConfigError: naming the offending ``scalingConfig`` field.
+    """
+    for field, value in (("minSize", min_size), ("desiredSize", desired), ("maxSize", max_size)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"must be an integer, got {value!r}", field=f"scalingConfig.{field}")
+    if min_size < 0:
+        raise ConfigError(f"minSize {min_size} < 0", field="scalingConfig.minSize")
+    if max_size < 1:
+        raise ConfigError(f"maxSize {max_size} < 1 (EKS requires at least 1)", field="scalingConfig.maxSize")
+    if min_size > desired:
+        raise ConfigError(f"minSize {min_size} > desiredSize {desired}", field="scalingConfig.minSize")
+    if desired > max_size:
+        raise ConfigError(f"desiredSize {desired} > maxSize {max_size}", field="scalingConfig.desiredSize")
+    return ScalingSizes(min_size, desired, max_size)
+
+
+# Transitional statuses end by themselves; DEGRADED is not among them because it can last for hours
+# (e.g. AsgInstanceLaunchFailures during a restore, BUG-27) and EKS accepts config updates then.
+_WAIT_STATUSES: Final = frozenset({"CREATING", "UPDATING"})
+_GONE_STATUSES: Final = frozenset({"DELETING"})
+_BROKEN_STATUSES: Final = frozenset({"CREATE_FAILED", "DELETE_FAILED"})
+
+
+def instance_type_change_steps(
+    nodegroup: str, target_type: str, *, via_launch_template: bool = False
+) -> list[str]:
+    """The blue/green steps for changing a managed node group's instance type (BUG-25), as text."""
+    new_name = f"{nodegroup}-{target_type.replace('.', '-')}"
+    steps = [
+        f"1. create a NEW managed node group with a new name (e.g. {new_name}) and instanceTypes "
+        f"[{target_type}], carrying the same labels, taints, subnets and IAM role",
+        "2. wait until it is ACTIVE and its nodes are Ready with allocatable nvidia.com/gpu > 0",
+        f"3. cordon and drain the nodes of {nodegroup} with the normal PodDisruptionBudget-respecting drain",
+        f"4. scale {nodegroup} to 0 (minSize 0, desiredSize 0) and only then delete it",
+        f"never delete {nodegroup} first and recreate it under the same name (409 ResourceInUseException)",
+    ]
+    if via_launch_template:
+        steps.append(
+            "alternative, since the type lives in the launch template: create a new launch template "
+            f"version with InstanceType {target_type}, then UpdateNodegroupVersion (a rolling replacement); "
+            "check first that every pod fits the new type"
+        )
+    return steps
+
+
+def preflight_fits(pods_gpu_requests: Mapping[str, int], target_gpu_count: int) -> None:
+    """Refuse a smaller shape when any pod requests more GPUs than the target type has.
+
+    Args:
+        pods_gpu_requests: pod (``namespace/name``) → GPUs it requests (``nvidia.com/gpu``, summed over
+            its containers, init containers by max).
+        target_gpu_count: physical GPUs of the target instance type (DescribeInstanceTypes GpuInfo).
+
+    Raises:
+        ActionRefusedError: ``pod_does_not_fit``, naming every pod that cannot fit.
+    """
+    too_big = sorted(pod for pod, gpus in pods_gpu_requests.items() if gpus > target_gpu_count)
+    if too_big:
+        detail = ", ".join(f"{pod} requests {pods_gpu_requests[pod]}" for pod in too_big)
+        raise ActionRefusedError(
+            f"target type has {target_gpu_count} GPU(s): {detail}", reasons=["pod_does_not_fit"]
+        )
+
+
+class EksNodeGroupSizer:
+    """Sets a managed node group's min/desired/max through UpdateNodegroupConfig (off-hours only)."""
+
+    def __init__(
+        self,
+        eks: EKSClient,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+        max_attempts: int = 10,
+        delay_s: float = 15.0,
+    ) -> None:
+        """Args: eks client; sleep (injectable); max_attempts and delay_s (seconds) bound the waiting."""
+        self._eks = eks
+        self._sleep = sleep
+        self._max_attempts = max_attempts
+        self._delay_s = delay_s
+
+    def current_sizes(self, cluster: str, nodegroup: str) -> tuple[ScalingSizes, str]:
+        """Return the node group's ``scalingConfig`` and ``status`` (EKS DescribeNodegroup)."""
+        with _aws("DescribeNodegroup"):
+            ng = self._eks.describe_nodegroup(clusterName=cluster, nodegroupName=nodegroup)["nodegroup"]
+        config = ng.get("scalingConfig", {})
+        sizes = ScalingSizes(
+            int(config.get("minSize", 0)), int(config.get("desiredSize", 0)), int(config.get("maxSize", 0))
+        )
+        return sizes, str(ng.get("status", ""))
+
+    def update_sizes(
+        self, cluster: str, nodegroup: str, min_size: int, desired: int, max_size: int
+    ) -> NodeGroupUpdate:
+        """Send min, desired and max together with UpdateNodegroupConfig, after local validation.
+
+        Waits ``delay_s`` and tries again (at most ``max_attempts`` times) while the group is
+        CREATING/UPDATING or the call answers ResourceInUseException; never retries
+        InvalidParameterException. Sizes already equal ⇒ no call (``already_done``).
+
+        Raises:
+            ConfigError: the sizes are inconsistent (no AWS call made).
+            StalePlan: the node group is gone or being deleted.
+            TransientError: still busy after ``max_attempts``; throttling/5xx.
+            PermanentError: the group is in a failed state, or AWS rejected the sizes.
+        """
+        wanted = validate_sizes(min_size, desired, max_size)
+        before: ScalingSizes | None = None
+        for attempt in range(1, self._max_attempts + 1):
+            current, status = self.current_sizes(cluster, nodegroup)
+            before = before or current
+            if current == wanted:
+                return NodeGroupUpdate(cluster, nodegroup, before, current, None, True, attempt)
+            if status in _GONE_STATUSES:
+                raise StalePlan(f"node group {cluster}/{nodegroup} is {status}")
+            if status in _BROKEN_STATUSES:
+                raise PermanentError(f"node group {cluster}/{nodegroup} is {status}; fix it first")
+            if status in _WAIT_STATUSES:
+                self._pause(attempt)
+                continue
+            try:
+                with _aws("UpdateNodegroupConfig"):
+                    response = self._eks.update_nodegroup_config(
+                        clusterName=cluster,
+                        nodegroupName=nodegroup,
+                        scalingConfig={"minSize": min_size, "desiredSize": desired, "maxSize": max_size},
+                    )
+            except TransientError as exc:
+                if _error_code(exc) != "ResourceInUseException":
+                    raise
+                self._pause(attempt)
+                continue
+            return NodeGroupUpdate(
+                cluster, nodegroup, before, wanted, response.get("update", {}).get("id"), False, attempt
+            )
+        raise TransientError(
+            f"node group {cluster}/{nodegroup} still busy after {self._max_attempts} attempts",
+            retry_after=self._delay_s,
+        )
+
+    def refuse_instance_type_change(self, cluster: str, nodegroup: str, target_type: str) -> NoReturn:
+        """Always refuse an in-place instance type change of a managed node group (BUG-25).
+
+        Reads the group (EKS DescribeNodegroup) only to say whether the type lives in
+        ``instanceTypes`` or in a launch template, and raises with the blue/green steps.
+
+        Raises:
+            ActionRefusedError: ``immutable_instance_type``, always.
+        """
+        with _aws("DescribeNodegroup"):
+            ng = self._eks.describe_nodegroup(clusterName=cluster, nodegroupName=nodegroup)["nodegroup"]
+        current = ", ".join(ng.get("instanceTypes") or []) or "set by its launch template"
+        via_template = not ng.get("instanceTypes") and bool(ng.get("launchTemplate"))
+        steps = "\n".join(
+            instance_type_change_steps(nodegroup, target_type, via_launch_template=via_template)
+        )
+        raise ActionRefusedError(
+            f"the instance type of managed node group {cluster}/{nodegroup} ({current}) cannot be changed "
+            f"in place (UpdateNodegroupConfig has no instanceTypes); to move to {target_type}:\n{steps}",
+            reasons=["immutable_instance_type"],
+        )
+
+    def _pause(self, attempt: int) -> None:
+        if attempt < self._max_attempts:
+            self._sleep(self._delay_s)
+
+
+# --------------------------------------------------------------------------------------------------
+# Standalone EC2 resize
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ResizeResult:
+    """Outcome of :meth:`Ec2Resizer.resize`; the instance is running as ``to_type`` afterwards."""
+
+    instance_id: str
+    from_type: str
+    to_type: str
+    already_done: bool
+
+
+class Ec2Resizer:
+    """Changes the instance type of a standalone (non-ASG) EBS-backed GPU instance (BUG-26, BUG-27)."""
+
+    def __init__(
+        self,
+        ec2: EC2Client,
+        autoscaling: AutoScalingClient,
+        *,
+        waiter_delay_s: int = 15,
+        waiter_max_attempts: int = 40,
+    ) -> None:
+        """Args: clients; waiter_delay_s (s) and waiter_max_attempts bound each stop/start wait."""
+        self._ec2 = ec2
+        self._asg = autoscaling
+        self._waiter_config: WaiterConfigTypeDef = {
+            "Delay": waiter_delay_s,
+            "MaxAttempts": waiter_max_attempts,
+        }
+
+    def resize(
+        self, instance_id: str, target_type: str, *, allow_instance_store_loss: bool = False
+    ) -> ResizeResult:
+        """Stop, change the type, start; on failure start it again with its original type.
+
+        Preflight (before stopping anything): not in an Auto Scaling group
+        (DescribeAutoScalingInstances), EBS root, not spot, instance-store data loss opted in
+        (DescribeInstanceTypes ``InstanceStorageSupported`` of the current type), and the pair
+        compatible (DescribeInstanceTypes of both: architecture, target GPUs and GPU vendor, ENA, NVMe,
+        EFA). Then StopInstances → ``instance_stopped`` waiter → ModifyInstanceAttribute(InstanceType)
+        → StartInstances → ``instance_running`` waiter. Already the target type and running ⇒ no call.
+        A stopped instance (an earlier run interrupted) is resumed and ends running.
+
+        Raises:
+            ActionRefusedError: preflight failed; ``reasons`` lists every failed check; nothing was stopped.
+            StalePlan: the instance is gone or terminating.
+            TransientError: the instance is mid-transition; or the resize failed with a retryable code
+                (``InsufficientInstanceCapacity``...) and was rolled back to the original type, running.
+            PermanentError: the resize failed with a permanent code and was rolled back; or the
+                rollback itself failed (message says the instance may be stopped: alarm).
+        """
+        instance = self._describe(instance_id)
+        state = str(instance["State"]["Name"])
+        original = str(instance["InstanceType"])
+        if state in ("shutting-down", "terminated"):
+            raise StalePlan(f"{instance_id} is {state}")
+        if state in ("pending", "stopping"):
+            raise TransientError(f"{instance_id} is {state}; try again when it settles", retry_after=30.0)
+        if original == target_type and state == "running":
+            return ResizeResult(instance_id, original, target_type, already_done=True)
+        if original != target_type:
+            self._preflight(instance, target_type, allow_instance_store_loss)
+
+        if state == "running":
+            with _aws("StopInstances"):
+                self._ec2.stop_instances(InstanceIds=[instance_id])
+            self._wait("instance_stopped", instance_id)
+        try:
+            if original != target_type:
+                with _aws("ModifyInstanceAttribute"):
+                    self._ec2.modify_instance_attribute(
+                        InstanceId=instance_id, InstanceType={"Value": target_type}
+                    )
+            with _aws("StartInstances"):
+                self._ec2.start_instances(InstanceIds=[instance_id])
+        except RightsizerError as exc:
+            if original == target_type:
+                raise  # only a start was attempted: nothing to roll back to
+            self._roll_back(instance_id, original, target_type, exc)
+        try:
+            self._wait("instance_running", instance_id)
+        except TransientError as exc:
+            # The running waiter also gives up when the instance falls back to stopping/stopped; a
+            # resized GPU node must not be left stopped, so that case rolls back like a start error.
+            if original != target_type and self._state(instance_id) in ("stopping", "stopped"):
+                self._roll_back(instance_id, original, target_type, exc)
+            raise
+        return ResizeResult(instance_id, original, target_type, already_done=False)
+
+    def _state(self, instance_id: str) -> str:
+        return str(self._describe(instance_id)["State"]["Name"])
+
+    def _roll_back(self, instance_id: str, original: str, target: str, cause: RightsizerError) -> NoReturn:
+        code = _error_code(cause) or type(cause).__name__
+        try:
+            current = self._describe(instance_id)
+            if str(current["State"]["Name"]) == "stopping":
+                self._wait("instance_stopped", instance_id)
+            if str(current["InstanceType"]) != original:
+                with _aws("ModifyInstanceAttribute"):
+                    self._ec2.modify_instance_attribute(
+                        InstanceId=instance_id, InstanceType={"Value": original}
+                    )
+            with _aws("StartInstances"):
+                self._ec2.start_instances(InstanceIds=[instance_id])
+            self._wait("instance_running", instance_id)
+        except RightsizerError as rollback_error:
+            raise AwsPermanentError(
+                f"resize {instance_id} {original} -> {target} failed ({code}: {cause}) and the rollback "
+                f"failed too ({rollback_error}); the instance may be STOPPED",
+                code=code,
+                operation="Ec2Resize",
+            ) from rollback_error
+        message = (
+            f"resize {instance_id} {original} -> {target} failed ({code}); rolled back: running as {original}"
+        )
+        if isinstance(cause, TransientError):
+            raise AwsTransientError(
+                message, code=code, operation="Ec2Resize", retry_after=cause.retry_after
+            ) from cause
+        raise AwsPermanentError(message, code=code, operation="Ec2Resize") from cause
+
+    def _preflight(
+        self, instance: Mapping[str, Any], target_type: str, allow_instance_store_loss: bool
+    ) -> None:
+        instance_id = str(instance["InstanceId"])
+        current_type = str(instance["InstanceType"])
+        reasons: list[str] = []
+        details: list[str] = []
+
+        def refuse(code: str, why: str) -> None:
+            reasons.append(code)
+            details.append(why)
+
+        with _aws("DescribeAutoScalingInstances"):
+            members = self._asg.describe_auto_scaling_instances(InstanceIds=[instance_id])
+        for member in members.get("AutoScalingInstances", []):
+            refuse(
+                "in_auto_scaling_group",
+                f"it belongs to Auto Scaling group {member.get('AutoScalingGroupName')} which would replace "
+                "it; change the node group instead (new node group or launch template version)",
+            )
+        if instance.get("RootDeviceType") != "ebs":
+            refuse(
+                "instance_store_root",
+                f"root device is {instance.get('RootDeviceType')}; it cannot be stopped",
+            )
+        if instance.get("InstanceLifecycle") == "spot":
+            refuse("spot_instance", "spot instances cannot be stopped and modified safely")
+
+        with _aws("DescribeInstanceTypes"):
+            answer = self._ec2.describe_instance_types(
+                InstanceTypes=cast("list[InstanceTypeType]", _unique([current_type, target_type]))
+            )
+        types: dict[str, Mapping[str, Any]] = {
+            str(t["InstanceType"]): t for t in answer.get("InstanceTypes", [])
+        }
+        cur, tgt = types.get(current_type), types.get(target_type)
+        if cur is None or tgt is None:
+            raise ActionRefusedError(
+                f"unknown instance type {current_type if cur is None else target_type}",
+                reasons=["unknown_instance_type"],
+            )
+
+        if cur.get("InstanceStorageSupported") and not allow_instance_store_loss:
+            refuse(
+                "instance_store_data_loss",
+                f"{current_type} has instance-store volumes whose data is lost on stop; "
+                "set resize_allow_instance_store_loss: true to accept",
+            )
+        arch = instance.get("Architecture")
+        supported = tgt.get("ProcessorInfo", {}).get("SupportedArchitectures", [])
+        if arch not in supported:
+            refuse("architecture_mismatch", f"the AMI is {arch}, {target_type} supports {supported}")
+        tgt_gpus = tgt.get("GpuInfo", {}).get("Gpus", [])
+        if not tgt_gpus:
+            refuse("target_has_no_gpus", f"{target_type} has no GPUs")
+        cur_vendors = {g.get("Manufacturer") for g in cur.get("GpuInfo", {}).get("Gpus", [])}
+        tgt_vendors = {g.get("Manufacturer") for g in tgt_gpus}
+        if cur_vendors and tgt_gpus and cur_vendors != tgt_vendors:
+            refuse(
+                "gpu_vendor_mismatch",
+                f"GPU driver family changes: {sorted(cur_vendors)} -> {sorted(tgt_vendors)}",
+            )
+        ena_target = tgt.get("NetworkInfo", {}).get("EnaSupport")
+        ena_instance = instance.get("EnaSupport")
+        if ena_target == "required" and ena_instance is not True:
+            refuse(
+                "ena_incompatible", f"{target_type} requires ENA and the instance does not have it enabled"
+            )
+        if ena_target == "unsupported" and ena_instance is True:
+            refuse("ena_incompatible", f"{target_type} does not support ENA")
+        nvme_cur = cur.get("EbsInfo", {}).get("NvmeSupport")
+        nvme_tgt = tgt.get("EbsInfo", {}).get("NvmeSupport")
+        if nvme_tgt == "required" and nvme_cur == "unsupported":
+            refuse("nvme_incompatible", f"{target_type} exposes EBS as NVMe; the AMI may lack the driver")
+        has_efa = any(nic.get("InterfaceType") == "efa" for nic in instance.get("NetworkInterfaces", []))
+        if has_efa and not tgt.get("NetworkInfo", {}).get("EfaSupported"):
+            refuse("efa_unsupported", f"the instance has an EFA interface and {target_type} has no EFA")
+        if reasons:
+            raise ActionRefusedError(
+                f"refusing to resize {instance_id} {current_type} -> {target_type}: " + "; ".join(details),
+                reasons=reasons,
+            )
+
+    def _describe(self, instance_id: str) -> Mapping[str, Any]:
+        with _aws("DescribeInstances"):
+            answer = self._ec2.describe_instances(Filters=[{"Name": "instance-id", "Values": [instance_id]}])
+        for reservation in answer.get("Reservations", []):
+            for instance in reservation.get("Instances", []):
+                return instance
+        raise StalePlan(f"instance {instance_id} not found")
+
+    def _wait(self, waiter_name: str, instance_id: str) -> None:
+        try:
+            if waiter_name == "instance_stopped":
+                self._ec2.get_waiter("instance_stopped").wait(
+                    InstanceIds=[instance_id], WaiterConfig=self._waiter_config
+                )
+            else:
+                self._ec2.get_waiter("instance_running").wait(
+                    InstanceIds=[instance_id], WaiterConfig=self._waiter_config
+                )
+        except WaiterError as exc:
+            raise AwsTransientError(
+                f"{instance_id}: waiter {waiter_name} gave up: {exc}",
+                code="WaiterTimeout",
+                operation="DescribeInstances",
+                retry_after=60.0,
+            ) from exc
