@@ -8,10 +8,10 @@ is unusable only marks its metric as a problem: the nodes depending on it become
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, TypeVar
 
+import orjson
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
 
 from rightsizer.domain.errors import SnapshotError
@@ -48,8 +48,8 @@ def _read_json(path: Path, *, required: bool) -> Any:
             raise SnapshotError("required file is missing", source=str(path))
         return None
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return orjson.loads(path.read_bytes())
+    except (OSError, orjson.JSONDecodeError) as exc:
         raise SnapshotError(f"not valid JSON: {exc}", source=str(path)) from exc
 
 
@@ -98,12 +98,9 @@ def _parse_matrix(name: str, data: Any) -> MetricData:
         for item in body["result"]:
             labels = {str(k): str(v) for k, v in item.get("metric", {}).items() if v != ""}
             values = item.get("values") or []
+            times, samples = zip(*values, strict=True) if values else ((), ())
             series.append(
-                Series(
-                    labels=labels,
-                    times=tuple(float(p[0]) for p in values),
-                    values=tuple(float(p[1]) for p in values),
-                )
+                Series(labels=labels, times=tuple(map(float, times)), values=tuple(map(float, samples)))
             )
     except (TypeError, ValueError, IndexError, AttributeError):
         return MetricData(name, problem="malformed_matrix")
@@ -122,8 +119,8 @@ def _load_metrics(directory: Path) -> tuple[dict[str, MetricData], dict[str, Met
             stem = stem.removesuffix(".timestamp")
             target = timestamps
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            data = orjson.loads(path.read_bytes())
+        except (OSError, orjson.JSONDecodeError):
             target[stem] = MetricData(stem, problem="invalid_json")
             continue
         target[stem] = _parse_matrix(stem, data)

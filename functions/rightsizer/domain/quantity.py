@@ -7,6 +7,7 @@ The official client has ``kubernetes.utils.parse_quantity``, but the domain laye
 from __future__ import annotations
 
 from decimal import Decimal, InvalidOperation
+from functools import lru_cache
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1),
@@ -14,6 +15,7 @@ _DECIMAL = {"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), ""
             "P": Decimal(10**15), "E": Decimal(10**18)}  # fmt: skip
 
 
+@lru_cache(maxsize=4096)
 def parse_quantity(value: str | int | float) -> Decimal:
     """Parse a Kubernetes quantity into a Decimal in base units.
 
@@ -53,6 +55,7 @@ def parse_memory_mib(value: str | int | float) -> float:
     return float(parse_quantity(value) / (2**20))
 
 
+@lru_cache(maxsize=4096)
 def parse_count(value: str | int | float | None) -> int:
     """An extended-resource count such as ``nvidia.com/gpu: "8"``; missing or invalid ⇒ 0."""
     if value is None:
