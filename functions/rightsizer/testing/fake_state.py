@@ -1,0 +1,309 @@
+"""In-memory :class:`~rightsizer.state.StateStore` with the DynamoDB store's semantics.
+
+For unit tests, the CLI's in-process runner and the demo. It is held to the same contract suite as
+:class:`rightsizer.adapters.dynamodb_state.DynamoDbState` (``tests/integration/test_state_contract.py``),
+so it cannot drift. One re-entrant lock guards every method: each call is atomic, as each conditional
+write or transaction is in DynamoDB, and the store is safe to share between threads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from rightsizer.state import (
+    REFUSAL_SLOT_HELD,
+    ConflictError,
+    EvictedPod,
+    GroupSizes,
+    Lease,
+    LeaseLostError,
+    LedgerEntry,
+    SavedSizes,
+    Slot,
+    SlotRefusal,
+    WorkflowRecord,
+    require_aware,
+    slot_refusal,
+    sorted_slots,
+)
+
+__all__ = ["FakeState"]
+
+
+def _utc(value: datetime, name: str = "now") -> datetime:
+    # Both stores hand back UTC datetimes, so values compare and print alike whatever zone came in.
+    return require_aware(value, name).astimezone(UTC)
+
+
+@dataclass
+class _LeaseRow:
+    # A released lease stays as a tombstone (held=False) that keeps the epoch, so a later acquisition
+    # gets a higher epoch and a stale holder of an old epoch can never match again.
+    epoch: int
+    held: bool
+    owner: str = ""
+    expires_at: datetime | None = None
+    cancel_requested: bool = False
+
+
+class FakeState:
+    """Every state port in memory, bound to ``cluster``; thread-safe.
+
+    Args:
+        cluster: the cluster name leases, slots, off-hours sizes and the ledger view belong to.
+    """
+
+    def __init__(self, cluster: str) -> None:
+        self._cluster = cluster
+        self._lock = threading.RLock()
+        self._leases: dict[str, _LeaseRow] = {}
+        self._slots: dict[str, Slot] = {}
+        self._ledger: dict[tuple[str, str], LedgerEntry] = {}
+        self._workflows: dict[str, WorkflowRecord] = {}
+        self._sizes: dict[str, SavedSizes] = {}
+
+    @property
+    def cluster(self) -> str:
+        """The cluster this store is bound to."""
+        return self._cluster
+
+    # ---------------------------------------------------------------------------------- leases
+
+    def _lease(self, node: str, row: _LeaseRow) -> Lease:
+        assert row.expires_at is not None
+        return Lease(
+            cluster=self._cluster,
+            node=node,
+            epoch=row.epoch,
+            owner=row.owner,
+            expires_at=row.expires_at,
+            cancel_requested=row.cancel_requested,
+        )
+
+    def acquire(self, node: str, owner: str, now: datetime, ttl_seconds: int) -> Lease | None:
+        """See :meth:`rightsizer.state.LeaseStore.acquire`."""
+        now = _utc(now)
+        with self._lock:
+            row = self._leases.get(node)
+            if row is not None and row.held and row.expires_at is not None and row.expires_at > now:
+                return self._lease(node, row) if row.owner == owner else None
+            epoch = (row.epoch if row is not None else 0) + 1
+            new = _LeaseRow(
+                epoch=epoch, held=True, owner=owner, expires_at=now + timedelta(seconds=ttl_seconds)
+            )
+            self._leases[node] = new
+            return self._lease(node, new)
+
+    def renew(self, node: str, owner: str, epoch: int, now: datetime, ttl_seconds: int) -> Lease:
+        """See :meth:`rightsizer.state.LeaseStore.renew`."""
+        now = _utc(now)
+        with self._lock:
+            row = self._leases.get(node)
+            if (
+                row is None
+                or not row.held
+                or row.owner != owner
+                or row.epoch != epoch
+                or row.expires_at is None
+                or row.expires_at <= now
+            ):
+                raise LeaseLostError(f"lease of node {node} epoch {epoch} is not held by {owner} at {now}")
+            row.expires_at = now + timedelta(seconds=ttl_seconds)
+            return self._lease(node, row)
+
+    def release(self, node: str, owner: str, epoch: int) -> bool:
+        """See :meth:`rightsizer.state.LeaseStore.release`."""
+        with self._lock:
+            row = self._leases.get(node)
+            if row is None or not row.held or row.owner != owner or row.epoch != epoch:
+                return False
+            self._leases[node] = _LeaseRow(epoch=row.epoch, held=False)
+            return True
+
+    def get(self, node: str) -> Lease | None:
+        """See :meth:`rightsizer.state.LeaseStore.get`."""
+        with self._lock:
+            row = self._leases.get(node)
+            return self._lease(node, row) if row is not None and row.held else None
+
+    def expired(self, now: datetime) -> list[Lease]:
+        """See :meth:`rightsizer.state.LeaseStore.expired`."""
+        now = _utc(now)
+        with self._lock:
+            return [
+                self._lease(node, row)
+                for node, row in sorted(self._leases.items())
+                if row.held and row.expires_at is not None and row.expires_at <= now
+            ]
+
+    def request_cancel(self, node: str, epoch: int) -> bool:
+        """See :meth:`rightsizer.state.LeaseStore.request_cancel`."""
+        with self._lock:
+            row = self._leases.get(node)
+            if row is None or not row.held or row.epoch != epoch:
+                return False
+            row.cancel_requested = True
+            return True
+
+    # ----------------------------------------------------------------------------- budget slots
+
+    def take_slot(
+        self,
+        group: str,
+        node: str,
+        owner: str,
+        now: datetime,
+        *,
+        max_per_run: int,
+        max_per_group: int,
+        desired: int,
+        min_size: int,
+    ) -> Slot | SlotRefusal:
+        """See :meth:`rightsizer.state.BudgetSlots.take_slot`."""
+        now = _utc(now)
+        with self._lock:
+            existing = self._slots.get(node)
+            if existing is not None:
+                if existing.owner == owner:
+                    return existing
+                return SlotRefusal(
+                    REFUSAL_SLOT_HELD, f"node {node} is already in flight for {existing.owner}"
+                )
+            refusal = slot_refusal(
+                cluster=self._cluster,
+                group=group,
+                in_cluster=len(self._slots),
+                in_group=sum(1 for slot in self._slots.values() if slot.group == group),
+                max_per_run=max_per_run,
+                max_per_group=max_per_group,
+                desired=desired,
+                min_size=min_size,
+            )
+            if refusal is not None:
+                return refusal
+            slot = Slot(cluster=self._cluster, group=group, node=node, owner=owner, taken_at=now)
+            self._slots[node] = slot
+            return slot
+
+    def release_slot(self, node: str, owner: str) -> bool:
+        """See :meth:`rightsizer.state.BudgetSlots.release_slot`."""
+        with self._lock:
+            slot = self._slots.get(node)
+            if slot is None or slot.owner != owner:
+                return False
+            del self._slots[node]
+            return True
+
+    def slots(self) -> list[Slot]:
+        """See :meth:`rightsizer.state.BudgetSlots.slots`."""
+        with self._lock:
+            return sorted_slots(list(self._slots.values()))
+
+    def reap_slots(self, now: datetime) -> list[Slot]:
+        """See :meth:`rightsizer.state.BudgetSlots.reap_slots`."""
+        now = _utc(now)
+        with self._lock:
+            reaped = []
+            for slot in list(self._slots.values()):
+                row = self._leases.get(slot.node)
+                alive = (
+                    row is not None
+                    and row.held
+                    and row.owner == slot.owner
+                    and row.expires_at is not None
+                    and row.expires_at > now
+                )
+                if not alive and self.release_slot(slot.node, slot.owner):
+                    reaped.append(slot)
+            return sorted_slots(reaped)
+
+    # ----------------------------------------------------------------------------------- ledger
+
+    def record(self, entry: LedgerEntry) -> bool:
+        """See :meth:`rightsizer.state.Ledger.record`."""
+        key = (entry.execution_id, entry.entry_id)
+        with self._lock:
+            if key in self._ledger:
+                return False
+            self._ledger[key] = entry
+            return True
+
+    def entries(self, execution_id: str | None = None, node: str | None = None) -> list[LedgerEntry]:
+        """See :meth:`rightsizer.state.Ledger.entries`."""
+        with self._lock:
+            chosen = [
+                entry
+                for entry in self._ledger.values()
+                if (execution_id is None or entry.execution_id == execution_id)
+                and (node is None or entry.node == node)
+            ]
+        return sorted(chosen, key=LedgerEntry.sort_key)
+
+    # -------------------------------------------------------------------------------- workflows
+
+    def save(self, record: WorkflowRecord, expected_version: int) -> WorkflowRecord:
+        """See :meth:`rightsizer.state.WorkflowRecords.save`."""
+        stored = _normalise_record(record, expected_version + 1)
+        with self._lock:
+            current = self._workflows.get(record.execution_id)
+            actual = current.version if current is not None else None
+            if (actual or 0) != expected_version:
+                raise ConflictError(
+                    f"workflow {record.execution_id}: expected version {expected_version}, found {actual}",
+                    expected=expected_version,
+                    actual=actual,
+                )
+            self._workflows[record.execution_id] = stored
+            return stored
+
+    def load(self, execution_id: str) -> WorkflowRecord | None:
+        """See :meth:`rightsizer.state.WorkflowRecords.load`."""
+        with self._lock:
+            return self._workflows.get(execution_id)
+
+    # --------------------------------------------------------------------------------- off-hours
+
+    def save_sizes(self, group: str, sizes: GroupSizes, now: datetime) -> SavedSizes:
+        """See :meth:`rightsizer.state.OffhoursStore.save_sizes`."""
+        now = _utc(now)
+        with self._lock:
+            return self._sizes.setdefault(group, SavedSizes(group=group, sizes=sizes, saved_at=now))
+
+    def get_sizes(self, group: str) -> SavedSizes | None:
+        """See :meth:`rightsizer.state.OffhoursStore.get_sizes`."""
+        with self._lock:
+            return self._sizes.get(group)
+
+    def mark_restore_started(self, group: str, now: datetime) -> SavedSizes | None:
+        """See :meth:`rightsizer.state.OffhoursStore.mark_restore_started`."""
+        now = _utc(now)
+        with self._lock:
+            saved = self._sizes.get(group)
+            if saved is None or saved.restore_started_at is not None:
+                return saved
+            saved = dataclasses.replace(saved, restore_started_at=now)
+            self._sizes[group] = saved
+            return saved
+
+    def forget_sizes(self, group: str) -> bool:
+        """See :meth:`rightsizer.state.OffhoursStore.forget_sizes`."""
+        with self._lock:
+            return self._sizes.pop(group, None) is not None
+
+
+def _normalise_record(record: WorkflowRecord, version: int) -> WorkflowRecord:
+    """The record as a store keeps it: datetimes in UTC, ``version`` set."""
+    return dataclasses.replace(
+        record,
+        started_at=_utc(record.started_at, "started_at"),
+        deadline=_utc(record.deadline, "deadline"),
+        cordoned_at=_utc(record.cordoned_at, "cordoned_at") if record.cordoned_at else None,
+        evicted=tuple(
+            EvictedPod(pod.uid, pod.namespace, pod.name, _utc(pod.grace_deadline, "grace_deadline"))
+            for pod in record.evicted
+        ),
+        version=version,
+    )
