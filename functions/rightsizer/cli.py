@@ -11,7 +11,7 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,9 @@ from typing import Any
 import yaml
 
 from rightsizer.adapters.snapshot_dir import load_snapshot
+from rightsizer.config import Config, load_config
 from rightsizer.domain.errors import ConfigError, RightsizerError
+from rightsizer.domain.model import ClusterSnapshot
 from rightsizer.domain.planner import plan as make_plan
 from rightsizer.domain.policy import Policy, load_policy
 from rightsizer.render import render_plan
@@ -68,17 +70,67 @@ def example_snapshot_dir(name: str = "demo") -> Path:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    """``rightsizer plan``: decide on a snapshot directory; never acts."""
-    if args.config:
-        raise ConfigError("live planning needs the Observe adapters; use --snapshot DIR", field="--config")
-    snapshot = load_snapshot(args.snapshot)
-    policy = read_policy_file(args.policy) if args.policy else Policy()
+    """``rightsizer plan``: decide on a snapshot directory or on live observations; never acts."""
     at = parse_time(args.at) if args.at else None
+    if args.config:
+        config = load_config(args.config)
+        policy = read_policy_file(args.policy) if args.policy else config.policy
+        snapshot = _observe_live(config, policy, at)
+    else:
+        policy = read_policy_file(args.policy) if args.policy else Policy()
+        snapshot = load_snapshot(args.snapshot, node_label=_recorded_node_label(args.snapshot))
     result = make_plan(snapshot, policy, at)
     if args.json:
         _emit_json(result.to_json_dict())
     else:
         print(render_plan(result))
+    return EXIT_OK
+
+
+def _recorded_node_label(directory: str) -> str | None:
+    """``node_label`` recorded in ``snapshot.json`` by ``rightsizer snapshot`` (absent in older ones)."""
+    try:
+        meta = json.loads((Path(directory) / "snapshot.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # load_snapshot reports the file properly
+    label = meta.get("node_label") if isinstance(meta, dict) else None
+    return label if isinstance(label, str) and label else None
+
+
+def _now_on_step(step_seconds: int) -> datetime:
+    """Now, floored to a multiple of the query step: range points and subquery points then coincide,
+    so a snapshot and a live plan of the same instant see the same samples."""
+    now = int(datetime.now(UTC).timestamp())
+    return datetime.fromtimestamp(now - now % step_seconds, UTC)
+
+
+def _observe_live(config: Config, policy: Policy, at: datetime | None) -> ClusterSnapshot:
+    """Observe the configured cluster at ``at`` (default now) into an in-memory ``ClusterSnapshot``
+    whose GPU signals are aggregated in Prometheus (``collect_live``)."""
+    from rightsizer import wiring
+    from rightsizer.services.snapshot import observe
+
+    request = wiring.observe_request(config, policy, at or _now_on_step(config.prometheus.step))
+    observers = wiring.build_observers(config)
+    observation = observe(observers.cluster, observers.inventory, None, request)
+    snapshot = wiring.snapshot_from_observation(observation)
+    return wiring.live_signals(config, policy, snapshot, observers.metrics)
+
+
+def cmd_snapshot(args: argparse.Namespace) -> int:
+    """``rightsizer snapshot``: record the live cluster as a snapshot directory (design §5); never acts."""
+    from rightsizer import wiring
+    from rightsizer.services.snapshot import observe, write_snapshot
+
+    config = load_config(args.config)
+    at = parse_time(args.at) if args.at else _now_on_step(config.prometheus.step)
+    request = wiring.observe_request(config, config.policy, at)
+    observers = wiring.build_observers(config)
+    observation = observe(observers.cluster, observers.inventory, observers.metrics, request)
+    out = write_snapshot(observation, args.out)
+    nodes = len(observation.documents["nodes.json"]["items"])
+    pods = len(observation.documents["pods.json"]["items"])
+    log.info("snapshot of %s at %s: %d nodes, %d pods -> %s", request.cluster, request.at, nodes, pods, out)
     return EXIT_OK
 
 
@@ -111,6 +163,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--at", metavar="TIME", help="decision time, RFC 3339 with offset (default: taken_at)")
     p.add_argument("--json", action="store_true", help="print the Plan JSON document")
     p.set_defaults(func=cmd_plan)
+
+    s = sub.add_parser("snapshot", help="record the live cluster as a snapshot directory (never acts)")
+    s.add_argument("--config", metavar="FILE", required=True, help="the config file (design §5)")
+    s.add_argument("--out", metavar="DIR", required=True, help="new (or empty) directory to write")
+    s.add_argument("--at", metavar="TIME", help="snapshot time, RFC 3339 with offset (default: now)")
+    s.set_defaults(func=cmd_snapshot)
 
     d = sub.add_parser("demo", help="run the main job on the embedded default")
     d.add_argument("--json", action="store_true", help="print the outcome as JSON")

@@ -1,0 +1,278 @@
+"""Use case: observe a cluster through the ports and record what was seen (design §5 snapshot directory).
+
+:func:`observe` reads everything a decision needs — Kubernetes objects, the AWS inventory and the DCGM
+range queries — into an :class:`Observation`: the snapshot directory's documents, in memory. The CLI
+either writes it (:func:`write_snapshot`, ``rightsizer snapshot``) or decodes it straight into a
+``ClusterSnapshot`` (``rightsizer plan --config``); both paths carry the same documents, so a written
+snapshot reproduces the live plan exactly.
+
+Fail closed: a denied preflight or any failed Kubernetes list raises, and no observation (hence no plan
+and no directory) exists. A metric whose answer is unusable is recorded as it came; the decision then
+marks the nodes depending on it ``unknown`` (design §5).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final
+
+from rightsizer.domain.errors import ConfigError, PermanentError
+from rightsizer.domain.model import Node
+from rightsizer.domain.usage import ENERGY, FB_FREE, FB_USED, GPU_UTIL, POWER, PROF_ACTIVE, UP
+from rightsizer.ports import JSON, AccessCheck, ClusterReader, MetricsRangeReader, NodeGroupInventory
+
+__all__ = [
+    "DRA_READ_CHECKS",
+    "KEEP_ENV",
+    "METRICS",
+    "READ_CHECKS",
+    "REDACTED",
+    "TIMESTAMPED_METRICS",
+    "Observation",
+    "ObserveRequest",
+    "kubectl_list",
+    "metric_queries",
+    "observe",
+    "redact",
+    "write_snapshot",
+]
+
+#: Every range query of a snapshot, in file order (design §5 "metrics/<METRIC_NAME>.json").
+METRICS: Final = (GPU_UTIL, PROF_ACTIVE, FB_USED, FB_FREE, POWER, ENERGY, UP)
+#: Activity metrics whose raw sample times are recorded too (``timestamp(<metric>)``, sample age).
+TIMESTAMPED_METRICS: Final = (GPU_UTIL, PROF_ACTIVE)
+#: Env values a snapshot keeps: they say which GPUs a container sees, and carry no secrets.
+KEEP_ENV: Final = frozenset({"NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES"})
+REDACTED: Final = "<redacted>"
+#: ``kubectl apply`` copies the whole object, env values included, into this annotation.
+LAST_APPLIED: Final = "kubectl.kubernetes.io/last-applied-configuration"
+
+READ_CHECKS: Final = tuple(
+    AccessCheck(verb, resource, group=group)
+    for resource, group in (("nodes", ""), ("pods", ""), ("poddisruptionbudgets", "policy"))
+    for verb in ("list", "get")
+)
+DRA_READ_CHECKS: Final = tuple(
+    AccessCheck(verb, resource, group="resource.k8s.io")
+    for resource in ("resourceclaims", "resourceslices")
+    for verb in ("list", "get")
+)
+
+
+@dataclass(frozen=True)
+class ObserveRequest:
+    """What to observe and how.
+
+    Attributes:
+        at: the snapshot instant (aware); metrics cover (at − window_seconds, at].
+        window_seconds: the idle window W in seconds (policy ``idle_window``).
+        step_seconds: query_range step in seconds (config ``prometheus.step``).
+        cluster: the label written to ``snapshot.json`` (EKS cluster name or kubeconfig context).
+        region: AWS region written to ``snapshot.json``.
+        eks_cluster: EKS cluster name for the node group inventory; None skips the inventory (every
+            node is then ``node_group_unknown``: fail safe, nothing is removed).
+        job: restrict every series to this Prometheus scrape job (config ``prometheus.job``).
+        node_label: config ``prometheus.node_label``, recorded in ``snapshot.json`` for the join.
+    """
+
+    at: datetime
+    window_seconds: int
+    step_seconds: int
+    cluster: str
+    region: str
+    eks_cluster: str | None = None
+    job: str | None = None
+    node_label: str | None = None
+
+
+@dataclass(frozen=True)
+class Observation:
+    """The snapshot directory in memory: relative path → JSON document (``snapshot.json`` included)."""
+
+    documents: Mapping[str, Any]
+
+    @property
+    def meta(self) -> JSON:
+        """The ``snapshot.json`` document."""
+        meta: JSON = self.documents["snapshot.json"]
+        return meta
+
+
+def _rfc3339(value: datetime) -> str:
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def _selector(job: str | None) -> str:
+    if not job:
+        return ""
+    escaped = job.replace("\\", "\\\\").replace('"', '\\"')
+    return f'{{job="{escaped}"}}'
+
+
+def metric_queries(job: str | None = None) -> dict[str, str]:
+    """Relative snapshot path → PromQL, for every metric and timestamp file (design §5).
+
+    With ``job`` every series selector gets ``{job="<job>"}``: a second exporter of the same GPUs (or
+    ``up`` of every other scrape target) would otherwise be read as more devices.
+    """
+    sel = _selector(job)
+    queries = {f"metrics/{name}.json": f"{name}{sel}" for name in METRICS}
+    for name in TIMESTAMPED_METRICS:
+        queries[f"metrics/{name}.timestamp.json"] = f"timestamp({name}{sel})"
+    return queries
+
+
+def kubectl_list(items: Iterable[JSON]) -> JSON:
+    """Wrap objects in the ``List`` document ``kubectl get -o json`` prints for several objects."""
+    return {"apiVersion": "v1", "items": list(items), "kind": "List", "metadata": {"resourceVersion": ""}}
+
+
+def _redact_containers(containers: Any) -> None:
+    for container in containers or []:
+        for env in container.get("env") or []:
+            # valueFrom names a Secret/ConfigMap key without its value: kept, it is evidence (BUG-06).
+            if "value" in env and env.get("name") not in KEEP_ENV:
+                env["value"] = REDACTED
+
+
+def redact(obj: JSON) -> JSON:
+    """A copy of a Kubernetes object fit for a snapshot (design §5).
+
+    Drops ``metadata.managedFields`` (bulky, no decision reads it); in pods replaces env values with
+    ``"<redacted>"`` except ``KEEP_ENV`` (``valueFrom`` references are kept) in containers, init and
+    ephemeral containers, and redacts the ``last-applied-configuration`` annotation, which repeats them.
+    Secrets are never read at all.
+    """
+    out = copy.deepcopy(obj)
+    meta = out.get("metadata")
+    if isinstance(meta, dict):
+        meta.pop("managedFields", None)
+        annotations = meta.get("annotations")
+        if isinstance(annotations, dict) and LAST_APPLIED in annotations:
+            annotations[LAST_APPLIED] = REDACTED
+    if out.get("kind") == "Pod":
+        spec = out.get("spec") or {}
+        for key in ("containers", "initContainers", "ephemeralContainers"):
+            _redact_containers(spec.get(key))
+    return out
+
+
+def _instance_ids(nodes: Sequence[JSON]) -> list[str]:
+    ids: list[str] = []
+    for item in nodes:
+        provider = str((item.get("spec") or {}).get("providerID") or "")
+        # Same parsing as the decision uses (Node.instance_id), without validating the whole node.
+        stub = Node.model_validate({"metadata": {"name": "-"}, "spec": {"providerID": provider}})
+        if stub.instance_id:
+            ids.append(stub.instance_id)
+    return sorted(set(ids))
+
+
+def observe(
+    cluster: ClusterReader,
+    inventory: NodeGroupInventory | None,
+    metrics: MetricsRangeReader | None,
+    request: ObserveRequest,
+) -> Observation:
+    """Read the cluster, its node groups and its DCGM metrics into an :class:`Observation`.
+
+    Order: discovery (is ``resource.k8s.io`` served?), one ``SelfSubjectAccessReview`` per read
+    permission, then the Kubernetes lists (⌈N/page⌉ calls each), the AWS inventory for the nodes'
+    instances, and 7 + 2 range queries over (at − W, at] at the configured step.
+
+    Returns:
+        Documents ``snapshot.json``, ``nodes.json``, ``pods.json``, ``pdbs.json`` (kubectl ``List``),
+        ``resourceclaims.json`` / ``resourceslices.json`` only when DRA is served, ``nodegroups.json`` and
+        ``instances.json`` when ``inventory`` and ``request.eks_cluster`` are given, and the metrics files
+        when ``metrics`` is given (the live plan passes None: it aggregates in the server instead).
+
+    Raises:
+        PermanentError: a read permission is denied (names the identity, the verbs and the remedy), or
+            any adapter's permanent failure (401 twice, 403).
+        TransientError: any list, AWS call or query failed for a reason worth retrying.
+    """
+    if request.at.tzinfo is None:
+        raise ValueError("observe() needs an aware datetime")
+    dra = cluster.served_resource_api()
+    checks = READ_CHECKS + (DRA_READ_CHECKS if dra else ())
+    denied = cluster.preflight(checks)
+    if denied:
+        raise PermanentError(
+            f"{cluster.identity()} may not "
+            + ", ".join(c.describe() for c in denied)
+            + ": nothing was read and nothing is decided. Remedy: bind the ClusterRole rightsizer-read "
+            "(infra/k8s/rbac.yaml) to the identity's group (EKS access entry group rightsizer-read)."
+        )
+    nodes = cluster.list_nodes()
+    documents: dict[str, Any] = {
+        "snapshot.json": {
+            "taken_at": _rfc3339(request.at),
+            "window_seconds": request.window_seconds,
+            "step_seconds": request.step_seconds,
+            "cluster": request.cluster,
+            "region": request.region,
+        },
+        "nodes.json": kubectl_list(redact(n) for n in nodes),
+        "pods.json": kubectl_list(redact(p) for p in cluster.list_pods()),
+        "pdbs.json": kubectl_list(redact(p) for p in cluster.list_pdbs()),
+    }
+    if request.node_label:
+        # Not in the contract's field list; the loader ignores unknown fields, plan --snapshot reads it.
+        documents["snapshot.json"]["node_label"] = request.node_label
+    if dra:
+        documents["resourceclaims.json"] = kubectl_list(redact(c) for c in cluster.list_resource_claims())
+        documents["resourceslices.json"] = kubectl_list(redact(s) for s in cluster.list_resource_slices())
+    if inventory is not None and request.eks_cluster:
+        ids = _instance_ids(nodes)
+        documents["nodegroups.json"] = inventory.describe(ids, request.eks_cluster)
+        documents["instances.json"] = inventory.describe_instances(ids)
+    if metrics is not None:
+        end = float(int(request.at.timestamp()))
+        # Prometheus includes both ends of [start, end]; the window (at − W, at] excludes its left end.
+        start = end - request.window_seconds + request.step_seconds
+        for path, expr in metric_queries(request.job).items():
+            answer = metrics.query_range_raw(expr, start, end, float(request.step_seconds))
+            documents[path] = json.loads(answer) if isinstance(answer, bytes | bytearray) else answer
+    return Observation(documents)
+
+
+def write_snapshot(observation: Observation, out: str | Path) -> Path:
+    """Write the observation as a snapshot directory at ``out``, atomically.
+
+    Files go to a temporary directory beside ``out`` which is then renamed onto it, so ``out`` either
+    does not exist or holds a complete snapshot — never half of one. An existing empty ``out`` is
+    replaced.
+
+    Raises:
+        ConfigError: ``out`` exists and is not an empty directory (names ``--out``).
+    """
+    target = Path(out)
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise ConfigError(f"{target} exists and is not an empty directory", field="--out")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    try:
+        for relative, document in sorted(observation.documents.items()):
+            path = staging / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with path.open("w", encoding="utf-8") as fh:
+                json.dump(document, fh, indent=2, ensure_ascii=False)
+                fh.write("\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+        # The directory keeps mkdtemp's 0700: a snapshot names every node, pod and instance; sharing
+        # it is the operator's deliberate act.
+        # rename(2) replaces an empty directory atomically; a non-empty one was refused above.
+        os.replace(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return target

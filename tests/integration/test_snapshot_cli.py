@@ -1,0 +1,407 @@
+"""``rightsizer snapshot`` and ``rightsizer plan --config`` against real servers.
+
+The Kubernetes API double (HTTP), a moto server (EKS, Auto Scaling, EC2) and a real Prometheus 2.x with
+backfilled DCGM series (``tests/support/prometheus_server.py``). The end-to-end test checks the contract
+that makes snapshots useful: ``snapshot`` + ``plan --snapshot`` decides exactly like ``plan --config`` on
+the same data (the live plan aggregates in Prometheus with ``collect_live``; the snapshot records
+``query_range`` matrices and interprets them offline).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from botocore.credentials import ReadOnlyCredentials
+
+from rightsizer.adapters.eks_auth import EksTokenSource
+from rightsizer.adapters.kubernetes import KubernetesCluster
+from rightsizer.adapters.snapshot_dir import load_snapshot
+from rightsizer.cli import main
+from rightsizer.domain.errors import ConfigError
+from rightsizer.services.snapshot import (
+    METRICS,
+    Observation,
+    ObserveRequest,
+    metric_queries,
+    observe,
+    write_snapshot,
+)
+from rightsizer.testing.k8s_double import KubernetesDouble
+from rightsizer.testing.moto_eks import BuiltCluster, MotoServer
+from tests.builders import AT, STEP, WINDOW, gpu_node, pdb, pod, rfc
+
+if TYPE_CHECKING:
+    from tests.support.prometheus_server import PrometheusServer, Sample
+
+pytest_plugins = ["tests.support.moto_fixtures", "tests.support.prometheus_server"]
+pytestmark = pytest.mark.integration
+
+END = AT.timestamp()
+JOB = "dcgm-exporter"
+RAW_TIMES = [END - WINDOW - 900 + 7 + 15.0 * k for k in range(int((WINDOW + 900) / 15))]
+NODES = {"gpu-idle": 0.0, "gpu-busy": 85.0, "gpu-idle-2": 0.0}  # node → GPU utilization %
+
+
+# ------------------------------------------------------------------------------------------ fixtures
+
+
+@pytest.fixture
+def double() -> Iterator[KubernetesDouble]:
+    with KubernetesDouble(seed=7, resource_api_versions=None) as d:
+        yield d
+
+
+def node_ip(index: int) -> str:
+    return f"10.0.{index}.5"
+
+
+def seed_cluster(double: KubernetesDouble, instance_ids: tuple[str, ...]) -> None:
+    """Three g5.2xlarge nodes of node group gpu-a10g backed by the moto instances, with workloads."""
+    for index, (name, instance_id) in enumerate(zip(NODES, instance_ids, strict=False)):
+        double.add_node(
+            gpu_node(
+                name,
+                instance_type="g5.2xlarge",
+                gpus=1,
+                instance_id=instance_id,
+                ip=node_ip(index),
+                created=AT - timedelta(days=3),
+            )
+        )
+    secret_env = [
+        {"name": "API_KEY", "value": "s3cr3t-value"},
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
+        {"name": "CUDA_VISIBLE_DEVICES", "value": "0"},
+        {"name": "DB_PASSWORD", "valueFrom": {"secretKeyRef": {"name": "db", "key": "password"}}},
+    ]
+    trainer = pod("trainer-0", "gpu-busy", namespace="ml", gpus=1, env=secret_env)
+    trainer["metadata"]["managedFields"] = [{"manager": "kubectl", "operation": "Update"}]
+    trainer["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"] = json.dumps(
+        {"spec": {"containers": [{"env": [{"name": "API_KEY", "value": "s3cr3t-value"}]}]}}
+    )
+    trainer["spec"]["initContainers"] = [{"name": "init", "env": [{"name": "TOKEN", "value": "s3cr3t-init"}]}]
+    double.add_pod(trainer)
+    double.add_pod(pod("web-0", "gpu-idle", namespace="web"))
+    double.add_pdb(pdb("trainer", "ml", {"app": "trainer"}, allowed=1))
+
+
+def dcgm_families() -> dict[str, list[tuple[dict[str, str], list[Sample]]]]:
+    """Raw DCGM scrapes every 15 s over W + 15 min before ``AT`` for one A10G per node, plus ``up``."""
+    families: dict[str, list[tuple[dict[str, str], list[Sample]]]] = {}
+    for index, (name, util) in enumerate(NODES.items()):
+        base = {
+            "gpu": "0",
+            "UUID": f"GPU-{index:08d}-0000-0000-0000-000000000000",
+            "modelName": "NVIDIA A10G",
+            "Hostname": name,
+            "instance": f"{node_ip(index)}:9400",
+            "job": JOB,
+        }
+        busy = util > 0
+        values = {
+            "DCGM_FI_DEV_GPU_UTIL": lambda _t, u=util: u,
+            "DCGM_FI_DEV_FB_USED": lambda _t, b=busy: 15000.0 if b else 300.0,
+            "DCGM_FI_DEV_FB_FREE": lambda _t, b=busy: 7000.0 if b else 21700.0,
+            "DCGM_FI_DEV_POWER_USAGE": lambda _t, b=busy: 180.0 if b else 27.0,
+            "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": lambda t: 9.8e10 + (t - RAW_TIMES[0]) * 27_000.0,
+        }
+        for metric, value in values.items():
+            families.setdefault(metric, []).append((base, [(t, value(t)) for t in RAW_TIMES]))
+        families.setdefault("up", []).append(
+            ({"instance": f"{node_ip(index)}:9400", "job": JOB}, [(t, 1.0) for t in RAW_TIMES])
+        )
+    return families
+
+
+@pytest.fixture
+def prometheus(prometheus_factory: Any) -> PrometheusServer:
+    server: PrometheusServer = prometheus_factory(dcgm_families())
+    return server
+
+
+def write_config(
+    tmp_path: Path, double: KubernetesDouble, moto: MotoServer, prom_url: str, cluster: str
+) -> Path:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: double\n"
+        f"clusters:\n- name: double\n  cluster:\n    server: {double.base_url}\n"
+        "users:\n- name: rightsizer\n  user:\n    token: local-test-token\n"
+        "contexts:\n- name: double\n  context:\n    cluster: double\n    user: rightsizer\n",
+        encoding="utf-8",
+    )
+    config = tmp_path / "rightsizer.yaml"
+    config.write_text(
+        f"cluster:\n  name: {cluster}\n  context: double\n  kubeconfig: {kubeconfig}\n"
+        f"prometheus:\n  url: {prom_url}\n  step: {STEP}s\n  job: {JOB}\n"
+        f"aws:\n  region: us-east-1\n  endpoint_url: {moto.endpoint_url}\n",
+        encoding="utf-8",
+    )
+    return config
+
+
+def static_tokens() -> EksTokenSource:
+    return EksTokenSource("c", "us-east-1", lambda: ReadOnlyCredentials("AKIDEXAMPLE", "secret", None))
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# ---------------------------------------------------------------------------------------- end to end
+
+
+def test_snapshot_then_plan_reproduces_the_live_plan(
+    tmp_path: Path,
+    double: KubernetesDouble,
+    moto_server: MotoServer,
+    gpu_cluster: BuiltCluster,
+    prometheus: PrometheusServer,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # GIVEN a cluster on the double whose nodes are the moto node group's instances, and DCGM history
+    seed_cluster(double, gpu_cluster.nodegroups["gpu-a10g"].instance_ids)
+    config = write_config(tmp_path, double, moto_server, prometheus.url, gpu_cluster.cluster)
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("max_nodes_per_run: 10\nmax_nodes_per_node_group: 10\ncooldown: 0s\n", encoding="utf-8")
+    out = tmp_path / "snap"
+
+    # WHEN the cluster is snapshotted, planned from the snapshot, and planned live, all at AT
+    code, _, err = run(["snapshot", "--config", str(config), "--out", str(out), "--at", rfc(AT)], capsys)
+    assert code == 0, err
+    code, from_snapshot, err = run(
+        ["plan", "--snapshot", str(out), "--policy", str(policy), "--at", rfc(AT), "--json"], capsys
+    )
+    assert code == 0, err
+    code, live, err = run(
+        ["plan", "--config", str(config), "--policy", str(policy), "--at", rfc(AT), "--json"], capsys
+    )
+    assert code == 0, err
+
+    # THEN both plans are the same document
+    snap_doc, live_doc = json.loads(from_snapshot), json.loads(live)
+    assert live_doc == snap_doc
+
+    # AND the equality is not vacuous: inventory, metrics and verdicts all made it through
+    rows = {n["node"]: n for n in live_doc["nodes"]}
+    assert set(rows) == set(NODES)
+    ids = gpu_cluster.nodegroups["gpu-a10g"].instance_ids
+    assert [rows[name]["instance_id"] for name in NODES] == list(ids)
+    assert {r["node_group"] for r in rows.values()} == {"gpu-a10g"}
+    assert rows["gpu-idle-2"]["verdict"] == "idle", rows["gpu-idle-2"]
+    assert rows["gpu-busy"]["gpu_activity_max_pct"] == 85.0
+    assert rows["gpu-busy"]["verdict"] != "idle"
+    assert any(a["kind"] == "scale_in" and a["node"] == "gpu-idle-2" for a in live_doc["actions"])
+
+    # AND the directory is the design §5 layout
+    names = sorted(p.relative_to(out).as_posix() for p in out.rglob("*.json"))
+    assert names == sorted(
+        [
+            "snapshot.json",
+            "nodes.json",
+            "pods.json",
+            "pdbs.json",
+            "nodegroups.json",
+            "instances.json",
+            *(p for p in metric_queries()),
+        ]
+    )
+    meta = json.loads((out / "snapshot.json").read_text())
+    assert meta == {
+        "taken_at": rfc(AT),
+        "window_seconds": WINDOW,
+        "step_seconds": STEP,
+        "cluster": gpu_cluster.cluster,
+        "region": "us-east-1",
+    }
+    nodes = json.loads((out / "nodes.json").read_text())
+    assert (nodes["kind"], nodes["apiVersion"]) == ("List", "v1")
+    util = json.loads((out / "metrics/DCGM_FI_DEV_GPU_UTIL.json").read_text())
+    assert util["status"] == "success" and util["data"]["resultType"] == "matrix"
+    assert len(util["data"]["result"][0]["values"]) == WINDOW // STEP
+    assert util["data"]["result"][0]["values"][-1][0] == END  # (at − W, at]: right end included
+    assert not (out / "resourceclaims.json").exists()  # DRA not served
+    assert load_snapshot(out).inventory.known
+
+
+def test_snapshot_redacts_env_values_and_drops_managed_fields(
+    tmp_path: Path,
+    double: KubernetesDouble,
+    moto_server: MotoServer,
+    gpu_cluster: BuiltCluster,
+    prometheus: PrometheusServer,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    seed_cluster(double, gpu_cluster.nodegroups["gpu-a10g"].instance_ids)
+    config = write_config(tmp_path, double, moto_server, prometheus.url, gpu_cluster.cluster)
+    out = tmp_path / "snap"
+
+    code, _, err = run(["snapshot", "--config", str(config), "--out", str(out), "--at", rfc(AT)], capsys)
+    assert code == 0, err
+
+    pods = {p["metadata"]["name"]: p for p in json.loads((out / "pods.json").read_text())["items"]}
+    env = {e["name"]: e for e in pods["trainer-0"]["spec"]["containers"][0]["env"]}
+    assert env["API_KEY"]["value"] == "<redacted>"
+    assert env["NVIDIA_VISIBLE_DEVICES"]["value"] == "all"
+    assert env["CUDA_VISIBLE_DEVICES"]["value"] == "0"
+    assert env["DB_PASSWORD"] == {
+        "name": "DB_PASSWORD",
+        "valueFrom": {"secretKeyRef": {"name": "db", "key": "password"}},
+    }
+    assert pods["trainer-0"]["spec"]["initContainers"][0]["env"][0]["value"] == "<redacted>"
+    everything = "".join(p.read_text() for p in out.rglob("*.json"))
+    assert "s3cr3t" not in everything
+    assert "managedFields" not in everything
+    assert not [r for r in double.requests if "secrets" in r.path]  # Secrets are never read
+
+
+def test_dra_objects_are_written_only_when_served(
+    tmp_path: Path, double: KubernetesDouble, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a cluster serving resource.k8s.io v1beta1 (no AWS inventory, no metrics needed)
+    double.set_resource_api_versions(["v1beta1"])
+    double.add_node(gpu_node("gpu-0", instance_type="g5.2xlarge", gpus=1))
+    reader = KubernetesCluster.for_eks(double.base_url, static_tokens(), page_size=2)
+    request = ObserveRequest(at=AT, window_seconds=WINDOW, step_seconds=STEP, cluster="c", region="us-east-1")
+
+    observation = observe(reader, None, _NoMetrics(), request)
+
+    assert observation.documents["resourceclaims.json"]["items"] == []
+    assert observation.documents["resourceslices.json"]["kind"] == "List"
+    double.set_resource_api_versions(None)
+    reader = KubernetesCluster.for_eks(double.base_url, static_tokens())
+    assert "resourceclaims.json" not in observe(reader, None, _NoMetrics(), request).documents
+
+
+# -------------------------------------------------------------------------------------- atomic write
+
+
+def test_a_failed_write_leaves_nothing_behind(tmp_path: Path) -> None:
+    # GIVEN an observation whose last document cannot be serialized
+    docs = {"snapshot.json": {"taken_at": rfc(AT)}, "nodes.json": {"items": []}, "pods.json": {1j: 1}}
+    out = tmp_path / "snap"
+
+    # WHEN writing fails part-way THEN neither the directory nor a staging directory remains
+    with pytest.raises(TypeError):
+        write_snapshot(Observation(docs), out)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_write_refuses_a_non_empty_target_and_replaces_an_empty_one(tmp_path: Path) -> None:
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "keep.txt").write_text("mine")
+    with pytest.raises(ConfigError, match="--out"):
+        write_snapshot(Observation({"snapshot.json": {}}), taken)
+    assert (taken / "keep.txt").read_text() == "mine"
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    write_snapshot(Observation({"snapshot.json": {}, "metrics/up.json": {}}), empty)
+    assert sorted(p.name for p in empty.rglob("*.json")) == ["snapshot.json", "up.json"]
+
+
+def test_a_failing_source_writes_no_directory(
+    tmp_path: Path,
+    double: KubernetesDouble,
+    moto_server: MotoServer,
+    gpu_cluster: BuiltCluster,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # GIVEN Prometheus is unreachable (nothing listens on the configured URL)
+    seed_cluster(double, gpu_cluster.nodegroups["gpu-a10g"].instance_ids)
+    config = write_config(tmp_path, double, moto_server, "http://127.0.0.1:9", gpu_cluster.cluster)
+    out = tmp_path / "snap"
+
+    code, _, err = run(["snapshot", "--config", str(config), "--out", str(out), "--at", rfc(AT)], capsys)
+
+    assert code == 1, err
+    assert not out.exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".snap")]
+
+
+# ------------------------------------------------------------------------------- fail closed, exit 2
+
+
+def test_denied_read_permission_fails_closed_naming_identity_and_verb(
+    tmp_path: Path,
+    double: KubernetesDouble,
+    moto_server: MotoServer,
+    gpu_cluster: BuiltCluster,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    seed_cluster(double, gpu_cluster.nodegroups["gpu-a10g"].instance_ids)
+    double.deny("list", "pods")
+    config = write_config(tmp_path, double, moto_server, "http://127.0.0.1:9", gpu_cluster.cluster)
+    out = tmp_path / "snap"
+
+    code, stdout, err = run(["snapshot", "--config", str(config), "--out", str(out)], capsys)
+    assert code == 1
+    assert "kubeconfig context double (user rightsizer) may not list pods" in err
+    assert not out.exists()
+    assert not [r for r in double.requests if r.path == "/api/v1/nodes"]  # nothing read before preflight
+
+    code, stdout, err = run(["plan", "--config", str(config), "--json"], capsys)
+    assert code == 1 and stdout == ""
+    assert "may not list pods" in err
+
+
+@pytest.mark.parametrize(
+    ("body", "key"),
+    [
+        ("cluster:\n  name: c\nprometheus:\n  urll: http://x\n", "prometheus.urll"),
+        ("cluster:\n  name: c\nprometheus:\n  step: 2h\n", "<root>"),
+        ("prometheus:\n  url: http://x\n", "cluster"),
+    ],
+)
+def test_bad_config_exits_2_naming_file_and_key(
+    tmp_path: Path, body: str, key: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "bad.yaml"
+    config.write_text(body, encoding="utf-8")
+    for argv in (
+        ["snapshot", "--config", str(config), "--out", str(tmp_path / "o")],
+        ["plan", "--config", str(config)],
+    ):
+        code, stdout, err = run(argv, capsys)
+        assert code == 2, err
+        assert str(config) in err and key in err
+        assert stdout == ""
+    assert not (tmp_path / "o").exists()
+
+
+def test_snapshot_and_config_are_mutually_exclusive_for_plan(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        main(["plan", "--snapshot", "a", "--config", "b"])
+    assert caught.value.code == 2
+
+
+# ------------------------------------------------------------------------------------------- helpers
+
+
+class _NoMetrics:
+    """A metrics port that answers every query with an empty matrix."""
+
+    def query_range_raw(self, expr: str, start: float, end: float, step: float) -> dict[str, Any]:
+        assert expr.split("{")[0].removeprefix("timestamp(").rstrip(")") in METRICS
+        return {"status": "success", "data": {"resultType": "matrix", "result": []}}
+
+
+def test_metric_queries_filter_by_job_and_cover_the_contract() -> None:
+    queries = metric_queries('gpu "ops"')
+    assert queries["metrics/up.json"] == 'up{job="gpu \\"ops\\""}'
+    assert (
+        queries["metrics/DCGM_FI_DEV_GPU_UTIL.timestamp.json"]
+        == 'timestamp(DCGM_FI_DEV_GPU_UTIL{job="gpu \\"ops\\""})'
+    )
+    assert set(metric_queries()) == {f"metrics/{m}.json" for m in METRICS} | {
+        "metrics/DCGM_FI_DEV_GPU_UTIL.timestamp.json",
+        "metrics/DCGM_FI_PROF_GR_ENGINE_ACTIVE.timestamp.json",
+    }
