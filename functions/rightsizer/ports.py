@@ -10,6 +10,7 @@ ports, unchanged.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any, NamedTuple, Protocol
 
 JSON = dict[str, Any]
@@ -108,4 +109,106 @@ class NodeGroupInventory(Protocol):
 
     def describe_instances(self, instance_ids: Sequence[str]) -> JSON:
         """The ``instances.json`` document (``{"Reservations": [EC2 DescribeInstances …]}``)."""
+        ...
+
+
+# --------------------------------------------------------------------------------------------------
+# Act (design §4): writes to Kubernetes and AWS, fresh decisions, workflow starters
+# --------------------------------------------------------------------------------------------------
+
+
+class EvictionOutcome(NamedTuple):
+    """What policy/v1 Eviction answered for one pod (design §4 "Evict").
+
+    ``status``: ``accepted`` (201), ``gone`` (404), ``uid_mismatch`` (409: the UID precondition failed, the
+    pod with that UID is gone), ``blocked`` (429: a PodDisruptionBudget allows no disruption now),
+    ``error`` (500, e.g. the pod is matched by several PodDisruptionBudgets). ``message`` is the API
+    server's Status message (PDB name and counts for 429); ``retry_after`` seconds when the server said.
+    """
+
+    status: str
+    message: str = ""
+    retry_after: float | None = None
+
+
+class ClusterWriter(Protocol):
+    """Uncached reads and the few writes a drain makes (RBAC group ``rightsizer``).
+
+    Raises (every method):
+        PermanentError: 401 after one token refresh, 403 (names identity and verb), validation errors.
+        TransientError: 429 on non-eviction calls, 5xx, timeouts.
+        StalePlan: 409 Conflict on a node write (someone else changed the node; re-read and re-check).
+    """
+
+    def get_node(self, name: str) -> JSON | None:
+        """The Node named exactly ``name`` (uncached GET), or None when it does not exist."""
+        ...
+
+    def list_pods_on_node(self, node: str) -> list[JSON]:
+        """Pods bound to ``node`` (``fieldSelector=spec.nodeName=<node>``, uncached, all namespaces)."""
+        ...
+
+    def list_pdbs(self) -> list[JSON]:
+        """policy/v1 PodDisruptionBudgets of all namespaces (uncached)."""
+        ...
+
+    def get_pod(self, namespace: str, name: str) -> JSON | None:
+        """The pod (uncached GET), or None on 404."""
+        ...
+
+    def cordon(self, node: str, execution_id: str, at: str) -> JSON:
+        """Set ``spec.unschedulable=true`` and annotate ``rightsizer.io/cordoned-by=<execution_id>``,
+        ``rightsizer.io/cordoned-at=<at>`` (RFC 3339 UTC) in one patch guarded by the node's
+        ``resourceVersion``; returns the patched Node. A no-op when the node already carries our
+        annotation for this execution."""
+        ...
+
+    def uncordon(self, node: str, execution_id: str) -> bool:
+        """Undo our cordon — only when ``rightsizer.io/cordoned-by`` equals ``execution_id``: clear
+        ``spec.unschedulable`` and remove both annotations. True when uncordoned now; False when the node
+        is gone or the cordon is not ours (never uncordon a node a person cordoned)."""
+        ...
+
+    def evict(self, namespace: str, name: str, uid: str) -> EvictionOutcome:
+        """POST policy/v1 Eviction for the pod with ``deleteOptions.preconditions.uid=<uid>``."""
+        ...
+
+    def emit_event(self, node: str, reason: str, message: str, *, warning: bool = False) -> None:
+        """Record a core/v1 Event on the Node (source ``rightsizer``); best effort, never raises."""
+        ...
+
+
+class NodeScaler(Protocol):
+    """Auto Scaling group membership, sizes and targeted scale-in (design §4 "Remove")."""
+
+    def find_group(self, instance_id: str) -> str | None:
+        """The Auto Scaling group of the instance (DescribeAutoScalingInstances), None when standalone."""
+        ...
+
+    def group_sizes(self, asg_name: str) -> tuple[int, int, int, frozenset[str]]:
+        """(MinSize, DesiredCapacity, MaxSize, InService instance ids) of the group, read fresh."""
+        ...
+
+    def terminate(self, asg_name: str, instance_id: str) -> tuple[int, int, bool]:
+        """``TerminateInstanceInAutoScalingGroup(ShouldDecrementDesiredCapacity=True)`` for exactly that
+        instance, after checking DesiredCapacity − 1 ≥ MinSize; returns (desired before, desired after,
+        already done). Never followed by UpdateNodegroupConfig."""
+        ...
+
+
+class Assessor(Protocol):
+    """A fresh decision about one node, from live data (used by validate and revalidate)."""
+
+    def assess_node(self, node: str, now: datetime) -> Any:
+        """The node's ``NodeReport`` in a plan made now (``rightsizer.domain.plan.NodeReport``), or None
+        when the node is not a GPU node of the cluster."""
+        ...
+
+
+class WorkflowStarter(Protocol):
+    """Starts drain workflows: Step Functions in production, the in-process runner elsewhere (design §2)."""
+
+    def start(self, request: Any) -> str:
+        """Start a drain for ``request`` (``rightsizer.services.drain.DrainRequest``); returns the
+        execution id. Starting the same execution id twice is a no-op returning that id."""
         ...
