@@ -30,9 +30,9 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Final, Literal, Protocol, runtime_checkable
+from typing import Any, Final, Literal, Protocol, runtime_checkable
 
 from rightsizer.domain.errors import StalePlan
 
@@ -398,6 +398,8 @@ class WorkflowRecord:
         cordoned_at: when our cordon was applied (``None`` before).
         evicted: pods evicted so far, by UID, with their grace deadlines.
         lease_epoch: the lease epoch this execution holds, for renew/release after a resume.
+        details: JSON-serialisable facts the steps carry between invocations (node group, pod UIDs seen
+            at validation, eviction attempts per UID, dry run, savings); stored as one JSON document.
         version: optimistic-concurrency version; 0 = never saved. Set by the store on save.
     """
 
@@ -411,6 +413,7 @@ class WorkflowRecord:
     cordoned_at: datetime | None = None
     evicted: tuple[EvictedPod, ...] = ()
     lease_epoch: int | None = None
+    details: dict[str, Any] = field(default_factory=dict)
     version: int = 0
 
 

@@ -711,3 +711,18 @@ def test_property_take_release_never_exceed_the_limits(
             held_in_group = sum(1 for slot in after if slot.group == name)
             assert held_in_group <= max_per_group
             assert desired - held_in_group >= min_size
+
+
+def test_workflow_record_details_round_trip_and_are_not_shared(store: StateStore) -> None:
+    details = {
+        "asg": "eks-gpu-a10g",
+        "validated_pods": ["uid-1", "uid-2"],
+        "attempts": {"uid-1": 2},
+        "dry_run": False,
+    }
+    store.save(record(details=details), expected_version=0)
+    loaded = store.load("exec-k")
+    assert loaded is not None and loaded.details == details
+    loaded.details["attempts"]["uid-1"] = 99
+    again = store.load("exec-k")
+    assert again is not None and again.details["attempts"] == {"uid-1": 2}

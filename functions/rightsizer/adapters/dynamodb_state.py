@@ -41,6 +41,7 @@ throttling); errors leave this module as the taxonomy of :mod:`rightsizer.domain
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -692,6 +693,7 @@ class DynamoDbState:
             item["cordoned_at"] = _s(_iso(require_aware(record.cordoned_at, "cordoned_at")))
         if record.lease_epoch is not None:
             item["lease_epoch"] = _n(record.lease_epoch)
+        item["details"] = _s(json.dumps(record.details, sort_keys=True, separators=(",", ":")))
         try:
             with _translated("PutItem", self._table, _CONDITION_FAILED):
                 if expected_version == 0:
@@ -742,6 +744,7 @@ class DynamoDbState:
             cordoned_at=_opt_time(item, "cordoned_at"),
             evicted=evicted,
             lease_epoch=None if epoch is None else int(epoch["N"]),
+            details=json.loads(item["details"]["S"]) if "details" in item else {},
             version=_get_int(item, "version"),
         )
 

@@ -8,6 +8,7 @@ write or transaction is in DynamoDB, and the store is safe to share between thre
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import threading
 from dataclasses import dataclass
@@ -262,7 +263,8 @@ class FakeState:
     def load(self, execution_id: str) -> WorkflowRecord | None:
         """See :meth:`rightsizer.state.WorkflowRecords.load`."""
         with self._lock:
-            return self._workflows.get(execution_id)
+            record = self._workflows.get(execution_id)
+            return None if record is None else dataclasses.replace(record, details=copy.deepcopy(record.details))
 
     # --------------------------------------------------------------------------------- off-hours
 
@@ -298,6 +300,7 @@ def _normalise_record(record: WorkflowRecord, version: int) -> WorkflowRecord:
     """The record as a store keeps it: datetimes in UTC, ``version`` set."""
     return dataclasses.replace(
         record,
+        details=copy.deepcopy(record.details),
         started_at=_utc(record.started_at, "started_at"),
         deadline=_utc(record.deadline, "deadline"),
         cordoned_at=_utc(record.cordoned_at, "cordoned_at") if record.cordoned_at else None,
