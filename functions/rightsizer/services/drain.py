@@ -1,0 +1,555 @@
+"""The drain workflow (design §4): validate → cordon → revalidate → evict → wait → remove → verify.
+
+Each step is a small idempotent function over the ports. It loads the persisted ``WorkflowRecord``,
+re-checks its preconditions on fresh state (a plan is a hint, not an order), acts at most once, saves the
+record *before* returning, and names the next step. The in-process runner (CLI, demo, tests) and the Step
+Functions state machine (Lambda ``drain``) both call :meth:`DrainWorkflow.step`, so a drain that outlives
+one Lambda invocation resumes where it stopped (BUG-32). Any failure after the cordon rolls back: our
+cordon is undone, nothing is scaled, and the reason is recorded (BUG-14, BUG-21, BUG-31).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from rightsizer.domain.catalog import HOURS_PER_MONTH
+from rightsizer.domain.errors import PermanentError, RightsizerError, StalePlan, TransientError
+from rightsizer.domain.model import ANN_CORDONED_BY, Node, Pod, PodDisruptionBudget
+from rightsizer.domain.plan import NodeReport
+from rightsizer.domain.pods import PodContext, classify_pods
+from rightsizer.domain.policy import Policy
+from rightsizer.domain.verdicts import BUSY_CODES, EXCLUDED_CODES, PROTECTED_CODES, UNKNOWN_CODES, code_of
+from rightsizer.ports import Assessor, ClusterWriter, EvictionOutcome, NodeScaler
+from rightsizer.state import EvictedPod, LedgerEntry, StateStore, WorkflowRecord, lease_ttl_seconds
+
+log = logging.getLogger(__name__)
+
+STEPS = ("validate", "cordon", "revalidate", "evict", "wait", "remove", "verify")
+FINAL_STATUSES = frozenset({"succeeded", "abandoned", "rolled_back", "failed", "dry_run"})
+EVICTION_ERROR_RETRIES = 3
+EVICTION_CONCURRENCY = 8
+EVICT_MARGIN_S = 60
+POLL_S = 5.0
+
+# Reasons a candidate may carry and still be drained: the budget is re-checked by the slot, our own
+# cordon is what the workflow itself did. Off-hours drains are also exempt from cooldown and windows.
+_BUDGET_ONLY = frozenset({"disruption_budget_exhausted", "in_flight"})
+_OFFHOURS_EXEMPT = _BUDGET_ONLY | {"cooldown", "outside_disruption_window", "node_group_at_min_size"}
+
+
+@dataclass(frozen=True)
+class DrainRequest:
+    """Drain ``node`` and remove its instance; ``trigger`` says who asked (``schedule``, ``alert:<fp>``,
+    ``offhours:<group>``, ``cli``). ``offhours`` exempts the drain from ``max_nodes_per_*``, cooldown and
+    disruption windows (design §4: the schedule is the operator's window). Savings in USD per hour."""
+
+    node: str
+    execution_id: str
+    trigger: str = "schedule"
+    hourly_savings_usd: float | None = None
+    offhours: bool = False
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """The outcome of one step: ``next_step`` None when the workflow ended with ``status``; otherwise run
+    ``next_step`` after ``wait_seconds`` (the Step Functions Wait state, or a sleep in-process)."""
+
+    execution_id: str
+    step: str
+    next_step: str | None
+    status: str
+    wait_seconds: float = 0.0
+    message: str = ""
+
+    @property
+    def finished(self) -> bool:
+        """True when the workflow ended."""
+        return self.next_step is None
+
+
+@dataclass
+class DrainDeps:
+    """What the workflow talks to. ``clock`` returns an aware UTC now; ``dry_run`` True validates and
+    records what would happen without touching the cluster or AWS."""
+
+    cluster: ClusterWriter
+    scaler: NodeScaler
+    assessor: Assessor
+    state: StateStore
+    policy: Policy
+    dry_run: bool = True
+    clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
+
+
+def is_candidate(report: NodeReport | None, execution_id: str, *, offhours: bool) -> tuple[bool, list[str]]:
+    """Whether a fresh report still allows draining: no excluded, unknown or busy reason, and no protection
+    but those the workflow re-checks itself (the budget slot, our own cordon; for off-hours drains also
+    cooldown, disruption windows and MinSize, design §4).
+
+    Returns:
+        (allowed, the reasons that forbid it).
+    """
+    if report is None:
+        return False, ["not_a_gpu_node"]
+    allowed = _OFFHOURS_EXEMPT if offhours else _BUDGET_ONLY
+    blocking = []
+    for reason in report.reasons:
+        code = code_of(reason)
+        if code == "in_flight":
+            if not reason.endswith(f":{execution_id}"):
+                blocking.append(reason)
+        elif (
+            code in EXCLUDED_CODES
+            or code in UNKNOWN_CODES
+            or code in BUSY_CODES
+            or (code in PROTECTED_CODES and code not in allowed)
+        ):
+            blocking.append(reason)
+    return not blocking, blocking
+
+
+class DrainWorkflow:
+    """Runs drain steps for one cluster; every method is safe to call again after a crash."""
+
+    def __init__(self, deps: DrainDeps) -> None:
+        self.deps = deps
+
+    # ------------------------------------------------------------------------------------ helpers
+
+    @property
+    def _ttl(self) -> int:
+        return lease_ttl_seconds(timedelta(seconds=self.deps.policy.drain_timeout))
+
+    def _now(self) -> datetime:
+        return self.deps.clock().astimezone(UTC)
+
+    def _save(self, record: WorkflowRecord, **changes: Any) -> WorkflowRecord:
+        return self.deps.state.save(replace(record, **changes), expected_version=record.version)
+
+    def _ledger(
+        self, record: WorkflowRecord, step: str, result: str, reason: str, *, savings: bool = False
+    ) -> None:
+        hourly = record.details.get("hourly_savings_usd") if savings else None
+        self.deps.state.record(
+            LedgerEntry(
+                execution_id=record.execution_id,
+                node=record.node,
+                instance_id=record.instance_id,
+                node_group=record.details.get("node_group"),
+                kind="scale_in",
+                step=step,
+                result=result,  # type: ignore[arg-type]
+                reason=reason,
+                hourly_savings_usd=hourly,
+                monthly_savings_usd=None if hourly is None else hourly * HOURS_PER_MONTH,
+                at=self._now(),
+            )
+        )
+
+    def _renew(self, record: WorkflowRecord) -> None:
+        if record.lease_epoch is None:
+            raise StalePlan("no lease held")
+        lease = self.deps.state.renew(
+            record.node, record.execution_id, record.lease_epoch, self._now(), self._ttl
+        )
+        if lease.cancel_requested:
+            raise StalePlan("cancelled: the alert resolved")
+
+    def _release(self, record: WorkflowRecord) -> None:
+        self.deps.state.release_slot(record.node, record.execution_id)
+        if record.lease_epoch is not None:
+            self.deps.state.release(record.node, record.execution_id, record.lease_epoch)
+
+    def _end(self, record: WorkflowRecord, status: str, reason: str, *, step: str) -> StepResult:
+        self._release(record)
+        record = self._save(record, status=status, step="done")
+        result = {
+            "abandoned": "abandoned",
+            "dry_run": "dry_run",
+            "rolled_back": "rolled_back",
+            "failed": "failed",
+        }
+        self._ledger(record, step, result.get(status, "applied"), reason, savings=status == "succeeded")
+        log.info("drain %s of %s ended %s: %s", record.execution_id, record.node, status, reason)
+        return StepResult(record.execution_id, step, None, status, 0.0, reason)
+
+    def _next(
+        self,
+        record: WorkflowRecord,
+        step: str,
+        nxt: str,
+        *,
+        wait: float = 0.0,
+        message: str = "",
+        **changes: Any,
+    ) -> StepResult:
+        self._save(record, step=nxt, **changes)
+        return StepResult(record.execution_id, step, nxt, "running", wait, message)
+
+    def _classify(
+        self, pods: Sequence[dict[str, Any]], pdbs: Sequence[dict[str, Any]]
+    ) -> tuple[list[Pod], list[str]]:
+        """Pods to evict and the reasons that block the drain (the same filter chain as the planner)."""
+        parsed = [Pod.model_validate(p) for p in pods]
+        ctx = PodContext(
+            self.deps.policy, [PodDisruptionBudget.model_validate(p) for p in pdbs], {}, self._now()
+        )
+        to_evict: list[Pod] = []
+        blocking: list[str] = []
+        for c in classify_pods(parsed, ctx):
+            if c.ignored is not None:
+                continue
+            blocking.extend(f.reason for f in c.findings)
+            if c.gpu_holder is not None and not self.deps.policy.evict_idle_gpu_holders:
+                blocking.append(c.gpu_holder.reason)
+            to_evict.append(c.pod)
+        return to_evict, blocking
+
+    # ------------------------------------------------------------------------------------- entry
+
+    def start(self, request: DrainRequest) -> WorkflowRecord:
+        """Create the workflow record (idempotent: an existing record of that execution is returned)."""
+        existing = self.deps.state.load(request.execution_id)
+        if existing is not None:
+            return existing
+        now = self._now()
+        record = WorkflowRecord(
+            execution_id=request.execution_id,
+            node=request.node,
+            instance_id=None,
+            step="validate",
+            status="running",
+            started_at=now,
+            deadline=now + timedelta(seconds=self.deps.policy.drain_timeout),
+            details={
+                "trigger": request.trigger,
+                "offhours": request.offhours,
+                "dry_run": self.deps.dry_run,
+                "hourly_savings_usd": request.hourly_savings_usd,
+            },
+        )
+        return self.deps.state.save(record, expected_version=0)
+
+    def step(self, execution_id: str) -> StepResult:
+        """Run the record's current step once and persist its outcome.
+
+        Raises:
+            KeyError: no workflow record for ``execution_id``.
+            TransientError: the step should be retried later (the record is unchanged).
+        """
+        record = self.deps.state.load(execution_id)
+        if record is None:
+            raise KeyError(execution_id)
+        if record.status in FINAL_STATUSES:
+            return StepResult(execution_id, record.step, None, record.status, 0.0, "already finished")
+        step = record.step
+        handler = getattr(self, f"_step_{step}")
+        try:
+            result: StepResult = handler(record)
+            return result
+        except TransientError:
+            raise
+        except StalePlan as exc:
+            return self.rollback(execution_id, f"stale:{exc}", status="abandoned", step=step)
+        except PermanentError as exc:
+            return self.rollback(execution_id, f"failed:{exc}", status="failed", step=step)
+
+    def rollback(
+        self, execution_id: str, reason: str, *, status: str = "rolled_back", step: str = "rollback"
+    ) -> StepResult:
+        """Undo our cordon (only if ours), record why, release the slot and lease; never scales anything.
+
+        An uncordon that fails is recorded as ``failed``; the next assessment heals the node once the
+        lease expires (design §4).
+        """
+        record = self.deps.state.load(execution_id)
+        if record is None:
+            raise KeyError(execution_id)
+        if record.status in FINAL_STATUSES:
+            return StepResult(execution_id, step, None, record.status, 0.0, "already finished")
+        undone = False
+        if record.cordoned_at is not None and not record.details.get("dry_run"):
+            try:
+                undone = self.deps.cluster.uncordon(record.node, execution_id)
+            except RightsizerError as exc:
+                log.error("uncordon of %s failed: %s", record.node, exc)
+                return self._end(record, "failed", f"{reason}; uncordon failed: {exc}", step=step)
+        if undone or record.cordoned_at is not None:
+            self.deps.cluster.emit_event(
+                record.node, "RolledBack", f"rightsizer rolled back: {reason}", warning=True
+            )
+        elif status != "abandoned":
+            self.deps.cluster.emit_event(
+                record.node, "DrainBlocked", f"rightsizer did not drain: {reason}", warning=True
+            )
+        return self._end(record, status, reason, step=step)
+
+    # ------------------------------------------------------------------------------------- steps
+
+    def _step_validate(self, record: WorkflowRecord) -> StepResult:
+        deps, now = self.deps, self._now()
+        offhours = bool(record.details.get("offhours"))
+        node_obj = deps.cluster.get_node(record.node)
+        if node_obj is None:
+            return self._end(record, "abandoned", "node_not_found", step="validate")
+        node = Node.model_validate(node_obj)
+        if node.name != record.node:
+            return self._end(record, "abandoned", "node_not_found", step="validate")
+        lease = deps.state.acquire(record.node, record.execution_id, now, self._ttl)
+        if lease is None:
+            return self._end(record, "abandoned", "lease_held_by_other", step="validate")
+        record = self._save(record, lease_epoch=lease.epoch, instance_id=node.instance_id)
+        if node.spec.unschedulable and node.metadata.annotations.get(ANN_CORDONED_BY) != record.execution_id:
+            return self._end(record, "abandoned", "cordoned_by_other", step="validate")
+        report = deps.assessor.assess_node(record.node, now)
+        ok, blocking = is_candidate(report, record.execution_id, offhours=offhours)
+        if not ok:
+            return self._end(record, "abandoned", "not_a_candidate:" + ",".join(blocking), step="validate")
+        if node.instance_id is None:
+            return self._end(record, "abandoned", "node_group_unknown:no_provider_id", step="validate")
+        asg = deps.scaler.find_group(node.instance_id)
+        if asg is None:
+            return self._end(record, "abandoned", "node_group_unknown:standalone", step="validate")
+        min_size, desired, _max, _ids = deps.scaler.group_sizes(asg)
+        policy = deps.policy
+        slot = deps.state.take_slot(
+            asg,
+            record.node,
+            record.execution_id,
+            now,
+            max_per_run=10**6 if offhours else policy.max_nodes_per_run,
+            max_per_group=1 if offhours else policy.node_group_budget(desired),
+            desired=desired,
+            min_size=0 if offhours else min_size,
+        )
+        if not hasattr(slot, "taken_at"):
+            return self._end(
+                record, "abandoned", getattr(slot, "reason", "disruption_budget_exhausted"), step="validate"
+            )
+        pods, blocking = self._classify(deps.cluster.list_pods_on_node(record.node), deps.cluster.list_pdbs())
+        if blocking:
+            return self._end(record, "abandoned", "protected:" + ",".join(blocking), step="validate")
+        hourly = record.details.get("hourly_savings_usd")
+        if hourly is None and report is not None:
+            hourly = report.hourly_usd
+        details = {
+            **record.details,
+            "asg": asg,
+            "node_group": (report.node_group if report is not None else None) or asg,
+            "validated_pods": sorted(p.metadata.uid for p in pods),
+            "desired_before": desired,
+            "hourly_savings_usd": hourly,
+        }
+        record = self._save(record, details=details)
+        if record.details.get("dry_run"):
+            message = (
+                f"dry run: would cordon {record.node}, evict {len(pods)} pod(s), terminate {node.instance_id} "
+                f"in {asg} (desired {desired} -> {desired - 1})"
+            )
+            return self._end(record, "dry_run", message, step="validate")
+        return self._next(record, "validate", "cordon", message=f"validated; {len(pods)} pod(s) to evict")
+
+    def _step_cordon(self, record: WorkflowRecord) -> StepResult:
+        self._renew(record)
+        now = self._now()
+        at = now.isoformat().replace("+00:00", "Z")
+        self.deps.cluster.cordon(record.node, record.execution_id, at)
+        cordoned_at = record.cordoned_at or now
+        self.deps.cluster.emit_event(
+            record.node, "CordonedIdle", f"rightsizer cordoned the idle node ({record.execution_id})"
+        )
+        return self._next(
+            record,
+            "cordon",
+            "revalidate",
+            cordoned_at=cordoned_at,
+            deadline=cordoned_at + timedelta(seconds=self.deps.policy.drain_timeout),
+            message="cordoned",
+        )
+
+    def _step_revalidate(self, record: WorkflowRecord) -> StepResult:
+        """After the cordon: uncached pods, protections, and fresh metrics when the decision is old (BUG-21)."""
+        self._renew(record)
+        deps, now = self.deps, self._now()
+        pods, blocking = self._classify(deps.cluster.list_pods_on_node(record.node), deps.cluster.list_pdbs())
+        validated = set(record.details.get("validated_pods", []))
+        landed = sorted(
+            f"{p.metadata.namespace}/{p.metadata.name}" for p in pods if p.metadata.uid not in validated
+        )
+        if landed:
+            return self.rollback(record.execution_id, "pods_landed:" + ",".join(landed), step="revalidate")
+        if blocking:
+            return self.rollback(record.execution_id, "protected:" + ",".join(blocking), step="revalidate")
+        if (now - record.started_at).total_seconds() > deps.policy.max_decision_age:
+            ok, reasons = is_candidate(
+                deps.assessor.assess_node(record.node, now),
+                record.execution_id,
+                offhours=bool(record.details.get("offhours")),
+            )
+            if not ok:
+                return self.rollback(
+                    record.execution_id, "not_idle_anymore:" + ",".join(reasons), step="revalidate"
+                )
+        return self._next(record, "revalidate", "evict", message=f"{len(pods)} pod(s) to evict")
+
+    def _step_evict(self, record: WorkflowRecord) -> StepResult:
+        self._renew(record)
+        deps, now = self.deps, self._now()
+        if now >= record.deadline:
+            return self._timeout(record)
+        pods, blocking = self._classify(deps.cluster.list_pods_on_node(record.node), deps.cluster.list_pdbs())
+        if blocking:
+            return self.rollback(record.execution_id, "protected:" + ",".join(blocking), step="evict")
+        evicted = {p.uid: p for p in record.evicted}
+        todo = [p for p in pods if p.metadata.uid not in evicted and p.metadata.deletionTimestamp is None]
+        too_late = [
+            p for p in todo if now + timedelta(seconds=p.grace_seconds + EVICT_MARGIN_S) > record.deadline
+        ]
+        if too_late:
+            names = ",".join(p.key for p in too_late)
+            return self.rollback(
+                record.execution_id, f"drain_timeout:grace_period_exceeds_deadline:{names}", step="evict"
+            )
+        attempts: dict[str, int] = dict(record.details.get("attempts", {}))
+        blocked: list[str] = []
+        with ThreadPoolExecutor(max_workers=max(1, min(EVICTION_CONCURRENCY, len(todo)))) as pool:
+            outcomes: list[EvictionOutcome] = list(
+                pool.map(
+                    lambda p: deps.cluster.evict(p.metadata.namespace, p.metadata.name, p.metadata.uid), todo
+                )
+            )
+        new_evicted = list(record.evicted)
+        for pod, outcome in zip(todo, outcomes, strict=True):
+            if outcome.status == "accepted":
+                new_evicted.append(
+                    EvictedPod(
+                        pod.metadata.uid,
+                        pod.metadata.namespace,
+                        pod.metadata.name,
+                        now + timedelta(seconds=pod.grace_seconds),
+                    )
+                )
+            elif outcome.status == "blocked":
+                blocked.append(f"{pod.key}: {outcome.message}")
+            elif outcome.status == "error":
+                attempts[pod.metadata.uid] = attempts.get(pod.metadata.uid, 0) + 1
+                if attempts[pod.metadata.uid] >= EVICTION_ERROR_RETRIES:
+                    return self.rollback(
+                        record.execution_id, f"eviction_failed:{pod.key}: {outcome.message}", step="evict"
+                    )
+                blocked.append(f"{pod.key}: {outcome.message}")
+            # gone (404) and uid_mismatch (409) are done for that UID; a replacement is re-classified next round.
+        details = {**record.details, "attempts": attempts, "blocked": blocked}
+        if blocked:
+            if blocked != record.details.get("blocked"):
+                deps.cluster.emit_event(
+                    record.node, "DrainBlocked", "eviction blocked: " + "; ".join(blocked), warning=True
+                )
+            return self._next(record, "evict", "evict", wait=POLL_S, evicted=tuple(new_evicted), details=details,
+                              message="waiting for PodDisruptionBudgets: " + "; ".join(blocked))  # fmt: skip
+        return self._next(
+            record,
+            "evict",
+            "wait",
+            evicted=tuple(new_evicted),
+            details=details,
+            message=f"{len(todo)} eviction(s) accepted",
+        )
+
+    def _step_wait(self, record: WorkflowRecord) -> StepResult:
+        """Drained = every evicted pod UID is gone or finished (BUG-17), and nothing else is left to evict."""
+        self._renew(record)
+        deps, now = self.deps, self._now()
+        remaining = []
+        for pod in record.evicted:
+            current = deps.cluster.get_pod(pod.namespace, pod.name)
+            if current is None or current.get("metadata", {}).get("uid") != pod.uid:
+                continue
+            if current.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+                continue
+            remaining.append(pod)
+        if remaining:
+            if now >= record.deadline:
+                return self._timeout(record)
+            wait = min(POLL_S, max(0.5, min((p.grace_deadline - now).total_seconds() for p in remaining)))
+            return self._next(
+                record, "wait", "wait", wait=wait, message=f"waiting for {len(remaining)} pod(s) to terminate"
+            )
+        pods, _ = self._classify(deps.cluster.list_pods_on_node(record.node), deps.cluster.list_pdbs())
+        evicted_uids = {p.uid for p in record.evicted}
+        if [p for p in pods if p.metadata.uid not in evicted_uids]:
+            return self._next(record, "wait", "evict", message="pods left to evict")
+        return self._next(record, "wait", "remove", message="drained")
+
+    def _step_remove(self, record: WorkflowRecord) -> StepResult:
+        self._renew(record)
+        deps = self.deps
+        node_obj = deps.cluster.get_node(record.node)
+        if node_obj is not None:
+            node = Node.model_validate(node_obj)
+            if node.metadata.annotations.get(ANN_CORDONED_BY) != record.execution_id:
+                raise StalePlan("our cordon is gone; refusing to remove the node")
+            pods, _ = self._classify(deps.cluster.list_pods_on_node(record.node), deps.cluster.list_pdbs())
+            if pods:
+                return self._next(record, "remove", "evict", message="pods appeared; evicting again")
+        asg = str(record.details["asg"])
+        assert record.instance_id is not None
+        before, after, already = deps.scaler.terminate(asg, record.instance_id)
+        deps.cluster.emit_event(
+            record.node,
+            "ScaledIn",
+            f"rightsizer terminated {record.instance_id} in {asg}: desired {before} -> {after}",
+        )
+        details = {
+            **record.details,
+            "desired_before": before,
+            "desired_after": after,
+            "already_done": already,
+        }
+        return self._next(
+            record,
+            "remove",
+            "verify",
+            details=details,
+            message=f"terminated {record.instance_id}; desired {before} -> {after}",
+        )
+
+    def _step_verify(self, record: WorkflowRecord) -> StepResult:
+        deps = self.deps
+        asg = str(record.details["asg"])
+        _min, _desired, _max, ids = deps.scaler.group_sizes(asg)
+        if record.instance_id in ids:
+            if self._now() >= record.deadline + timedelta(minutes=5):
+                return self._end(record, "failed", "instance_still_in_service", step="verify")
+            return self._next(
+                record, "verify", "verify", wait=POLL_S, message="waiting for the instance to leave the group"
+            )
+        return self._end(record, "succeeded", f"removed {record.instance_id} from {asg}", step="verify")
+
+    def _timeout(self, record: WorkflowRecord) -> StepResult:
+        blocked = "; ".join(record.details.get("blocked", [])) or "pods still terminating"
+        return self.rollback(record.execution_id, f"drain_timeout:{blocked}", step="evict")
+
+
+def heal_expired_leases(cluster: ClusterWriter, state: StateStore, now: datetime) -> list[str]:
+    """Uncordon nodes whose drain lease expired (the workflow died): only nodes carrying our annotation
+    with the lease owner's execution id. Emits ``RolledBack`` (``lease_expired``); returns healed nodes."""
+    healed = []
+    for lease in state.expired(now):
+        try:
+            if cluster.uncordon(lease.node, lease.owner):
+                cluster.emit_event(
+                    lease.node, "RolledBack", "rightsizer rolled back: lease_expired", warning=True
+                )
+                healed.append(lease.node)
+            state.release_slot(lease.node, lease.owner)
+            state.release(lease.node, lease.owner, lease.epoch)
+        except RightsizerError as exc:
+            log.warning("healing %s failed: %s", lease.node, exc)
+    return healed

@@ -1,0 +1,92 @@
+"""The in-process ``WorkflowStarter``: runs drain steps in this process (CLI, demo, ``serve``, tests).
+
+It calls exactly the step functions the Step Functions state machine calls (``DrainWorkflow.step``),
+waiting between them as the state machine's Wait state would, and retrying transient errors with the
+delay they ask for, a bounded number of times — then the drain rolls back.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from rightsizer.domain.errors import TransientError
+from rightsizer.services.drain import DrainRequest, DrainWorkflow, StepResult
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[StepResult], None]
+
+
+class InProcessRunner:
+    """Drives drain workflows to completion in this process.
+
+    Args:
+        workflow: the drain workflow (its ports decide what is touched).
+        sleep: how to wait between steps, in seconds (tests pass a fake clock's advance).
+        progress: called after every step with its ``StepResult`` (live progress on stderr).
+        max_transient_retries: consecutive transient failures of one step before rolling back.
+        background: start workflows in a daemon thread (``serve``: the webhook answers at once).
+    """
+
+    def __init__(
+        self,
+        workflow: DrainWorkflow,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+        progress: Progress | None = None,
+        max_transient_retries: int = 5,
+        background: bool = False,
+    ) -> None:
+        self.workflow = workflow
+        self._sleep = sleep
+        self._progress = progress
+        self._retries = max_transient_retries
+        self._background = background
+        self.results: dict[str, StepResult] = {}
+        self.threads: list[threading.Thread] = []
+
+    def start(self, request: DrainRequest) -> str:
+        """``WorkflowStarter.start``: create the workflow and run it (now, or in a background thread)."""
+        self.workflow.start(request)
+        if self._background:
+            thread = threading.Thread(target=self.run, args=(request.execution_id,), daemon=True)
+            self.threads.append(thread)
+            thread.start()
+        else:
+            self.run(request.execution_id)
+        return request.execution_id
+
+    def run(self, execution_id: str) -> StepResult:
+        """Run steps until the workflow ends; returns the final ``StepResult``."""
+        failures = 0
+        while True:
+            try:
+                result = self.workflow.step(execution_id)
+            except TransientError as exc:
+                failures += 1
+                log.warning(
+                    "drain %s: transient failure %d/%d: %s", execution_id, failures, self._retries, exc
+                )
+                if failures > self._retries:
+                    result = self.workflow.rollback(
+                        execution_id, f"failed:retries_exhausted:{exc}", status="failed"
+                    )
+                else:
+                    self._sleep(exc.retry_after)
+                    continue
+            failures = 0
+            if self._progress is not None:
+                self._progress(result)
+            if result.finished:
+                self.results[execution_id] = result
+                return result
+            if result.wait_seconds > 0:
+                self._sleep(result.wait_seconds)
+
+    def join(self, timeout: float | None = None) -> None:
+        """Wait for background workflows to finish."""
+        for thread in self.threads:
+            thread.join(timeout)
