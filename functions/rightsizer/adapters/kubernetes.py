@@ -1,4 +1,5 @@
-"""Kubernetes adapter: complete, paginated reads of nodes, pods, PDBs and DRA objects (``ClusterReader``).
+"""Kubernetes adapter: complete, paginated reads (``ClusterReader``) and the few writes a drain makes
+(``ClusterWriter``: cordon, uncordon, policy/v1 Eviction, Events on nodes).
 
 Built on the official ``kubernetes`` client, imported lazily inside this module's functions: the package
 costs ~0.7 s on first import and the webhook, which imports nothing of Kubernetes (design §8), must not
@@ -15,12 +16,24 @@ second consecutive 401 — or any 403 — is a :class:`KubernetesAccessError` (a
 the identity, the refused verb and resource, and the remedy (BUG-31). Nothing is returned from a partial
 list: any failure raises.
 
-RBAC verbs needed (ClusterRole ``rightsizer-read``, design §5 "Names"):
+RBAC verbs needed (design §5 "Names", ``infra/k8s/rbac.yaml``). Reading (``ClusterReader``; ClusterRole
+``rightsizer-read``, the assess function):
 
 - ``get``, ``list`` on ``nodes``, ``pods`` and ``poddisruptionbudgets.policy``;
 - ``get``, ``list`` on ``resourceclaims`` and ``resourceslices`` in ``resource.k8s.io`` (when served);
 - ``create`` on ``selfsubjectaccessreviews.authorization.k8s.io`` (the preflight; every authenticated
   user has it through ``system:basic-user``); discovery (``/apis``) comes with ``system:discovery``.
+
+Acting (``ClusterWriter``; ClusterRole ``rightsizer``, the drain and off-hours functions):
+
+- ``get``, ``patch`` on ``nodes`` (cordon/uncordon: one JSON merge patch guarded by ``resourceVersion``);
+- ``get``, ``list`` on ``pods`` (``fieldSelector=spec.nodeName=<node>``);
+- ``create`` on ``pods/eviction`` (policy/v1 Eviction; never ``delete`` on ``pods``);
+- ``list`` on ``poddisruptionbudgets.policy``;
+- ``create`` on ``events`` (core/v1, namespace ``default``, where node Events live).
+
+Writes and 401: a 401 is answered before authorization and admission, so the request had no effect
+and resending it with a rebuilt token is safe for a PATCH or an Eviction POST too.
 
 IAM actions: none in this module (``eks:DescribeCluster`` is in :mod:`rightsizer.adapters.eks_auth`); the
 IAM identity must have an EKS access entry in group ``rightsizer-read`` (or an ``aws-auth`` mapping).
@@ -31,17 +44,22 @@ from __future__ import annotations
 import functools
 import json
 import logging
-from collections.abc import Callable, Sequence
-from typing import Any, Final
+import socket
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final, NamedTuple
 
 from rightsizer.adapters.eks_auth import EksTokenSource
-from rightsizer.domain.errors import PermanentError, TransientError
-from rightsizer.ports import JSON, AccessCheck
+from rightsizer.domain.errors import PermanentError, StalePlan, TransientError
+from rightsizer.domain.model import ANN_CORDONED_AT, ANN_CORDONED_BY
+from rightsizer.ports import JSON, AccessCheck, EvictionOutcome
 
 __all__ = [
     "DEFAULT_PAGE_SIZE",
     "DRA_GROUP",
     "DRA_VERSIONS",
+    "EVENT_COMPONENT",
+    "EVENT_NAMESPACE",
     "KubernetesAccessError",
     "KubernetesCluster",
 ]
@@ -55,9 +73,24 @@ DRA_VERSIONS: Final = ("v1", "v1beta2", "v1beta1")
 
 _REMEDY_401 = (
     "give this identity access to the cluster: an EKS access entry (authentication mode API or "
-    "API_AND_CONFIG_MAP) with Kubernetes group rightsizer-read, or an aws-auth ConfigMap mapRoles entry"
+    "API_AND_CONFIG_MAP) with Kubernetes group rightsizer-read (rightsizer for the drain and off-hours "
+    "functions), or an aws-auth ConfigMap mapRoles entry"
 )
 _REMEDY_403 = "bind the ClusterRole rightsizer-read (infra/k8s/rbac.yaml) to the identity's Kubernetes group"
+_REMEDY_403_WRITE = (
+    "bind the ClusterRole rightsizer (infra/k8s/rbac.yaml: nodes patch, pods/eviction create, events "
+    "create) to the identity's Kubernetes group (EKS access entry group rightsizer)"
+)
+_WRITE_VERBS: Final = frozenset({"create", "patch", "update", "delete"})
+
+#: Node Events live in ``default``: the API server accepts an Event about a cluster-scoped object only
+#: in ``default`` (or ``kube-system``), and ``kubectl describe node`` looks there.
+EVENT_NAMESPACE: Final = "default"
+#: ``source.component`` and ``reportingComponent`` of every Event we write (design §4).
+EVENT_COMPONENT: Final = "rightsizer"
+#: The API server keeps Event messages short (events.k8s.io ``note``: 1 kB); longer ones are cut here.
+_EVENT_MESSAGE_LIMIT: Final = 1024
+_MERGE_PATCH: Final = "application/merge-patch+json"
 
 
 class KubernetesAccessError(PermanentError):
@@ -98,11 +131,73 @@ def _retry_after(exc: Any, default: float) -> float:
         return default
 
 
+class _Answer(NamedTuple):
+    """One API answer: HTTP status, the parsed JSON object (``{}`` when the body is not JSON), headers."""
+
+    status: int
+    body: JSON
+    headers: Mapping[str, str]
+
+
+def _parse_error_body(exc: Any) -> JSON:
+    try:
+        body = json.loads(exc.body or b"{}")
+    except (TypeError, ValueError):
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def _status_text(body: JSON, fallback: str) -> str:
+    """A ``Status`` message followed by those of its ``details.causes`` that it does not already contain.
+
+    The Eviction API names the PodDisruptionBudget only in a cause (``The disruption budget triton-pdb
+    needs 2 healthy pods and has 2 currently``), so the causes are part of what a drain reports (BUG-14).
+    """
+    message = str(body.get("message") or fallback).strip()
+    parts = [message] if message else []
+    for cause in (body.get("details") or {}).get("causes") or []:
+        text = str((cause or {}).get("message") or "").strip()
+        if text and not any(text in part for part in parts):
+            parts.append(text)
+    return " ".join(parts)
+
+
+def _eviction_retry_after(headers: Mapping[str, str], body: JSON) -> float | None:
+    """Seconds from the ``Retry-After`` header, else ``details.retryAfterSeconds``, else None."""
+    for raw in (headers.get("Retry-After"), (body.get("details") or {}).get("retryAfterSeconds")):
+        try:
+            seconds = float(raw) if raw is not None else None
+        except (TypeError, ValueError):
+            seconds = None
+        if seconds is not None and seconds > 0:
+            return seconds
+    return None
+
+
+def _utc_rfc3339(value: str) -> str:
+    """Validate ``value`` as an RFC 3339 instant in UTC and return it unchanged (cordoned-at, design §4)."""
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError as exc:
+        raise ValueError(f"cordoned-at must be RFC 3339, got {value!r}") from exc
+    if parsed.utcoffset() != timedelta(0):  # None (naive) or another offset
+        raise ValueError(f"cordoned-at must be in UTC, got {value!r}")
+    return value
+
+
+def _reporting_instance() -> str:
+    # Required by the API server whenever eventTime is set; in Lambda the host name changes per sandbox,
+    # which is what "instance" means here.
+    return f"{EVENT_COMPONENT}-{socket.gethostname()}"[:128]
+
+
 class KubernetesCluster:
-    """``ClusterReader`` over the official client; one instance per cluster and run (or Lambda cold start).
+    """``ClusterReader`` and ``ClusterWriter`` over the official client; one instance per cluster and run
+    (or Lambda cold start).
 
     Construct with :meth:`for_eks` or :meth:`from_kubeconfig`; the generic constructor takes ``connect``,
-    which builds a fresh ``kubernetes.client.ApiClient`` (called lazily and again after a 401).
+    which builds a fresh ``kubernetes.client.ApiClient`` (called lazily and again after a 401). Reads and
+    writes share the connection, the token refresh and the error translation.
     """
 
     def __init__(
@@ -113,6 +208,7 @@ class KubernetesCluster:
         identity: Callable[[], str] | None = None,
         page_size: int = DEFAULT_PAGE_SIZE,
         request_timeout: float = 30.0,
+        clock: Callable[[], datetime] | None = None,
     ) -> None:
         """Args:
         connect: builds an ``ApiClient`` (host, TLS, credentials).
@@ -120,12 +216,14 @@ class KubernetesCluster:
         identity: who we are, for error messages (an IAM ARN on EKS).
         page_size: ``limit`` of every list call (items per page).
         request_timeout: read timeout per request in seconds.
+        clock: aware "now" for Event timestamps (default: the system clock in UTC).
         """
         if page_size < 1:
             raise ValueError("page_size must be at least 1")
         self._connect = connect
         self._reauthenticate = reauthenticate
         self._identity = identity
+        self._clock = clock or (lambda: datetime.now(UTC))
         self.page_size = page_size
         self._timeout = (min(10.0, request_timeout), request_timeout)
         self._api: Any = None
@@ -142,6 +240,7 @@ class KubernetesCluster:
         ca_file: str | None = None,
         page_size: int = DEFAULT_PAGE_SIZE,
         request_timeout: float = 30.0,
+        clock: Callable[[], datetime] | None = None,
     ) -> KubernetesCluster:
         """An EKS cluster at ``endpoint`` (``eks:DescribeCluster``), authenticated with ``tokens``.
 
@@ -149,6 +248,7 @@ class KubernetesCluster:
             endpoint: API server URL (``https://…eks.amazonaws.com``; ``http://127.0.0.1:…`` in tests).
             tokens: the bearer token source; its ``token()`` is consulted before every request.
             ca_file: PEM bundle that signs the server certificate (see ``eks_auth.write_ca_bundle``).
+            clock: aware "now" for Event timestamps (default: the system clock).
         """
 
         def connect() -> Any:
@@ -172,6 +272,7 @@ class KubernetesCluster:
             identity=tokens.identity,
             page_size=page_size,
             request_timeout=request_timeout,
+            clock=clock,
         )
 
     @classmethod
@@ -182,6 +283,7 @@ class KubernetesCluster:
         *,
         page_size: int = DEFAULT_PAGE_SIZE,
         request_timeout: float = 30.0,
+        clock: Callable[[], datetime] | None = None,
     ) -> KubernetesCluster:
         """A cluster from a kubeconfig ``context`` (default: the current one) in ``config_file``
         (default ``$KUBECONFIG`` or ``~/.kube/config``). After a 401 the kubeconfig is read again, which
@@ -212,7 +314,9 @@ class KubernetesCluster:
             user = (chosen.get("context") or {}).get("user", "?")
             return f"kubeconfig context {chosen.get('name', context)} (user {user})"
 
-        return cls(connect, identity=identity, page_size=page_size, request_timeout=request_timeout)
+        return cls(
+            connect, identity=identity, page_size=page_size, request_timeout=request_timeout, clock=clock
+        )
 
     # ----------------------------------------------------------------------------- ClusterReader
 
@@ -320,6 +424,261 @@ class KubernetesCluster:
         """All ResourceSlices in the served version, unstructured; ``[]`` when DRA is not served."""
         return self._list_dra("resourceslices", "ResourceSlice")
 
+    # ----------------------------------------------------------------------------- ClusterWriter
+
+    def get_node(self, name: str) -> JSON | None:
+        """The Node named exactly ``name`` (``GET /api/v1/nodes/{name}``, uncached), or None on 404."""
+        answer = self._call(
+            AccessCheck("get", "nodes"),
+            lambda api: (
+                _client_module()
+                .CoreV1Api(api)
+                .read_node(name, _preload_content=False, _request_timeout=self._timeout)
+            ),
+            answered=frozenset({404}),
+        )
+        return None if answer.status == 404 else answer.body
+
+    def list_pods_on_node(self, node: str) -> list[JSON]:
+        """Pods of all namespaces bound to ``node`` (``GET /api/v1/pods?fieldSelector=spec.nodeName=…``,
+        paginated, uncached), terminating ones included, each in kubectl form (``kind``/``apiVersion``)."""
+        selector = f"spec.nodeName={node}"
+        return self._list(
+            AccessCheck("list", "pods"),
+            "Pod",
+            "v1",
+            lambda api, **page: (
+                _client_module().CoreV1Api(api).list_pod_for_all_namespaces(field_selector=selector, **page)
+            ),
+        )
+
+    def get_pod(self, namespace: str, name: str) -> JSON | None:
+        """The Pod (``GET /api/v1/namespaces/{ns}/pods/{name}``, uncached), or None on 404.
+
+        A pod inside its termination grace period is still returned, with ``metadata.deletionTimestamp``
+        set: it is gone only when this answers None (or another UID) — BUG-17.
+        """
+        answer = self._call(
+            AccessCheck("get", "pods"),
+            lambda api: (
+                _client_module()
+                .CoreV1Api(api)
+                .read_namespaced_pod(name, namespace, _preload_content=False, _request_timeout=self._timeout)
+            ),
+            answered=frozenset({404}),
+        )
+        return None if answer.status == 404 else answer.body
+
+    def cordon(self, node: str, execution_id: str, at: str) -> JSON:
+        """Cordon ``node`` for ``execution_id``: one JSON merge patch (``PATCH /api/v1/nodes/{name}``) that
+        sets ``spec.unschedulable=true`` and the annotations ``rightsizer.io/cordoned-by=<execution_id>`` and
+        ``rightsizer.io/cordoned-at=<at>``, guarded by the ``metadata.resourceVersion`` of a fresh GET.
+
+        Args:
+            node: the Node's exact name.
+            execution_id: the drain workflow's execution id (the annotation value).
+            at: RFC 3339 instant in UTC (``2024-05-14T10:00:00Z``).
+
+        Returns:
+            The Node as patched; the Node as read, without a write, when it already carries our
+            annotation for this execution and is unschedulable (a resumed step).
+
+        Raises:
+            StalePlan: ``node_not_found``; ``cordoned_by_other`` (unschedulable without our annotation
+                for this execution — a person's or another execution's cordon is never adopted);
+                ``uncordoned_by_other`` (our annotation is there but someone made the node schedulable
+                again: a person undid our cordon); ``node_changed`` (409: the node changed between our
+                GET and our PATCH — re-read and re-check before acting).
+            ValueError: ``at`` is not an RFC 3339 UTC instant.
+            KubernetesAccessError: 403 on ``get nodes`` / ``patch nodes``, or 401 twice.
+        """
+        _utc_rfc3339(at)
+        current = self.get_node(node)
+        if current is None:
+            raise StalePlan("node_not_found")
+        annotations = (current.get("metadata") or {}).get("annotations") or {}
+        unschedulable = bool((current.get("spec") or {}).get("unschedulable"))
+        owner = annotations.get(ANN_CORDONED_BY)
+        if owner == execution_id:
+            if unschedulable:
+                return current
+            log.warning(
+                "%s: carries our cordon for %s but is schedulable: someone uncordoned it", node, owner
+            )
+            raise StalePlan("uncordoned_by_other")
+        if unschedulable:
+            log.info("%s: already cordoned by %s; not adopting it", node, owner or "someone else")
+            raise StalePlan("cordoned_by_other")
+        patch = {
+            "metadata": {
+                "resourceVersion": current["metadata"]["resourceVersion"],
+                "annotations": {ANN_CORDONED_BY: execution_id, ANN_CORDONED_AT: at},
+            },
+            "spec": {"unschedulable": True},
+        }
+        answer = self._patch_node(node, patch)
+        if answer.status == 404:
+            raise StalePlan("node_not_found")
+        if answer.status == 409:
+            raise StalePlan("node_changed")
+        return answer.body
+
+    def uncordon(self, node: str, execution_id: str) -> bool:
+        """Undo our cordon: only when ``rightsizer.io/cordoned-by`` equals ``execution_id``, one JSON merge
+        patch guarded by ``resourceVersion`` that removes both annotations (``null``) and sets
+        ``spec.unschedulable=false``. A 409 (the node changed meanwhile) re-reads, re-checks and retries once.
+
+        Returns:
+            True when this call patched the node; False when the node is gone or the annotation is
+            absent or names another execution (a person's cordon is never undone by us).
+
+        Raises:
+            StalePlan: ``node_changed`` — 409 twice in a row.
+            KubernetesAccessError: 403 on ``get nodes`` / ``patch nodes``, or 401 twice.
+        """
+        for attempt in (1, 2):
+            current = self.get_node(node)
+            if current is None:
+                return False
+            annotations = (current.get("metadata") or {}).get("annotations") or {}
+            if annotations.get(ANN_CORDONED_BY) != execution_id:
+                log.info(
+                    "%s: cordoned-by is %r, not %r; leaving the node as it is",
+                    node,
+                    annotations.get(ANN_CORDONED_BY),
+                    execution_id,
+                )
+                return False
+            patch = {
+                "metadata": {
+                    "resourceVersion": current["metadata"]["resourceVersion"],
+                    "annotations": {ANN_CORDONED_BY: None, ANN_CORDONED_AT: None},
+                },
+                "spec": {"unschedulable": False},
+            }
+            answer = self._patch_node(node, patch)
+            if answer.status == 404:
+                return False
+            if answer.status != 409:
+                return True
+            log.info("%s: changed while uncordoning (409, attempt %d)", node, attempt)
+        raise StalePlan("node_changed")
+
+    def evict(self, namespace: str, name: str, uid: str) -> EvictionOutcome:
+        """POST a policy/v1 Eviction (``/api/v1/namespaces/{ns}/pods/{name}/eviction``) with
+        ``deleteOptions.preconditions.uid=<uid>``; never a plain DELETE (BUG-14).
+
+        Returns:
+            ``accepted`` (201: graceful deletion started — the pod is gone only once :meth:`get_pod`
+            answers None, BUG-17); ``gone`` (404); ``uid_mismatch`` (409: the pod with that UID is gone,
+            a namesake replaced it); ``blocked`` (429: a PodDisruptionBudget allows no disruption —
+            ``message`` names it from the Status causes; ``retry_after`` from ``Retry-After`` or
+            ``details.retryAfterSeconds``, None when the server gave none; API Priority and Fairness
+            throttling is also a 429 and is equally a reason to wait); ``error`` (500, e.g. the pod is
+            matched by more than one PodDisruptionBudget).
+
+        Raises:
+            KubernetesAccessError: 403 — names the identity and ``create pods/eviction`` (BUG-31 B) —
+                or 401 twice (one 401 rebuilds the token and resends: the first was never admitted).
+            TransientError: 502/503/504, timeouts, connection failures (nothing was decided).
+            PermanentError: any other status (400/422: a malformed request).
+        """
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+            "deleteOptions": {"preconditions": {"uid": uid}},
+        }
+        answer = self._call(
+            AccessCheck("create", "pods", "eviction"),
+            lambda api: (
+                _client_module()
+                .CoreV1Api(api)
+                .create_namespaced_pod_eviction(
+                    name, namespace, body, _preload_content=False, _request_timeout=self._timeout
+                )
+            ),
+            answered=frozenset({404, 409, 429, 500}),
+        )
+        if answer.status in (200, 201):
+            return EvictionOutcome("accepted")
+        message = _status_text(answer.body, f"HTTP {answer.status}")
+        if answer.status == 404:
+            return EvictionOutcome("gone", message)
+        if answer.status == 409:
+            return EvictionOutcome("uid_mismatch", message)
+        if answer.status == 429:
+            return EvictionOutcome("blocked", message, _eviction_retry_after(answer.headers, answer.body))
+        return EvictionOutcome("error", message)
+
+    def emit_event(self, node: str, reason: str, message: str, *, warning: bool = False) -> None:
+        """Create a core/v1 Event about the Node (``POST /api/v1/namespaces/default/events``).
+
+        ``involvedObject`` is the Node (kind, name and — read fresh — uid), ``source.component`` and
+        ``reportingComponent`` are ``rightsizer``, ``action`` is ``reason``, ``type`` is ``Warning`` or
+        ``Normal``; ``firstTimestamp``/``lastTimestamp`` (RFC 3339) and ``eventTime`` (microseconds) come
+        from the adapter's clock. Messages longer than 1024 characters are cut.
+
+        Best effort: any failure (403 on ``create events``, 5xx, network) is logged and swallowed — an
+        Event informs people and must never change the outcome of a drain.
+        """
+        try:
+            found = self.get_node(node)
+            now = self._clock().astimezone(UTC)
+            event = {
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {"generateName": f"{node}.", "namespace": EVENT_NAMESPACE},
+                "involvedObject": {
+                    "apiVersion": "v1",
+                    "kind": "Node",
+                    "name": node,
+                    **({"uid": found["metadata"]["uid"]} if found else {}),
+                },
+                "reason": reason,
+                "message": message[:_EVENT_MESSAGE_LIMIT],
+                "type": "Warning" if warning else "Normal",
+                "action": reason,
+                "source": {"component": EVENT_COMPONENT},
+                "reportingComponent": EVENT_COMPONENT,
+                "reportingInstance": _reporting_instance(),
+                "firstTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "lastTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "eventTime": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+                "count": 1,
+            }
+            self._call(
+                AccessCheck("create", "events"),
+                lambda api: (
+                    _client_module()
+                    .CoreV1Api(api)
+                    .create_namespaced_event(
+                        EVENT_NAMESPACE, event, _preload_content=False, _request_timeout=self._timeout
+                    )
+                ),
+            )
+        except Exception as exc:  # best effort by contract (ports.ClusterWriter.emit_event)
+            log.warning("event %s on node %s not recorded: %s", reason, node, exc)
+
+    def _patch_node(self, node: str, patch: JSON) -> _Answer:
+        # The client defaults a dict body to json-patch+json (its first content type); a merge patch must
+        # say so, or the API server would read our object as a malformed list of operations.
+        return self._call(
+            AccessCheck("patch", "nodes"),
+            lambda api: (
+                _client_module()
+                .CoreV1Api(api)
+                .patch_node(
+                    node,
+                    patch,
+                    _content_type=_MERGE_PATCH,
+                    _preload_content=False,
+                    _request_timeout=self._timeout,
+                )
+            ),
+            answered=frozenset({404, 409}),
+        )
+
     # --------------------------------------------------------------------------------- internals
 
     def _list_dra(self, plural: str, kind: str) -> list[JSON]:
@@ -382,6 +741,22 @@ class KubernetesCluster:
 
     def _json(self, check: AccessCheck, send: Callable[[Any], Any], *, expired_ok: bool = False) -> JSON:
         """Send one idempotent request and parse its JSON, retrying once after a 401 with new credentials."""
+        return self._call(check, send, expired_ok=expired_ok).body
+
+    def _call(
+        self,
+        check: AccessCheck,
+        send: Callable[[Any], Any],
+        *,
+        expired_ok: bool = False,
+        answered: frozenset[int] = frozenset(),
+    ) -> _Answer:
+        """Send one request (rebuilding credentials and resending once after a 401) and parse its JSON.
+
+        Error statuses in ``answered`` come back as an :class:`_Answer` for the caller to interpret
+        (404 on a GET, 409 on a guarded patch, the Eviction statuses); every other error is translated
+        into the taxonomy and raised.
+        """
         k8s = _client_module()
         import urllib3
 
@@ -389,8 +764,12 @@ class KubernetesCluster:
             try:
                 response = send(self._client())
                 data = response.data
+                status = int(response.status)
+                headers: Mapping[str, str] = response.headers or {}
                 break
             except k8s.ApiException as exc:
+                if exc.status in answered:
+                    return _Answer(int(exc.status), _parse_error_body(exc), exc.headers or {})
                 if exc.status == 401 and attempt == 1:
                     log.info(
                         "%s: 401 Unauthorized; rebuilding credentials and retrying once", check.describe()
@@ -412,7 +791,7 @@ class KubernetesCluster:
             raise TransientError(f"{check.describe()}: the answer is not JSON") from exc
         if not isinstance(parsed, dict):
             raise TransientError(f"{check.describe()}: the answer is not a JSON object")
-        return parsed
+        return _Answer(status, parsed, headers)
 
     def _translate(self, exc: Any, check: AccessCheck, *, second_401: bool) -> Exception:
         status = int(exc.status or 0)
@@ -429,9 +808,14 @@ class KubernetesCluster:
             )
         if status == 403:
             who = self.identity()
+            remedy = (
+                _REMEDY_403_WRITE
+                if check.verb in _WRITE_VERBS and check.group != "authorization.k8s.io"
+                else _REMEDY_403
+            )
             return KubernetesAccessError(
                 f"Kubernetes API answered 403 Forbidden: {who} may not {check.describe()} ({message}). "
-                f"Remedy: {_REMEDY_403}.",
+                f"Remedy: {remedy}.",
                 identity=who,
                 check=check,
                 status=403,
