@@ -1,0 +1,115 @@
+"""Resolve secret references (config ``prometheus.secret``, ``webhook.token_secret``) at run time.
+
+A reference is ``scheme:rest`` (``rightsizer.config.SECRET_SCHEMES``):
+
+- ``env:NAME`` — the environment variable ``NAME`` (tests, ``rightsizer serve``).
+- ``file:/path`` — the file's text without its trailing newline (Kubernetes/CSI mounted secrets).
+- ``ssm:/parameter/name`` — SSM Parameter Store ``GetParameter(WithDecryption=True)`` (SecureString).
+- ``secretsmanager:name-or-arn`` — Secrets Manager ``GetSecretValue`` (``SecretString``, else
+  ``SecretBinary`` as UTF-8).
+
+Needs IAM: ``ssm:GetParameter`` on the parameter, ``secretsmanager:GetSecretValue`` on the secret, and
+``kms:Decrypt`` on the customer-managed KMS key when one encrypts them (the AWS-managed keys need no
+grant). Clients are passed in (built once per cold start in wiring); this module builds none.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from rightsizer.domain.errors import ConfigError, PermanentError, TransientError
+
+if TYPE_CHECKING:
+    from mypy_boto3_secretsmanager import SecretsManagerClient
+    from mypy_boto3_ssm import SSMClient
+
+_NOT_FOUND = frozenset(
+    {
+        "ParameterNotFound",
+        "ParameterVersionNotFound",
+        "ResourceNotFoundException",
+        "InvalidParameterException",
+    }
+)
+_THROTTLED = frozenset(
+    {"ThrottlingException", "TooManyRequestsException", "RequestLimitExceeded", "InternalServerError",
+     "InternalServiceError", "InternalServiceErrorException", "ServiceUnavailable"}
+)  # fmt: skip
+
+
+def resolve_secret(
+    ref: str,
+    *,
+    ssm: SSMClient | None = None,
+    secretsmanager: SecretsManagerClient | None = None,
+    environ: Mapping[str, str] | None = None,
+    field: str | None = None,
+) -> str:
+    """The secret value named by ``ref`` (``env:``, ``file:``, ``ssm:``, ``secretsmanager:``).
+
+    Args:
+        ref: the reference from the config file.
+        ssm: an SSM client (needed for ``ssm:``).
+        secretsmanager: a Secrets Manager client (needed for ``secretsmanager:``).
+        environ: the environment (default ``os.environ``).
+        field: the config key holding ``ref``, for error messages (e.g. ``prometheus.secret``).
+
+    Raises:
+        ConfigError: bad reference, unset variable, unreadable file, missing parameter/secret or no
+            client for the scheme — fail closed, act on nothing.
+        PermanentError: access denied (IAM/KMS) or another AWS error retrying cannot fix.
+        TransientError: throttling or an AWS-side failure; retry later.
+    """
+    scheme, sep, rest = ref.partition(":")
+    if not sep or not rest:
+        raise ConfigError(f"not a secret reference: {scheme!r}…", field=field)
+    if scheme == "env":
+        env = os.environ if environ is None else environ
+        value = env.get(rest)
+        if value is None:
+            raise ConfigError(f"environment variable {rest} is not set", field=field)
+        return value
+    if scheme == "file":
+        try:
+            return Path(rest).read_text(encoding="utf-8").rstrip("\r\n")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"cannot read secret file {rest}: {exc}", field=field) from exc
+    if scheme == "ssm":
+        if ssm is None:
+            raise ConfigError("an ssm: reference needs an SSM client", field=field)
+        answer = _call(lambda: ssm.get_parameter(Name=rest, WithDecryption=True), ref, field)
+        return str(answer["Parameter"]["Value"])
+    if scheme == "secretsmanager":
+        if secretsmanager is None:
+            raise ConfigError("a secretsmanager: reference needs a Secrets Manager client", field=field)
+        answer = _call(lambda: secretsmanager.get_secret_value(SecretId=rest), ref, field)
+        if answer.get("SecretString") is not None:
+            return str(answer["SecretString"])
+        binary = answer.get("SecretBinary")
+        if isinstance(binary, bytes | bytearray):
+            return bytes(binary).decode("utf-8")
+        raise ConfigError(f"secret {rest} has no value", field=field)
+    raise ConfigError(f"unknown secret scheme {scheme!r} (env, file, ssm, secretsmanager)", field=field)
+
+
+def _call(fn: Any, ref: str, field: str | None) -> Any:
+    try:
+        return fn()
+    except ClientError as exc:
+        err = exc.response.get("Error", {})
+        code = str(err.get("Code", ""))
+        status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+        # The message never includes a value; AWS errors don't carry one either.
+        message = f"{ref}: {code}: {err.get('Message', '')}"
+        if code in _NOT_FOUND:
+            raise ConfigError(message, field=field) from exc
+        if code in _THROTTLED or status >= 500 or status == 429:
+            raise TransientError(message, retry_after=5.0) from exc
+        raise PermanentError(message) from exc
+    except BotoCoreError as exc:  # endpoint unreachable, read timeout
+        raise TransientError(f"{ref}: {exc}", retry_after=5.0) from exc

@@ -1,0 +1,541 @@
+"""PrometheusClient and collect_live against a scripted HTTP server on 127.0.0.1; SigV4 by hand; secrets.
+
+The server is a real ``http.server`` (not an httpx mock), so status codes, bodies, delays and the exact
+headers that reach the wire are what the tests see.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import hashlib
+import hmac
+import json
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import botocore.auth
+import httpx
+import pytest
+from botocore.credentials import Credentials
+
+from rightsizer.adapters.prometheus import (
+    PrometheusClient,
+    PrometheusQueryError,
+    PrometheusUnavailable,
+    SigV4Auth,
+    answer_problem,
+    build_client,
+    collect_live,
+    live_queries,
+    range_points,
+    subquery_range,
+)
+from rightsizer.adapters.secrets import resolve_secret
+from rightsizer.domain.errors import ConfigError
+from rightsizer.domain.join import NodeJoiner
+from rightsizer.domain.planner import plan
+from rightsizer.domain.policy import Policy
+from rightsizer.domain.usage import FB_USED, GPU_UTIL, POWER, Window
+from tests.builders import AT, STEP, WINDOW, gpu_node, snapshot
+
+AKID = "AKIDEXAMPLE"
+SECRET = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY"
+
+# ------------------------------------------------------------------------------------- scripted server
+
+Reply = tuple[int, dict[str, str], bytes, float]
+"""(status, headers, body, delay in seconds before answering)."""
+
+
+def ok(result: list[dict[str, Any]], result_type: str = "vector", **extra: Any) -> Reply:
+    body = {"status": "success", "data": {"resultType": result_type, "result": result}, **extra}
+    return 200, {"Content-Type": "application/json"}, json.dumps(body).encode(), 0.0
+
+
+def error(status: int, error_type: str, message: str) -> Reply:
+    body = {"status": "error", "errorType": error_type, "error": message}
+    return status, {"Content-Type": "application/json"}, json.dumps(body).encode(), 0.0
+
+
+@dataclass
+class Seen:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+    @property
+    def form(self) -> dict[str, str]:
+        return {k: v[0] for k, v in parse_qs(self.body.decode()).items()}
+
+
+@dataclass
+class Script:
+    """Replies by call order (``queue``) or by query expression (``by_query``); default an empty vector."""
+
+    queue: list[Reply] = field(default_factory=list)
+    by_query: dict[str, Reply] = field(default_factory=dict)
+    seen: list[Seen] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def reply(self, seen: Seen) -> Reply:
+        with self.lock:
+            self.seen.append(seen)
+            if self.queue:
+                return self.queue.pop(0)
+        expr = seen.form.get("query", "")
+        if expr in self.by_query:
+            return self.by_query[expr]
+        return ok([], "matrix" if seen.path.endswith("query_range") else "vector")
+
+
+@pytest.fixture
+def prom() -> Iterator[tuple[str, Script]]:
+    script = Script()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length)
+            seen = Seen("POST", self.path, {k.lower(): v for k, v in self.headers.items()}, body)
+            status, headers, payload, delay = script.reply(seen)
+            if delay:
+                time.sleep(delay)
+            try:
+                self.send_response(status)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client gave up (read timeout test)
+
+        def log_message(self, *_args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", script
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def sleeps() -> list[float]:
+    return []
+
+
+def client_for(url: str, sleeps: list[float], **kw: Any) -> PrometheusClient:
+    return PrometheusClient(url, sleep=sleeps.append, **kw)
+
+
+# ---------------------------------------------------------------------------------------- client
+
+
+def test_query_posts_a_form_with_partial_response_false(
+    prom: tuple[str, Script], sleeps: list[float]
+) -> None:
+    url, script = prom
+    with client_for(url, sleeps, stats=True, timeout=12) as client:
+        answer = client.query('max by (UUID) (DCGM_FI_DEV_GPU_UTIL{job="a b"})', 1793613600.0)
+    assert answer["status"] == "success"
+    seen = script.seen[0]
+    assert seen.path == "/api/v1/query"
+    assert seen.headers["content-type"] == "application/x-www-form-urlencoded"
+    assert seen.form == {
+        "query": 'max by (UUID) (DCGM_FI_DEV_GPU_UTIL{job="a b"})',
+        "time": "1793613600.000",
+        "partial_response": "false",
+        "timeout": "12s",
+        "stats": "all",
+    }
+
+
+def test_503_timeout_body_is_retried_with_backoff_then_unavailable(
+    prom: tuple[str, Script], sleeps: list[float]
+) -> None:
+    url, script = prom
+    script.queue = [error(503, "timeout", "query timed out in expression evaluation")] * 4
+    with (
+        client_for(url, sleeps, retries=3, backoff=0.5, max_backoff=8) as client,
+        pytest.raises(PrometheusUnavailable) as err,
+    ):
+        client.query("up", 0)
+    assert err.value.status_code == 503 and err.value.error_type == "timeout"
+    assert len(script.seen) == 4
+    assert sleeps == [0.5, 1.0, 2.0]
+
+
+def test_422_execution_is_not_retried(prom: tuple[str, Script], sleeps: list[float]) -> None:
+    url, script = prom
+    script.queue = [error(422, "execution", "query processing would load too many samples into memory")]
+    with client_for(url, sleeps) as client, pytest.raises(PrometheusQueryError) as err:
+        client.query_range("up", 0, 60, 15)
+    assert err.value.status_code == 422 and err.value.error_type == "execution"
+    assert len(script.seen) == 1 and sleeps == []
+
+
+def test_429_then_success_honours_retry_after(prom: tuple[str, Script], sleeps: list[float]) -> None:
+    url, script = prom
+    script.queue = [(429, {"Retry-After": "3"}, b"slow down", 0.0), ok([])]
+    with client_for(url, sleeps, backoff=0.5) as client:
+        assert client.query("up", 0)["status"] == "success"
+        assert client.stats.requests == 2
+    assert sleeps == [3.0]
+
+
+def test_read_timeout_is_retried_then_unavailable(prom: tuple[str, Script], sleeps: list[float]) -> None:
+    url, script = prom
+    script.queue = [(*ok([])[:3], 1.0), (*ok([])[:3], 1.0)]
+    with (
+        client_for(url, sleeps, timeout=0.2, retries=1) as client,
+        pytest.raises(PrometheusUnavailable) as err,
+    ):
+        client.query("up", 0)
+    assert err.value.error_type == "timeout"
+    assert sleeps == [0.5]
+
+
+def test_connection_refused_is_unavailable(sleeps: list[float]) -> None:
+    with client_for("http://127.0.0.1:9", sleeps, retries=2) as client, pytest.raises(PrometheusUnavailable):
+        client.query("up", 0)
+    assert sleeps == [0.5, 1.0]
+
+
+def test_warnings_and_wrong_result_types_are_problems(prom: tuple[str, Script], sleeps: list[float]) -> None:
+    url, script = prom
+    script.queue = [ok([], warnings=["partial response: store gateway unavailable"]), ok([], "scalar")]
+    with client_for(url, sleeps) as client:
+        warned = client.query("up", 0)
+        scalar = client.query("up", 0)
+    assert answer_problem(warned, "vector") == "warnings"
+    assert answer_problem(scalar, "vector") == "not_a_vector"
+    assert answer_problem({"status": "error"}, "matrix") == "status_error"
+
+
+def test_query_range_raw_returns_error_answers_verbatim(
+    prom: tuple[str, Script], sleeps: list[float]
+) -> None:
+    url, script = prom
+    reply = error(422, "execution", "too many samples")
+    script.queue = [reply]
+    with client_for(url, sleeps) as client:
+        assert client.query_range_raw("up", 0, 60, 15) == reply[2]
+
+
+def test_bearer_and_basic_auth_reach_the_wire(prom: tuple[str, Script], sleeps: list[float]) -> None:
+    url, script = prom
+    with build_client(url, auth="bearer", secret="t0ken") as client:
+        client.query("up", 0)
+    with build_client(url, auth="basic", username="grafana", secret="p:w") as client:
+        client.query("up", 0)
+    assert script.seen[0].headers["authorization"] == "Bearer t0ken"
+    assert script.seen[1].headers["authorization"] == "Basic " + base64.b64encode(b"grafana:p:w").decode()
+    with pytest.raises(ConfigError):
+        build_client(url, auth="sigv4")
+
+
+# ------------------------------------------------------------------------------------------ SigV4
+
+
+def _hmac(key: bytes, msg: str) -> bytes:
+    return hmac.new(key, msg.encode(), hashlib.sha256).digest()
+
+
+def sigv4_by_hand(
+    *,
+    method: str,
+    path: str,
+    query: str,
+    headers: dict[str, str],
+    body: bytes,
+    amz_date: str,
+    region: str,
+    service: str,
+    secret: str = SECRET,
+) -> tuple[str, str]:
+    """(signed headers, signature) following the AWS SigV4 documentation step by step."""
+    # Task 1: canonical request (headers lower-cased, trimmed, sorted; payload hash of the body).
+    canon_headers = {k.lower(): " ".join(v.split()) for k, v in headers.items()}
+    signed = ";".join(sorted(canon_headers))
+    canonical = "\n".join(
+        [
+            method,
+            path,
+            query,
+            "".join(f"{k}:{canon_headers[k]}\n" for k in sorted(canon_headers)),
+            signed,
+            hashlib.sha256(body).hexdigest(),
+        ]
+    )
+    # Task 2: string to sign with the credential scope.
+    scope = f"{amz_date[:8]}/{region}/{service}/aws4_request"
+    to_sign = "\n".join(["AWS4-HMAC-SHA256", amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest()])
+    # Task 3: the signing key chain, then the signature.
+    key = _hmac(
+        _hmac(_hmac(_hmac(("AWS4" + secret).encode(), amz_date[:8]), region), service), "aws4_request"
+    )
+    return signed, hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
+
+
+def test_hand_sigv4_reproduces_the_aws_test_suite_get_vanilla() -> None:
+    # aws-sig-v4-test-suite "get-vanilla": GET / host example.amazonaws.com, 20150830T123600Z.
+    signed, signature = sigv4_by_hand(
+        method="GET",
+        path="/",
+        query="",
+        headers={"Host": "example.amazonaws.com", "X-Amz-Date": "20150830T123600Z"},
+        body=b"",
+        amz_date="20150830T123600Z",
+        region="us-east-1",
+        service="service",
+    )
+    assert signed == "host;x-amz-date"
+    assert signature == "5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31"
+
+
+FROZEN = dt.datetime(2015, 8, 30, 12, 36, 0)  # botocore works in naive UTC here  # noqa: DTZ001
+
+
+def test_sigv4_authorization_for_a_fixed_amp_request_matches_the_hand_computation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # GIVEN fixed credentials, time and request
+    monkeypatch.setattr(botocore.auth, "get_current_datetime", lambda: FROZEN)
+    url = "https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-EXAMPLE/api/v1/query"
+    request = httpx.Client().build_request("POST", url, data={"query": "up", "time": "1440938160"})
+    # WHEN signed for aps
+    SigV4Auth(Credentials(AKID, SECRET), "us-east-1").sign(request)
+    # THEN the Authorization header equals the independent computation
+    body = request.content
+    assert body == b"query=up&time=1440938160"
+    signed, signature = sigv4_by_hand(
+        method="POST",
+        path="/workspaces/ws-EXAMPLE/api/v1/query",
+        query="",
+        headers={
+            "content-type": "application/x-www-form-urlencoded",
+            "host": "aps-workspaces.us-east-1.amazonaws.com",
+            "x-amz-content-sha256": hashlib.sha256(body).hexdigest(),
+            "x-amz-date": "20150830T123600Z",
+        },
+        body=body,
+        amz_date="20150830T123600Z",
+        region="us-east-1",
+        service="aps",
+    )
+    assert request.headers["X-Amz-Date"] == "20150830T123600Z"
+    assert request.headers["Authorization"] == (
+        f"AWS4-HMAC-SHA256 Credential={AKID}/20150830/us-east-1/aps/aws4_request, "
+        f"SignedHeaders={signed}, Signature={signature}"
+    )
+    assert signed == "content-type;host;x-amz-content-sha256;x-amz-date"
+
+
+def test_sigv4_signs_exactly_what_reaches_the_server(
+    prom: tuple[str, Script], sleeps: list[float], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a long PromQL query and session credentials, sent through the real client
+    monkeypatch.setattr(botocore.auth, "get_current_datetime", lambda: FROZEN)
+    url, script = prom
+    creds = Credentials(AKID, SECRET, token="session-token")
+    window = Window(end=AT.timestamp(), seconds=WINDOW, step=STEP)
+    long_expr = live_queries(window, 5.0)[-1].expr
+    with PrometheusClient(url, auth=SigV4Auth(creds, "eu-west-1"), sleep=sleeps.append) as client:
+        client.query(long_expr, 1440938160)
+    # THEN recomputing the signature from the received method, path, headers and body gives the same value
+    seen = script.seen[0]
+    auth = seen.headers["authorization"]
+    signed_names = auth.split("SignedHeaders=")[1].split(",")[0].split(";")
+    assert signed_names == [
+        "content-type",
+        "host",
+        "x-amz-content-sha256",
+        "x-amz-date",
+        "x-amz-security-token",
+    ]
+    _, signature = sigv4_by_hand(
+        method=seen.method,
+        path=urlsplit(seen.path).path,
+        query="",
+        headers={n: seen.headers[n] for n in signed_names},
+        body=seen.body,
+        amz_date=seen.headers["x-amz-date"],
+        region="eu-west-1",
+        service="aps",
+    )
+    assert auth.endswith(f"Signature={signature}")
+    assert seen.headers["x-amz-content-sha256"] == hashlib.sha256(seen.body).hexdigest()
+    assert seen.form["query"] == long_expr
+
+
+# ----------------------------------------------------------------------------------- live path
+
+
+def test_subquery_range_drops_the_left_end_and_range_points_align() -> None:
+    window = Window(end=1793613600.0, seconds=1800, step=60)
+    assert subquery_range(window) == "[1799999ms:60s]"
+    assert range_points(window) == (1793611860.0, 1793613600.0)
+    # not aligned: the multiples of the step in (end − W, end]
+    assert range_points(Window(end=1793613630.5, seconds=1800, step=60)) == (1793611860.0, 1793613630.5)
+
+
+def test_query_count_is_a_constant() -> None:
+    small = live_queries(Window(0, 1800, 60), 5.0)
+    large = live_queries(Window(0, 3600, 15), 5.0, node_label="k8s_node", job="dcgm")
+    assert len(small) == len(large) == 18
+    assert sum(q.range for q in small) == 1
+    with pytest.raises(ConfigError):
+        live_queries(Window(0, 1800, 60), 5.0, node_label="bad-label")
+
+
+NODE = "gpu-a"
+
+
+def _dev(g: int, **extra: str) -> dict[str, str]:
+    return {"node": NODE, "gpu": str(g), "UUID": f"GPU-{g}", "instance": "10.1.0.1:9400", **extra}
+
+
+def _vector(rows: list[tuple[dict[str, str], str]]) -> Reply:
+    return ok([{"metric": labels, "value": [AT.timestamp(), v]} for labels, v in rows])
+
+
+def idle_answers(window: Window, policy: Policy) -> dict[str, Reply]:
+    """What a healthy Prometheus answers for one idle 4-GPU node."""
+    q = {x.key: x.expr for x in live_queries(window, policy.gpu_activity_max_pct)}
+    devs = [_dev(g) for g in range(4)]
+    now = str(AT.timestamp() - 10)
+    return {
+        q["max:DCGM_FI_DEV_GPU_UTIL"]: _vector([(d, "0") for d in devs]),
+        q["max:DCGM_FI_DEV_FB_USED"]: _vector([(d, "300") for d in devs]),
+        q["max:DCGM_FI_DEV_FB_FREE"]: _vector([(d, "22700") for d in devs]),
+        q["max:DCGM_FI_DEV_POWER_USAGE"]: _vector([(d, "27") for d in devs]),
+        q["newest:DCGM_FI_DEV_GPU_UTIL"]: _vector([(d, now) for d in devs]),
+        q["coverage"]: _vector([(d, "30") for d in devs]),
+        q["fb_total"]: _vector([(d, "23000") for d in devs]),
+        q["liveness:energy"]: _vector([(d, "1.5e6") for d in devs]),
+        q["liveness:power"]: _vector([(d, "0.8") for d in devs]),
+        q["up"]: _vector([({"instance": "10.1.0.1:9400"}, "30")]),
+    }
+
+
+def run_plan(url: str, sleeps: list[float], answers: dict[str, Reply]) -> Any:
+    policy = Policy()
+    window = Window.ending(AT, policy.idle_window, STEP)
+    base = snapshot([gpu_node(NODE, ip="10.0.0.5")], [])
+    with client_for(url, sleeps, retries=1) as client:
+        signals = collect_live(client, NodeJoiner(base.nodes, base.pods), window, policy, max_workers=1)
+    from dataclasses import replace
+
+    return signals, plan(replace(base, signals=signals), policy)
+
+
+def test_healthy_answers_make_an_idle_node(prom: tuple[str, Script], sleeps: list[float]) -> None:
+    url, script = prom
+    policy = Policy()
+    script.by_query = idle_answers(Window.ending(AT, policy.idle_window, STEP), policy)
+    signals, p = run_plan(url, sleeps, script.by_query)
+    assert signals.problems == ()
+    assert [(n.verdict, n.reasons) for n in p.nodes] == [("idle", ["idle_window_clean"])]
+    assert len(script.seen) == 18
+
+
+@pytest.mark.parametrize(
+    ("key", "labels", "value", "reason"),
+    [
+        ("nonfinite:DCGM_FI_DEV_GPU_UTIL", _dev(1), "2", f"non_finite:{GPU_UTIL}"),
+        ("nonfinite:DCGM_FI_DEV_POWER_USAGE", _dev(3), "1", f"non_finite:{POWER}"),
+        ("max:DCGM_FI_DEV_FB_USED", _dev(2), "+Inf", f"non_finite:{FB_USED}"),
+        ("max:DCGM_FI_DEV_GPU_UTIL", _dev(0), "NaN", f"non_finite:{GPU_UTIL}"),
+    ],
+)
+def test_non_finite_values_make_the_node_unknown(
+    prom: tuple[str, Script], sleeps: list[float], key: str, labels: dict[str, str], value: str, reason: str
+) -> None:
+    url, script = prom
+    policy = Policy()
+    window = Window.ending(AT, policy.idle_window, STEP)
+    answers = idle_answers(window, policy)
+    expr = next(q.expr for q in live_queries(window, policy.gpu_activity_max_pct) if q.key == key)
+    rows = json.loads(answers[expr][2])["data"]["result"] if expr in answers else []
+    rows = [r for r in rows if r["metric"] != labels] + [{"metric": labels, "value": [AT.timestamp(), value]}]
+    answers[expr] = ok(rows)
+    script.by_query = answers
+    _, p = run_plan(url, sleeps, answers)
+    assert p.nodes[0].verdict == "unknown"
+    assert reason in p.nodes[0].reasons
+
+
+@pytest.mark.parametrize(
+    ("reply", "metrics"),
+    [
+        (error(503, "timeout", "query timed out"), {GPU_UTIL}),
+        (error(422, "execution", "many-to-many matching not allowed"), {GPU_UTIL}),
+        (ok([], warnings=["partial response"]), {GPU_UTIL}),
+        (ok([], "matrix"), {GPU_UTIL}),
+    ],
+)
+def test_one_unusable_answer_makes_its_metric_a_problem(
+    prom: tuple[str, Script], sleeps: list[float], reply: Reply, metrics: set[str]
+) -> None:
+    url, script = prom
+    policy = Policy()
+    window = Window.ending(AT, policy.idle_window, STEP)
+    answers = idle_answers(window, policy)
+    answers[next(q.expr for q in live_queries(window, 5.0) if q.key == "max:DCGM_FI_DEV_GPU_UTIL")] = reply
+    script.by_query = answers
+    signals, p = run_plan(url, sleeps, answers)
+    assert set(signals.problems) == metrics
+    assert p.nodes[0].verdict == "unknown"
+    assert f"partial_response:{GPU_UTIL}" in p.nodes[0].reasons
+
+
+def test_workload_label_variants_of_one_device_merge(prom: tuple[str, Script], sleeps: list[float]) -> None:
+    url, script = prom
+    policy = Policy()
+    window = Window.ending(AT, policy.idle_window, STEP)
+    answers = idle_answers(window, policy)
+    q = {x.key: x.expr for x in live_queries(window, policy.gpu_activity_max_pct)}
+    rows = [(_dev(g), "0") for g in range(1, 4)]
+    rows += [(_dev(0, namespace="ml", pod="a"), "3"), (_dev(0, namespace="ml", pod="b"), "4")]
+    answers[q["max:DCGM_FI_DEV_GPU_UTIL"]] = _vector(rows)
+    script.by_query = answers
+    signals, p = run_plan(url, sleeps, answers)
+    devs = {d.device: d for d in signals.devices[NODE]}
+    assert len(devs) == 4 and devs["GPU-0"].activity_max_pct == 4.0
+    assert devs["GPU-0"].coverage == 1.0
+    assert p.nodes[0].verdict == "idle"
+
+
+# --------------------------------------------------------------------------------------- secrets
+
+
+def test_env_secret(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert resolve_secret("env:TOKEN", environ={"TOKEN": "abc"}) == "abc"
+    with pytest.raises(ConfigError, match="TOKEN"):
+        resolve_secret("env:TOKEN", environ={}, field="prometheus.secret")
+
+
+def test_file_secret_drops_the_trailing_newline(tmp_path: Path) -> None:
+    (tmp_path / "token").write_text("s3cr3t\n")
+    assert resolve_secret(f"file:{tmp_path / 'token'}") == "s3cr3t"
+    with pytest.raises(ConfigError):
+        resolve_secret(f"file:{tmp_path / 'missing'}")
+
+
+@pytest.mark.parametrize("ref", ["plain", "vault:x", "env:", "ssm:/x", "secretsmanager:x"])
+def test_bad_references_or_missing_clients_fail_closed(ref: str) -> None:
+    with pytest.raises(ConfigError):
+        resolve_secret(ref, environ={})
