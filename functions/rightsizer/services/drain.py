@@ -412,10 +412,10 @@ class DrainWorkflow:
             p for p in todo if now + timedelta(seconds=p.grace_seconds + EVICT_MARGIN_S) > record.deadline
         ]
         if too_late:
+            # No eviction may start that cannot finish before the deadline: it is as good as reached.
             names = ",".join(p.key for p in too_late)
-            return self.rollback(
-                record.execution_id, f"drain_timeout:grace_period_exceeds_deadline:{names}", step="evict"
-            )
+            why = "; ".join(record.details.get("blocked", [])) or f"grace_period_exceeds_deadline:{names}"
+            return self.rollback(record.execution_id, f"drain_timeout:{why}", step="evict")
         attempts: dict[str, int] = dict(record.details.get("attempts", {}))
         blocked: list[str] = []
         with ThreadPoolExecutor(max_workers=max(1, min(EVICTION_CONCURRENCY, len(todo)))) as pool:
