@@ -286,6 +286,7 @@ INSTANCE_TYPES = {
     for t in (
         InstanceType("g5.12xlarge", 48, 192, "47810m", 173400, 4, "a10g", 234, "g5", 5.672),
         InstanceType("g5.4xlarge", 16, 64, "15890m", 57691, 1, "a10g", 234, "g5", 1.624),
+        InstanceType("g5.xlarge", 4, 16, "3920m", 14162, 1, "a10g", 58, "g5", 1.006),
         InstanceType("g6.xlarge", 4, 16, "3920m", 14162, 1, "l4", 58, "g5", 0.8048),
         InstanceType("p4d.24xlarge", 96, 1152, "95690m", 1082712, 8, "a100", 737, "p4d", 21.957642),
         InstanceType("p5.48xlarge", 192, 2048, "191450m", 1938410, 8, "h100", 100, "p5", 55.04),
@@ -712,8 +713,9 @@ def build_demo(src: Sources, ids: Ids, taken_at: datetime) -> Scenario:
         verdict="idle",
         reasons=("idle_window_clean",),
         why="All 4 A10G idle for the whole window (util 0-2 %, FB 0 MiB, ~27 W), only DaemonSet pods, "
-        "energy moving, up == 1, group desired 5 > min 1. Oldest of the two idle a10g nodes, so it wins the "
-        "tie-break (same price, 0 pods to evict, then oldest) and takes the single disruption-budget slot.",
+        "energy moving, up == 1, group desired 5 > min 1. It takes the single disruption-budget slot: it saves "
+        "the most per hour among the idle nodes ($5.672 vs $1.006 for the gpu-dev g5.xlarge nodes), and it "
+        "is the older of the two idle a10g nodes (same price, 0 pods to evict, then oldest).",
     )
     idle2 = add(
         _new_node(ids, taken_at, "g5.12xlarge", owner="mng", group="gpu-a10g", age=9 * day),
@@ -1017,6 +1019,22 @@ def build_demo(src: Sources, ids: Ids, taken_at: datetime) -> Scenario:
     nodes.append(system)
     pods.extend(_system_pods(ids, system, taken_at))
 
+    # --- gpu-dev (g5.xlarge, 1× A10G): the off-hours group of the demo --------------------------------------
+    # Drawn after every other node so that adding it left the names and IPs of the older cast unchanged.
+    dev_nodes = [
+        add(
+            _new_node(ids, taken_at, "g5.xlarge", owner="mng", group="gpu-dev", age=age, az=az, subnet=5),
+            _physical_devices(ids, a10g, 1),
+            verdict="protected",
+            reasons=("disruption_budget_exhausted",),
+            why=f"Development node, idle for the whole window (one A10G at 0-2 %, FB 0 MiB, ~27 W), only "
+            f"DaemonSet pods, group gpu-dev desired 2 > min 0. Idle by metrics, but the single budget slot "
+            f"goes to {idle1.name}, which saves more per hour ($5.672 vs $1.006). The demo's off-hours "
+            "schedule scales this group to zero and back.",
+        )
+        for age, az in ((4 * day, "us-east-1a"), (4 * day, "us-east-1b"))
+    ]
+
     pdbs = [
         _pdb(ids, "search", "reranker", {"app": "reranker"}, min_available=1, healthy=1, allowed=0),
         _pdb(ids, "kube-system", "coredns", {"k8s-app": "kube-dns"}, max_unavailable=1, healthy=2, allowed=1),
@@ -1028,12 +1046,16 @@ def build_demo(src: Sources, ids: Ids, taken_at: datetime) -> Scenario:
         _mng_group("gpu-l4", "g6.xlarge", 0, 6),
         _mng_group("p4d-mig", "p4d.24xlarge", 0, 2, spot=True),
         _mng_group("system", "m6i.xlarge", 1, 3),
+        _mng_group("gpu-dev", "g5.xlarge", 0, 2),
     ]
     notes = [
         f"Two idle a10g nodes compete for one disruption-budget slot: {idle1.name} is chosen (older), "
         f"{idle2.name} is protected with disruption_budget_exhausted. With max_nodes_per_run: 2 and "
         "max_nodes_per_node_group: 2 both would be idle.",
         f"{system.name} (m6i.xlarge, node group system) has no GPU: it must not appear in the plan.",
+        f"Node group gpu-dev ({', '.join(n.name for n in dev_nodes)}; g5.xlarge, min 0 / desired 2 / max 2) "
+        "is idle by metrics but loses the budget slot to the a10g node (higher price first); `rightsizer "
+        "demo` uses it for the off-hours down/up cycle, which restores desired 2 exactly.",
         "Hostname is the exporter pod name on the g5/g6 nodes (BUG-01): join by the `node` label, the "
         "`instance` IP → exporter pod → spec.nodeName, or the `pod` label; never by Hostname. On the p4d and "
         "p5 nodes Hostname is the node name.",
@@ -1865,8 +1887,8 @@ def generate_snapshot(
 
     Args:
         out_dir: directory to write (created; files of the same names are overwritten).
-        scenario: ``"demo"`` (the fixed 13-node cast of the committed example; ``nodes`` must be ``None``
-            or 13) or ``"scale"`` (``nodes`` p4d.24xlarge × 8 A100, default 100, for benchmarks).
+        scenario: ``"demo"`` (the fixed 15-node cast of the committed example; ``nodes`` must be ``None``
+            or 15) or ``"scale"`` (``nodes`` p4d.24xlarge × 8 A100, default 100, for benchmarks).
         nodes: node count of the scale scenario.
         seed: seed of the single ``random.Random`` every value is drawn from.
         taken_at: end of the window, timezone-aware (UTC is written).

@@ -272,7 +272,7 @@ def test_node_groups_and_instances(demo: Path, expected: dict[str, dict[str, Any
 
 
 def test_expected_verdicts_use_design_codes(expected: dict[str, dict[str, Any]]) -> None:
-    assert len(expected) == 12
+    assert len(expected) == 14
     for entry in expected.values():
         reasons = entry["reasons_include"]
         assert entry["verdict"] in VERDICTS
@@ -281,7 +281,38 @@ def test_expected_verdicts_use_design_codes(expected: dict[str, dict[str, Any]])
         # The listed codes alone already decide the class (they are the reasons that make the verdict).
         assert verdict_of(reasons, cheaper_shape_fits=entry["verdict"] == "underutilized") == entry["verdict"]
     verdicts = Counter(e["verdict"] for e in expected.values())
-    assert verdicts == {"protected": 5, "busy": 2, "underutilized": 2, "unknown": 2, "idle": 1}
+    assert verdicts == {"protected": 7, "busy": 2, "underutilized": 2, "unknown": 2, "idle": 1}
+
+
+def test_dev_group_is_two_idle_g5_xlarge_nodes_for_off_hours(demo: Path) -> None:
+    # The off-hours part of `rightsizer demo` scales gpu-dev to zero and back: it needs a group whose min
+    # is 0, with idle nodes running nothing but DaemonSets.
+    groups = _load(demo, "nodegroups.json")
+    dev = next(ng for ng in groups["nodegroups"] if ng["nodegroupName"] == "gpu-dev")
+    assert dev["scalingConfig"] == {"minSize": 0, "desiredSize": 2, "maxSize": 2}
+    assert dev["instanceTypes"] == ["g5.xlarge"]
+    nodes = [
+        n
+        for n in _load(demo, "nodes.json")["items"]
+        if n["metadata"]["labels"].get("eks.amazonaws.com/nodegroup") == "gpu-dev"
+    ]
+    assert len(nodes) == 2
+    assert len({n["status"]["addresses"][0]["address"] for n in nodes}) == 2
+    names = {n["metadata"]["name"] for n in nodes}
+    on_dev = [p for p in _load(demo, "pods.json")["items"] if p["spec"]["nodeName"] in names]
+    assert on_dev
+    assert {p["metadata"]["ownerReferences"][0]["kind"] for p in on_dev} == {"DaemonSet"}
+    uuids = {
+        s["metric"]["UUID"] for s in _series(demo, "DCGM_FI_DEV_GPU_UTIL") if s["metric"]["node"] in names
+    }
+    assert len(uuids) == 2
+    util = {
+        v
+        for s in _series(demo, "DCGM_FI_DEV_GPU_UTIL")
+        if s["metric"]["node"] in names
+        for _, v in s["values"]
+    }
+    assert util <= {"0", "1", "2"}
 
 
 # --- scale -------------------------------------------------------------------------------------------------

@@ -34,6 +34,10 @@ def test_packaged_demo_snapshot_decides_as_documented() -> None:
         ("scale_in", "ip-10-0-83-246.ec2.internal")
     ]
     assert result.savings.hourly_usd == pytest.approx(5.672)
+    # The gpu-dev nodes are idle by metrics too, but the budget slot goes to the node that saves the most.
+    dev = [n for n in result.nodes if n.node.startswith("ip-10-5-")]
+    assert len(dev) == 2
+    assert {n.verdict for n in dev} == {"protected"}
 
 
 @pytest.mark.parametrize("seed", [1, 7, 42])
