@@ -10,11 +10,11 @@ import argparse
 import json
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -145,6 +145,120 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# --------------------------------------------------------------------------------------------------
+# rightsizer offhours {down,up,status}
+# --------------------------------------------------------------------------------------------------
+
+if TYPE_CHECKING:
+    from rightsizer.services.offhours import OffhoursDeps, OffhoursReport
+
+
+def build_offhours_deps(config: Config, *, dry_run: bool) -> OffhoursDeps:
+    """The off-hours ports for ``config``: the act side of :func:`rightsizer.wiring.build_act_deps`
+    (Kubernetes, DynamoDB state, drain workflow) plus EKS node group sizing, with in-process drains.
+
+    The group pre-check plans the cluster once per tick (the drains still assess freshly themselves).
+
+    Raises:
+        ConfigError: no ``cluster.name`` (node groups are EKS's) or no ``aws.table`` (saved sizes must
+            outlive the process).
+    """
+    from rightsizer import wiring
+    from rightsizer.adapters.aws import make_clients
+    from rightsizer.adapters.eks_nodegroups import EksNodeGroups
+    from rightsizer.services.assess import PlanningAssessor
+    from rightsizer.services.offhours import OffhoursDeps, in_process_starters
+
+    if not config.cluster.name:
+        raise ConfigError("off-hours needs the EKS cluster name", field="cluster.name")
+    act = wiring.build_act_deps(config, dry_run=dry_run)
+    groups = EksNodeGroups(
+        make_clients(config.cluster.region or config.aws.region, endpoint_url=config.aws.endpoint_url)
+    )
+    observed: dict[datetime, ClusterSnapshot] = {}
+
+    def observe_once(at: datetime) -> ClusterSnapshot:
+        # One tick asks about every node of a group at the same instant: observe the cluster once.
+        if at not in observed:
+            observed.clear()
+            observed[at] = act.observe(at)
+        return observed[at]
+
+    normal, forced = in_process_starters(
+        act.workflow.deps, progress=lambda r: log.info("drain %s: %s %s", r.execution_id, r.step, r.message)
+    )
+    return OffhoursDeps(
+        cluster=config.cluster.name,
+        config=config.offhours,
+        policy=act.policy,
+        nodes=act.observers.cluster,
+        sizer=groups,
+        scaler=groups,
+        assessor=PlanningAssessor(observe_once, act.policy, node_label=config.prometheus.node_label),
+        state=act.state,
+        starter=normal,
+        forced_starter=forced,
+        dry_run=act.dry_run,
+    )
+
+
+def render_offhours(report: OffhoursReport) -> str:
+    """Human-readable lines of an off-hours report: one block per node group."""
+    mode = "DRY RUN (nothing changed)" if report.dry_run else "LIVE"
+    lines = [f"off-hours {report.cluster} at {report.at.isoformat()} — {mode}"]
+    for g in report.groups:
+        until = g.next_transition.isoformat() if g.next_transition else "-"
+        lines.append(
+            f"{g.node_group} [{g.source}: {g.schedule}] schedule says {g.state} until {until}: {g.outcome}"
+        )
+        if g.saved is not None:
+            s = g.saved.sizes
+            lines.append(
+                f"  saved   min {s.min} desired {s.desired} max {s.max} ({g.saved.saved_at.isoformat()})"
+            )
+        if g.current is not None:
+            c = g.current
+            lines.append(f"  current min {c.min} desired {c.desired} max {c.max}")
+        lines.extend(f"  - {action}" for action in g.actions)
+        lines.extend(f"  reason: {reason}" for reason in g.reasons)
+        lines.extend(f"  node {node}: {', '.join(rs)}" for node, rs in sorted(g.node_reasons.items()))
+        lines.extend(
+            f"  failed activity {f['code'] or 'unknown'}: {f['message']}" for f in g.failed_activities
+        )
+        if g.error:
+            lines.append(f"  error: {g.error}")
+    lines.extend(f"error: {e}" for e in report.errors)
+    lines.extend(f"ALARM RestoreOverdue: {name}" for name in report.alarms)
+    return "\n".join(lines)
+
+
+def cmd_offhours(
+    args: argparse.Namespace, *, build: Callable[..., OffhoursDeps] = build_offhours_deps
+) -> int:
+    """``rightsizer offhours {down,up,status}``: converge the configured node groups towards their
+    schedules now (``down``/``up`` act only on groups whose schedule says that direction), or show them.
+
+    Acts only with ``--execute`` and the policy's ``dry_run: false``; ``--at`` only without ``--execute``.
+    Exit 1 when a group failed or a restore is overdue.
+    """
+    from rightsizer.services.offhours import offhours_status, run_offhours
+
+    if args.at and args.execute:
+        raise ConfigError("--at evaluates another instant: use it for dry runs and status only", field="--at")
+    config = load_config(args.config)
+    now = parse_time(args.at) if args.at else datetime.now(UTC)
+    deps = build(config, dry_run=not args.execute or args.action == "status")
+    if args.action == "status":
+        report = offhours_status(deps, now)
+    else:
+        report = run_offhours(deps, now, force=args.force, only=args.action)
+    if args.json:
+        _emit_json(report.to_json_dict())
+    else:
+        print(render_offhours(report))
+    return EXIT_FAILED if report.failed else EXIT_OK
+
+
 def _emit_json(doc: Any) -> None:
     sys.stdout.write(json.dumps(doc, indent=2, sort_keys=False) + "\n")
 
@@ -169,6 +283,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", metavar="DIR", required=True, help="new (or empty) directory to write")
     s.add_argument("--at", metavar="TIME", help="snapshot time, RFC 3339 with offset (default: now)")
     s.set_defaults(func=cmd_snapshot)
+
+    o = sub.add_parser("offhours", help="scale node groups to their off-hours schedules (design §4)")
+    o.add_argument("action", choices=["down", "up", "status"], help="converge down / up, or show status")
+    o.add_argument("--config", metavar="FILE", required=True, help="the config file (design §5)")
+    o.add_argument("--force", action="store_true", help="drain busy/underutilized nodes too (never unknown)")
+    o.add_argument("--execute", action="store_true", help="act (default: dry run)")
+    o.add_argument("--at", metavar="TIME", help="evaluate at TIME, RFC 3339 (dry run / status only)")
+    o.add_argument("--json", action="store_true", help="print the report as one JSON document")
+    o.set_defaults(func=cmd_offhours)
 
     d = sub.add_parser("demo", help="run the main job on the embedded default")
     d.add_argument("--json", action="store_true", help="print the outcome as JSON")

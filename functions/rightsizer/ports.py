@@ -212,3 +212,72 @@ class WorkflowStarter(Protocol):
         """Start a drain for ``request`` (``rightsizer.services.drain.DrainRequest``); returns the
         execution id. Starting the same execution id twice is a no-op returning that id."""
         ...
+
+
+# --------------------------------------------------------------------------------------------------
+# Off-hours (design §4 "Off-hours", "Node group sizing"): managed node group sizes and their health
+# --------------------------------------------------------------------------------------------------
+
+
+class NodeGroupInfo(NamedTuple):
+    """What EKS ``DescribeNodegroup`` says about a managed node group, reduced to what off-hours reads.
+
+    ``asg_name`` is ``resources.autoScalingGroups[0].name`` (None while EKS has not created it yet);
+    ``status`` the node group status (``ACTIVE``, ``UPDATING``, ``DEGRADED`` ...); ``tags`` the node group's
+    tags (``rightsizer.io/offhours=<schedule>`` selects it); ``health_issues`` the codes of
+    ``health.issues[]`` (e.g. ``AsgInstanceLaunchFailures`` during a restore that lacks capacity, BUG-27).
+    """
+
+    asg_name: str | None
+    status: str
+    tags: dict[str, str]
+    health_issues: tuple[str, ...] = ()
+
+
+class ScalingFailure(NamedTuple):
+    """One failed Auto Scaling activity (``DescribeScalingActivities``, ``StatusCode`` ``Failed``).
+
+    ``code`` is the AWS error code found in the activity's status message or description (e.g.
+    ``InsufficientInstanceCapacity``), None when the message names none; ``started_at`` is aware UTC.
+    """
+
+    activity_id: str
+    started_at: datetime | None
+    status: str
+    code: str | None
+    message: str
+
+
+class NodeGroupSizer(Protocol):
+    """Managed node group sizing for off-hours (EKS ``UpdateNodegroupConfig``, managed groups only).
+
+    Sizes themselves are read from the Auto Scaling group through :meth:`NodeScaler.group_sizes` (design
+    §4: "Sizes are read from the ASG"); this port changes them and reports how the group is doing.
+
+    Raises (every method):
+        StalePlan: the node group or Auto Scaling group does not exist (any more).
+        TransientError: throttling, 5xx, a group still busy (``ResourceInUseException``, ``UPDATING``).
+        PermanentError: access denied, a failed node group, sizes AWS rejects.
+        ConfigError: sizes that fail local validation (no AWS call made).
+    """
+
+    def list_nodegroups(self, cluster: str) -> list[str]:
+        """Names of the cluster's managed node groups (EKS ``ListNodegroups``, all pages), sorted."""
+        ...
+
+    def describe(self, cluster: str, nodegroup: str) -> NodeGroupInfo:
+        """The node group's Auto Scaling group name, status, tags and health issue codes."""
+        ...
+
+    def update_sizes(self, cluster: str, nodegroup: str, min_size: int, desired: int, max_size: int) -> bool:
+        """Set min, desired and max together (validated locally: 0 ≤ min ≤ desired ≤ max, max ≥ 1).
+
+        Returns:
+            True when an ``UpdateNodegroupConfig`` call was made, False when the sizes already matched.
+        """
+        ...
+
+    def failed_activities(self, asg_name: str, since: datetime) -> list[ScalingFailure]:
+        """Failed scaling activities of the Auto Scaling group that started at or after ``since``,
+        newest first (``DescribeScalingActivities``)."""
+        ...

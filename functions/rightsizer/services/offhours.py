@@ -1,0 +1,832 @@
+"""Off-hours (design §4 "Off-hours", "Periods"): node groups follow a schedule down to zero and back.
+
+Level-triggered, like AWS Instance Scheduler: every tick (an EventBridge rate schedule, or the CLI)
+evaluates each selected node group's schedule at ``now`` — the schedule lists the periods when the group is
+*down* — and converges one step further, so a missed or repeated tick never loses a transition (BUG-29)
+and the weekday is always read in the schedule's own zone (BUG-28).
+
+Going down (schedule contains ``now``):
+
+1. a group with a drain in flight waits for the next tick (one node per group at a time);
+2. every node of the group is assessed; a busy, underutilized, unknown, protected (or excluded) node skips
+   the whole group, with each node's reasons. ``force`` lifts only the busy verdicts (the "idle for the
+   whole window" requirement), never unknown or protected;
+3. ``{min, desired, max}`` are saved from the Auto Scaling group once (write-once store, no TTL: a second
+   run never overwrites them with already-reduced sizes);
+4. ``minSize`` goes to 0 (``UpdateNodegroupConfig``, desired and max unchanged) so that targeted scale-in
+   may take the group below its old minimum;
+5. each node is drained and removed by the drain workflow (``DrainRequest(offhours=True)``: exempt from
+   ``max_nodes_per_*``, cooldown and disruption windows) — one at a time; an in-process starter finishes a
+   drain before returning, so the next node follows in the same tick, an asynchronous one (Step Functions)
+   leaves it to the next tick;
+6. with no node left, ``desiredSize`` goes to 0 (min 0, max unchanged).
+
+Coming up (schedule does not contain ``now``) with saved sizes: the saved sizes are (re-)applied every
+tick, failed scaling activities are reported with their error codes (BUG-27: success is nodes Ready with
+allocatable GPUs, never an HTTP 200), ``RestoreOverdue`` fires once ``restore_deadline`` has passed since the
+first up tick, and only a successful restore forgets the saved sizes.
+
+Dry run (``deps.dry_run`` or the policy's ``dry_run``) reads everything and changes nothing: no sizes are
+saved, no node group call, no drain started, no ledger entry — the report says what would be done.
+
+Ports only (``rightsizer.ports``, ``rightsizer.state``); no clock: callers pass ``now``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal, Protocol
+
+from rightsizer.config import OffhoursConfig
+from rightsizer.domain.errors import RightsizerError
+from rightsizer.domain.model import ANN_CORDONED_BY, GPU_RESOURCE, Node, is_gpu_resource
+from rightsizer.domain.periods import Period, next_transition, schedule_contains
+from rightsizer.domain.plan import NodeReport
+from rightsizer.domain.policy import Policy
+from rightsizer.domain.quantity import parse_count
+from rightsizer.domain.verdicts import BUSY_CODES, code_of, verdict_of
+from rightsizer.ports import JSON, Assessor, NodeGroupInfo, NodeGroupSizer, NodeScaler, WorkflowStarter
+from rightsizer.services.drain import (
+    FINAL_STATUSES,
+    DrainDeps,
+    DrainRequest,
+    DrainWorkflow,
+    is_candidate,
+)
+from rightsizer.services.runner import InProcessRunner, Progress
+from rightsizer.state import GroupSizes, LedgerEntry, LedgerResult, SavedSizes, StateStore
+
+__all__ = [
+    "FORCE_OVERRIDABLE",
+    "LABEL_NODEGROUP",
+    "LEDGER_KIND",
+    "METRIC_RESTORE_OVERDUE",
+    "TAG_OFFHOURS",
+    "Direction",
+    "ForcedAssessor",
+    "GroupReport",
+    "NodeLister",
+    "OffhoursDeps",
+    "OffhoursReport",
+    "force_report",
+    "in_process_starters",
+    "offhours_status",
+    "ready_gpu_nodes",
+    "run_offhours",
+]
+
+log = logging.getLogger(__name__)
+
+Direction = Literal["down", "up"]
+
+#: EKS tag on a managed node group that selects it for off-hours; the value names the schedule.
+TAG_OFFHOURS = "rightsizer.io/offhours"
+#: Node label naming the managed node group (set by EKS on every node it launches).
+LABEL_NODEGROUP = "eks.amazonaws.com/nodegroup"
+#: CloudWatch metric (EMF) raised when a restore is not complete ``restore_deadline`` after it began.
+METRIC_RESTORE_OVERDUE = "RestoreOverdue"
+#: Ledger ``kind`` of node group sizing entries (design §5 action kinds).
+LEDGER_KIND = "scale_node_group"
+#: Reason codes ``force`` lifts: the busy verdicts, i.e. "idle for the whole idle window". Unknown and
+#: protected codes are never in here (design §4).
+FORCE_OVERRIDABLE = BUSY_CODES
+
+# Step Functions execution names allow 80 characters of [A-Za-z0-9-_]; ours must fit and stay unique.
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
+_EXECUTION_NAME_MAX = 80
+
+
+class NodeLister(Protocol):
+    """The one Kubernetes read off-hours makes itself (``ClusterReader.list_nodes`` satisfies it)."""
+
+    def list_nodes(self) -> list[JSON]:
+        """core/v1 Nodes as ``kubectl get -o json`` items."""
+        ...
+
+
+@dataclass
+class OffhoursDeps:
+    """What an off-hours tick talks to.
+
+    Attributes:
+        cluster: EKS cluster name (node groups are looked up in it).
+        config: the ``offhours`` config section (schedules and configured node groups).
+        policy: the decision policy (``restore_deadline`` in seconds, ``dry_run``).
+        nodes: lists Kubernetes Nodes (group membership by label, readiness after a restore).
+        sizer: managed node group sizing and health (``UpdateNodegroupConfig``, scaling activities).
+        scaler: Auto Scaling sizes and members (``group_sizes``) — sizes are always read from the ASG.
+        assessor: a fresh verdict per node (the same decision the drain's validate step makes).
+        state: saved sizes, ledger, slots and leases (in-flight drains).
+        starter: starts normal off-hours drains; None when this caller cannot drain (``status``).
+        forced_starter: starts drains whose validate/revalidate ignore busy verdicts (``--force``), e.g.
+            built by :func:`in_process_starters`; None = force is not available here.
+        dry_run: True = change nothing; the policy's ``dry_run`` also turns it on.
+    """
+
+    cluster: str
+    config: OffhoursConfig
+    policy: Policy
+    nodes: NodeLister
+    sizer: NodeGroupSizer
+    scaler: NodeScaler
+    assessor: Assessor
+    state: StateStore
+    starter: WorkflowStarter | None = None
+    forced_starter: WorkflowStarter | None = None
+    dry_run: bool = True
+
+    @property
+    def acting(self) -> bool:
+        """True only when both switches allow acting (design §5 "Live needs every switch")."""
+        return not self.dry_run and not self.policy.dry_run
+
+
+# --------------------------------------------------------------------------------------------------
+# Report
+# --------------------------------------------------------------------------------------------------
+
+
+def _rfc3339(value: datetime | None) -> str | None:
+    return None if value is None else value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def _sizes_json(sizes: GroupSizes | None) -> dict[str, int] | None:
+    return None if sizes is None else {"min": sizes.min, "desired": sizes.desired, "max": sizes.max}
+
+
+@dataclass
+class GroupReport:
+    """What one tick found and did for one node group.
+
+    ``outcome`` is one of: ``down`` (at zero, nothing to do), ``up`` (nothing saved, nothing to do),
+    ``scaling_down`` (sizes changed or drains made progress — or would, in dry run), ``waiting`` (a drain
+    is in flight), ``skipped`` (blocking nodes, unknown schedule, other direction), ``restoring`` (saved
+    sizes applied, nodes not all Ready yet), ``restored`` (success: saved sizes forgotten), ``failed`` (an
+    AWS/Kubernetes error or a drain that did not succeed), ``status`` (read-only view).
+
+    Sizes are instances; ``next_transition`` is when the schedule's state flips next (None beyond 8 days).
+    """
+
+    node_group: str
+    schedule: str
+    source: Literal["config", "tag"]
+    state: Direction | None = None
+    next_transition: datetime | None = None
+    outcome: str = "skipped"
+    reasons: list[str] = field(default_factory=list)
+    node_reasons: dict[str, list[str]] = field(default_factory=dict)
+    actions: list[str] = field(default_factory=list)
+    asg_name: str | None = None
+    saved: SavedSizes | None = None
+    current: GroupSizes | None = None
+    in_flight: list[str] = field(default_factory=list)
+    drains: list[dict[str, Any]] = field(default_factory=list)
+    ready_nodes: int | None = None
+    failed_activities: list[dict[str, Any]] = field(default_factory=list)
+    health_issues: list[str] = field(default_factory=list)
+    restore_overdue: bool = False
+    error: str | None = None
+
+    @property
+    def failed(self) -> bool:
+        """True when something went wrong that a person should look at (error, failed drain, overdue)."""
+        return self.outcome == "failed" or self.error is not None or self.restore_overdue
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable dict (times RFC 3339 UTC, sizes as ``{min, desired, max}``)."""
+        saved = self.saved
+        return {
+            "node_group": self.node_group,
+            "schedule": self.schedule,
+            "source": self.source,
+            "state": self.state,
+            "next_transition": _rfc3339(self.next_transition),
+            "outcome": self.outcome,
+            "reasons": list(self.reasons),
+            "node_reasons": {k: list(v) for k, v in sorted(self.node_reasons.items())},
+            "actions": list(self.actions),
+            "asg_name": self.asg_name,
+            "saved": None
+            if saved is None
+            else {
+                **(_sizes_json(saved.sizes) or {}),
+                "saved_at": _rfc3339(saved.saved_at),
+                "restore_started_at": _rfc3339(saved.restore_started_at),
+            },
+            "current": _sizes_json(self.current),
+            "in_flight": list(self.in_flight),
+            "drains": list(self.drains),
+            "ready_nodes": self.ready_nodes,
+            "failed_activities": list(self.failed_activities),
+            "health_issues": list(self.health_issues),
+            "restore_overdue": self.restore_overdue,
+            "error": self.error,
+        }
+
+
+@dataclass
+class OffhoursReport:
+    """The outcome of one off-hours tick (or ``status``) over every selected node group.
+
+    ``metrics`` are CloudWatch metrics for the caller to emit as EMF: ``{"name", "value", "unit",
+    "dimensions"}`` — ``RestoreOverdue`` (Count, 1 per overdue group, dimensions Cluster and NodeGroup).
+    ``errors`` are problems not tied to one group (listing node groups failed).
+    """
+
+    cluster: str
+    at: datetime
+    dry_run: bool
+    force: bool
+    only: Direction | None
+    groups: list[GroupReport] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    metrics: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def alarms(self) -> list[str]:
+        """Node groups whose restore is overdue."""
+        return [g.node_group for g in self.groups if g.restore_overdue]
+
+    @property
+    def failed(self) -> bool:
+        """True when any group failed, a restore is overdue, or a tick-wide error happened."""
+        return bool(self.errors) or any(g.failed for g in self.groups)
+
+    def group(self, name: str) -> GroupReport:
+        """The report of node group ``name``.
+
+        Raises:
+            KeyError: the group was not selected.
+        """
+        for report in self.groups:
+            if report.node_group == name:
+                return report
+        raise KeyError(name)
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The report as one JSON document (what ``rightsizer offhours --json`` prints)."""
+        return {
+            "cluster": self.cluster,
+            "at": _rfc3339(self.at),
+            "dry_run": self.dry_run,
+            "force": self.force,
+            "only": self.only,
+            "groups": [g.to_json_dict() for g in self.groups],
+            "alarms": self.alarms,
+            "errors": list(self.errors),
+            "metrics": list(self.metrics),
+        }
+
+
+# --------------------------------------------------------------------------------------------------
+# Force
+# --------------------------------------------------------------------------------------------------
+
+
+def force_report(report: NodeReport | None) -> NodeReport | None:
+    """The report with the busy reasons removed (``FORCE_OVERRIDABLE``) and the verdict recomputed.
+
+    Unknown, protected and excluded reasons stay, so a forced drain still refuses those nodes.
+    """
+    if report is None:
+        return None
+    reasons = [r for r in report.reasons if code_of(r) not in FORCE_OVERRIDABLE]
+    return report.model_copy(update={"reasons": reasons, "verdict": verdict_of(reasons)})
+
+
+class ForcedAssessor:
+    """An ``Assessor`` that lifts busy verdicts (``--force``) and keeps every other reason.
+
+    The drain workflow re-checks candidacy in validate and revalidate through its assessor, so a forced
+    off-hours drain runs the same workflow with this decorator around the normal assessor.
+    """
+
+    def __init__(self, inner: Assessor) -> None:
+        """Args: inner: the assessor whose reports are filtered."""
+        self._inner = inner
+
+    def assess_node(self, node: str, now: datetime) -> NodeReport | None:
+        """The inner assessor's ``NodeReport`` for ``node`` at ``now``, busy reasons removed."""
+        report: NodeReport | None = self._inner.assess_node(node, now)
+        return force_report(report)
+
+
+def in_process_starters(
+    drain_deps: DrainDeps,
+    *,
+    sleep: Callable[[float], None] = time.sleep,
+    progress: Progress | None = None,
+) -> tuple[InProcessRunner, InProcessRunner]:
+    """Two in-process drain starters over the same ports: (normal, forced).
+
+    The forced one's workflow assesses through :class:`ForcedAssessor`; everything else (state, cluster,
+    scaler, dry run) is shared. For the CLI and tests; production drains go through Step Functions.
+    """
+    normal = InProcessRunner(DrainWorkflow(drain_deps), sleep=sleep, progress=progress)
+    forced_deps = replace(drain_deps, assessor=ForcedAssessor(drain_deps.assessor))
+    forced = InProcessRunner(DrainWorkflow(forced_deps), sleep=sleep, progress=progress)
+    return normal, forced
+
+
+# --------------------------------------------------------------------------------------------------
+# Helpers
+# --------------------------------------------------------------------------------------------------
+
+
+def _execution_name(*parts: str) -> str:
+    """A unique, Step Functions-safe execution name: readable prefix + hash of every part."""
+    digest = hashlib.sha256("|".join(parts).encode()).hexdigest()[:12]
+    readable = _UNSAFE.sub("-", "-".join(parts)).strip("-")
+    return f"{readable[: _EXECUTION_NAME_MAX - len(digest) - 1]}-{digest}"
+
+
+def _tick(now: datetime) -> str:
+    return now.astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
+
+
+def _group_nodes(nodes: Sequence[JSON], group: str) -> list[Node]:
+    found = []
+    for raw in nodes:
+        node = Node.model_validate(raw)
+        if node.labels.get(LABEL_NODEGROUP) == group and node.metadata.deletionTimestamp is None:
+            found.append(node)
+    return sorted(found, key=lambda n: n.name)
+
+
+def _has_allocatable_gpus(node: Node) -> bool:
+    """Any GPU resource (whole GPUs, shared, MIG) allocatable > 0: the device plugin has registered
+    (BUG-20: a node can be Ready before its GPUs are)."""
+    allocatable = node.status.allocatable
+    if parse_count(allocatable.get(GPU_RESOURCE)) > 0:
+        return True
+    return any(is_gpu_resource(name) and parse_count(value) > 0 for name, value in allocatable.items())
+
+
+def ready_gpu_nodes(nodes: Sequence[JSON], group: str) -> list[str]:
+    """Names of the group's Nodes (label ``eks.amazonaws.com/nodegroup``) that are Ready with allocatable
+    GPUs and not being deleted, sorted — what a restore counts as success (BUG-27)."""
+    ready = []
+    for node in _group_nodes(nodes, group):
+        is_ready = any(c.type == "Ready" and c.status == "True" for c in node.status.conditions)
+        if is_ready and _has_allocatable_gpus(node):
+            ready.append(node.name)
+    return ready
+
+
+def _asg_sizes(scaler: NodeScaler, asg: str) -> tuple[GroupSizes, frozenset[str]]:
+    min_size, desired, max_size, ids = scaler.group_sizes(asg)
+    return GroupSizes(min_size, desired, max_size), ids
+
+
+@dataclass(frozen=True)
+class _Selected:
+    name: str
+    schedule: str
+    source: Literal["config", "tag"]
+    info: NodeGroupInfo | None
+    error: str | None = None
+    notes: tuple[str, ...] = ()
+
+
+def _select_groups(deps: OffhoursDeps, errors: list[str]) -> list[_Selected]:
+    """Configured groups first (config wins over a tag), then groups tagged ``rightsizer.io/offhours``."""
+    configured: dict[str, str] = {}
+    notes: dict[str, list[str]] = {}
+    for entry in deps.config.node_groups:
+        if entry.name in configured:
+            notes.setdefault(entry.name, []).append(f"duplicate_config_entry:{entry.schedule}")
+            continue
+        configured[entry.name] = entry.schedule
+    infos: dict[str, NodeGroupInfo] = {}
+    describe_errors: dict[str, str] = {}
+    try:
+        listed: list[str] | None = deps.sizer.list_nodegroups(deps.cluster)
+    except RightsizerError as exc:
+        # Without the list, tagged groups are unknown this tick; configured ones are still served.
+        errors.append(f"list_nodegroups: {exc}")
+        listed = None
+    names = sorted(set(listed or []) | set(configured))
+    for name in names:
+        if listed is not None and name not in listed:
+            describe_errors[name] = "node_group_not_found"
+            continue
+        try:
+            infos[name] = deps.sizer.describe(deps.cluster, name)
+        except RightsizerError as exc:
+            describe_errors[name] = f"describe_failed: {exc}"
+    selected: list[_Selected] = []
+    for name in names:
+        info = infos.get(name)
+        tag = info.tags.get(TAG_OFFHOURS) if info is not None else None
+        if name in configured:
+            group_notes = list(notes.get(name, []))
+            if tag is not None and tag != configured[name]:
+                group_notes.append(f"config_overrides_tag:{tag}")
+            selected.append(
+                _Selected(
+                    name, configured[name], "config", info, describe_errors.get(name), tuple(group_notes)
+                )
+            )
+        elif tag is not None:
+            selected.append(_Selected(name, tag, "tag", info))
+    return selected
+
+
+# --------------------------------------------------------------------------------------------------
+# The tick
+# --------------------------------------------------------------------------------------------------
+
+
+class _Tick:
+    """One evaluation at ``now``; holds the per-tick context so group handlers stay short."""
+
+    def __init__(self, deps: OffhoursDeps, now: datetime, *, force: bool, only: Direction | None) -> None:
+        if now.tzinfo is None or now.utcoffset() is None:
+            raise ValueError(f"now must be timezone-aware, got naive {now.isoformat()}")
+        self.deps = deps
+        self.now = now.astimezone(UTC)
+        self.force = force
+        self.only = only
+        self.acting = deps.acting
+        self.report = OffhoursReport(deps.cluster, self.now, not self.acting, force, only)
+        # USD/h per node from the blocker check, reused as the drain's savings (one assessment per node).
+        self._hourly: dict[str, float | None] = {}
+
+    # ------------------------------------------------------------------------------ shared pieces
+
+    def _ledger(self, report: GroupReport, step: str, result: LedgerResult, reason: str) -> None:
+        """Record a ``scale_node_group`` entry. The execution id is the group's off-hours cycle (its
+        saved_at), so an outcome repeated by later ticks of one cycle is stored once."""
+        if not self.acting or report.saved is None:
+            return
+        cycle = _execution_name("offhours", report.node_group, _tick(report.saved.saved_at))
+        self.deps.state.record(
+            LedgerEntry(
+                execution_id=cycle,
+                node=None,
+                instance_id=None,
+                node_group=report.node_group,
+                kind=LEDGER_KIND,
+                step=step,
+                result=result,
+                reason=reason,
+                # Savings are recorded per removed node by the drains (kind scale_in); counting them here
+                # again would double them.
+                hourly_savings_usd=None,
+                monthly_savings_usd=None,
+                at=self.now,
+            )
+        )
+
+    def _resize(self, report: GroupReport, step: str, sizes: GroupSizes, what: str) -> bool:
+        """Apply ``sizes`` through ``UpdateNodegroupConfig`` (or say we would); ledger on change/failure."""
+        text = f"{what}: min {sizes.min}, desired {sizes.desired}, max {sizes.max}"
+        if not self.acting:
+            report.actions.append(f"would {text}")
+            return False
+        try:
+            changed = self.deps.sizer.update_sizes(
+                self.deps.cluster, report.node_group, sizes.min, sizes.desired, sizes.max
+            )
+        except RightsizerError as exc:
+            self._ledger(report, step, "failed", f"{type(exc).__name__}: {exc}")
+            raise
+        if changed:
+            report.actions.append(text)
+            self._ledger(report, step, "applied", text)
+        return changed
+
+    def _in_flight(self, asg: str, nodes: Sequence[Node]) -> list[str]:
+        """Nodes of the group being drained now: a budget slot held on the ASG, or our cordon with a live
+        lease held by the cordoning execution."""
+        flying = {slot.node for slot in self.deps.state.slots() if slot.group == asg}
+        for node in nodes:
+            owner = node.metadata.annotations.get(ANN_CORDONED_BY)
+            if not owner:
+                continue
+            lease = self.deps.state.get(node.name)
+            if lease is not None and lease.owner == owner and not lease.expired(self.now):
+                flying.add(node.name)
+        return sorted(flying)
+
+    # ------------------------------------------------------------------------------ per group
+
+    def group(self, selected: _Selected, *, status_only: bool) -> GroupReport:
+        """Evaluate one group; errors become the group's ``failed`` outcome, never the tick's."""
+        report = GroupReport(selected.name, selected.schedule, selected.source)
+        report.reasons.extend(selected.notes)
+        periods: list[Period] | None = self.deps.config.schedules.get(selected.schedule)
+        if periods is None:
+            known = ",".join(sorted(self.deps.config.schedules)) or "none"
+            report.reasons.append(f"unknown_schedule:{selected.schedule}")
+            report.error = f"schedule {selected.schedule!r} is not defined (known: {known})"
+            log.warning("off-hours: %s skipped: %s", selected.name, report.error)
+            return report
+        down = schedule_contains(periods, self.now)
+        report.state = "down" if down else "up"
+        report.next_transition = next_transition(periods, self.now)
+        if selected.error is not None or selected.info is None:
+            report.outcome = "failed"
+            report.error = selected.error or "node_group_not_found"
+            return report
+        report.asg_name = selected.info.asg_name
+        report.health_issues = list(selected.info.health_issues)
+        if report.asg_name is None:
+            report.outcome = "failed"
+            report.error = "node group has no Auto Scaling group yet"
+            return report
+        try:
+            report.saved = self.deps.state.get_sizes(selected.name)
+            if status_only:
+                self._status(report)
+            elif self.only is not None and self.only != report.state:
+                report.outcome = "skipped"
+                report.reasons.append(f"schedule_says_{report.state}")
+            elif down:
+                self._go_down(report)
+            else:
+                self._come_up(report)
+        except RightsizerError as exc:
+            report.outcome = "failed"
+            report.error = f"{type(exc).__name__}: {exc}"
+            log.error("off-hours: %s failed: %s", selected.name, report.error)
+        return report
+
+    def _status(self, report: GroupReport) -> None:
+        assert report.asg_name is not None
+        report.outcome = "status"
+        report.current, _ids = _asg_sizes(self.deps.scaler, report.asg_name)
+        nodes = self.deps.nodes.list_nodes()
+        report.in_flight = self._in_flight(report.asg_name, _group_nodes(nodes, report.node_group))
+        report.ready_nodes = len(ready_gpu_nodes(nodes, report.node_group))
+        started = report.saved.restore_started_at if report.saved is not None else None
+        if started is not None and report.state == "up":
+            report.restore_overdue = self.now >= started + timedelta(
+                seconds=self.deps.policy.restore_deadline
+            )
+
+    # ------------------------------------------------------------------------------ going down
+
+    def _blockers(self, nodes: Sequence[Node]) -> dict[str, list[str]]:
+        """Per node, its verdict and the reasons that forbid an off-hours drain now (busy reasons lifted
+        when forced; the verdict shown is the assessed one, so a forced busy node reads ``verdict:busy``)."""
+        blockers: dict[str, list[str]] = {}
+        for node in nodes:
+            assessed: NodeReport | None = self.deps.assessor.assess_node(node.name, self.now)
+            report = force_report(assessed) if self.force else assessed
+            self._hourly[node.name] = assessed.hourly_usd if assessed is not None else None
+            ok, blocking = is_candidate(report, "", offhours=True)
+            if not ok:
+                verdict = assessed.verdict if assessed is not None else "not_a_gpu_node"
+                blockers[node.name] = [f"verdict:{verdict}", *blocking]
+        return blockers
+
+    def _ensure_saved(self, report: GroupReport, sizes: GroupSizes) -> None:
+        """Save the ASG's sizes once per cycle; keep the first ones forever (write-once store)."""
+        saved = report.saved
+        if not self.acting:
+            if saved is None:
+                report.actions.append(
+                    f"would save sizes: min {sizes.min}, desired {sizes.desired}, max {sizes.max}"
+                )
+            return
+        if saved is not None and saved.restore_started_at is not None:
+            # A restore that never completed is interrupted by a new off period: the sizes from before
+            # the first scale-down are still the truth; only the restore clock must restart, so the next
+            # up period does not raise RestoreOverdue at once.
+            self.deps.state.forget_sizes(report.node_group)
+            report.saved = self.deps.state.save_sizes(report.node_group, saved.sizes, self.now)
+            report.reasons.append("restore_interrupted")
+            return
+        if saved is None:
+            report.saved = self.deps.state.save_sizes(report.node_group, sizes, self.now)
+            if report.saved.sizes == sizes:
+                report.actions.append(
+                    f"saved sizes: min {sizes.min}, desired {sizes.desired}, max {sizes.max}"
+                )
+
+    def _go_down(self, report: GroupReport) -> None:
+        deps, asg = self.deps, report.asg_name
+        assert asg is not None
+        rounds_left: int | None = None
+        checked = False
+        while rounds_left is None or rounds_left > 0:
+            # Nodes before sizes: a node lifecycle that follows the ASG (the demo, tests) has caught up then.
+            labelled = _group_nodes(deps.nodes.list_nodes(), report.node_group)
+            report.current, ids = _asg_sizes(deps.scaler, asg)
+            # A Node whose instance left the group (Terminating, gone) is on its way out, not to drain.
+            members = [n for n in labelled if n.instance_id in ids]
+            # Each successful synchronous drain removes one node; bounded so that nodes which never go
+            # away (a lagging node lifecycle) cannot keep the tick running.
+            rounds_left = (len(members) + 1 if rounds_left is None else rounds_left) - 1
+            report.in_flight = self._in_flight(asg, labelled)
+            if report.in_flight:
+                report.outcome = "waiting"
+                report.reasons.append("drain_in_flight:" + ",".join(report.in_flight))
+                return
+            current = report.current
+            if not members:
+                self._ensure_saved(report, current)
+                if current.min != 0 or current.desired != 0:
+                    self._resize(report, "desired_zero", GroupSizes(0, 0, current.max), "set desired 0")
+                    report.outcome = "scaling_down"
+                elif report.outcome != "scaling_down":
+                    report.outcome = "down"
+                return
+            if not checked:
+                checked = True
+                blockers = self._blockers(members)
+                if blockers:
+                    report.outcome = "skipped"
+                    report.node_reasons = blockers
+                    report.reasons.append("nodes_not_drainable:" + ",".join(sorted(blockers)))
+                    return
+            self._ensure_saved(report, current)
+            report.outcome = "scaling_down"
+            if current.min != 0:
+                self._resize(report, "min_zero", GroupSizes(0, current.desired, current.max), "set min 0")
+            if not self.acting:
+                names = ", ".join(n.name for n in members)
+                report.actions.append(f"would drain and remove, one at a time: {names}")
+                report.actions.append(f"would set desired 0: min 0, desired 0, max {current.max}")
+                return
+            if current.desired - 1 < current.min:
+                # EKS copies the new minSize to the ASG asynchronously; until it has, removing this node
+                # would be refused as below MinSize after the whole drain. The next tick goes on.
+                report.outcome = "waiting"
+                report.reasons.append(f"waiting_for_min_size:{current.min}")
+                return
+            if not self._drain_one(report, members[0]):
+                return
+        report.reasons.append("nodes_still_present")
+
+    def _drain_one(self, report: GroupReport, node: Node) -> bool:
+        """Start the drain of ``node``; True when it finished successfully (go on with the next node)."""
+        starter = self.deps.forced_starter if self.force else self.deps.starter
+        if starter is None:
+            report.outcome = "failed"
+            report.error = "forced drains are not available here" if self.force else "no drain starter"
+            return False
+        execution_id = _execution_name("offhours", report.node_group, node.name, _tick(self.now))
+        request = DrainRequest(
+            node=node.name,
+            execution_id=execution_id,
+            trigger=f"offhours:{report.node_group}",
+            hourly_savings_usd=self._hourly.get(node.name),
+            offhours=True,
+        )
+        starter.start(request)
+        record = self.deps.state.load(execution_id)
+        status = record.status if record is not None else "started"
+        report.drains.append({"node": node.name, "execution_id": execution_id, "status": status})
+        if record is None or record.status not in FINAL_STATUSES:
+            report.outcome = "waiting"
+            report.actions.append(f"started drain of {node.name} ({execution_id})")
+            return False
+        if record.status != "succeeded":
+            report.outcome = "failed"
+            report.reasons.append(f"drain_{record.status}:{node.name}")
+            report.error = f"drain of {node.name} ended {record.status}"
+            return False
+        report.actions.append(f"drained and removed {node.name}")
+        return True
+
+    # ------------------------------------------------------------------------------ coming up
+
+    def _come_up(self, report: GroupReport) -> None:
+        deps, asg, saved = self.deps, report.asg_name, report.saved
+        assert asg is not None
+        report.current, _ids = _asg_sizes(deps.scaler, asg)
+        nodes = deps.nodes.list_nodes()
+        report.in_flight = self._in_flight(asg, _group_nodes(nodes, report.node_group))
+        if saved is None:
+            report.outcome = "up"
+            return
+        started = saved.restore_started_at
+        if self.acting:
+            marked = deps.state.mark_restore_started(report.node_group, self.now)
+            report.saved = marked or saved
+            started = report.saved.restore_started_at
+        started = started or self.now
+        current, want = report.current, saved.sizes
+        ready = ready_gpu_nodes(nodes, report.node_group)
+        report.ready_nodes = len(ready)
+        # Success is Ready nodes with GPUs (BUG-27), never the API's 200. desired ≥ rather than ==: an
+        # autoscaler may already have grown the group for pending pods, which is not a failure.
+        if (
+            current.min == want.min
+            and current.max == want.max
+            and current.desired >= want.desired
+            and len(ready) >= want.desired
+        ):
+            report.outcome = "restored"
+            if self.acting:
+                self._ledger(report, "restored", "applied", f"{len(ready)} node(s) Ready with GPUs")
+                deps.state.forget_sizes(report.node_group)
+                report.actions.append("restore complete: saved sizes forgotten")
+            else:
+                report.actions.append("would forget the saved sizes (restore complete)")
+            return
+        report.outcome = "restoring"
+        # Never lower desired during a restore: UpdateNodegroupConfig with a smaller desired terminates
+        # instances of AWS's choosing (BUG-23), e.g. nodes an autoscaler just added.
+        desired = want.desired if current.desired <= want.desired else min(current.desired, want.max)
+        target = GroupSizes(want.min, desired, want.max)
+        try:
+            self._resize(report, "restore", target, "restore saved sizes")
+        except RightsizerError as exc:
+            # Reported, and retried by the next tick; the deadline below still applies.
+            report.error = f"{type(exc).__name__}: {exc}"
+        for failure in deps.sizer.failed_activities(asg, started):
+            report.failed_activities.append(
+                {
+                    "activity_id": failure.activity_id,
+                    "started_at": _rfc3339(failure.started_at),
+                    "status": failure.status,
+                    "code": failure.code,
+                    "message": failure.message,
+                }
+            )
+        codes = sorted({f["code"] or "unknown" for f in report.failed_activities})
+        if codes:
+            report.reasons.append("scaling_failed:" + ",".join(codes))
+        report.reasons.append(f"ready:{len(ready)}/{want.desired}")
+        deadline = started + timedelta(seconds=deps.policy.restore_deadline)
+        if self.now >= deadline:
+            report.restore_overdue = True
+            report.reasons.append(f"restore_overdue:since:{_rfc3339(deadline)}")
+            self._ledger(
+                report, "restore", "failed", "restore_overdue:" + ",".join(codes or ["nodes_not_ready"])
+            )
+            self.report.metrics.append(
+                {
+                    "name": METRIC_RESTORE_OVERDUE,
+                    "value": 1,
+                    "unit": "Count",
+                    "dimensions": {"Cluster": deps.cluster, "NodeGroup": report.node_group},
+                }
+            )
+            log.error(
+                "off-hours: restore of %s overdue since %s: %d/%d nodes Ready with GPUs; failed activities: %s",
+                report.node_group,
+                _rfc3339(deadline),
+                len(ready),
+                want.desired,
+                ", ".join(codes) or "none",
+            )
+
+
+def _run(
+    deps: OffhoursDeps, now: datetime, *, force: bool, only: Direction | None, status_only: bool
+) -> OffhoursReport:
+    tick = _Tick(deps, now, force=force, only=only)
+    for selected in _select_groups(deps, tick.report.errors):
+        group = tick.group(selected, status_only=status_only)
+        tick.report.groups.append(group)
+        log.info(
+            "off-hours %s: %s schedule %s says %s -> %s %s",
+            "status" if status_only else ("tick" if tick.acting else "dry run"),
+            group.node_group,
+            group.schedule,
+            group.state,
+            group.outcome,
+            "; ".join(group.actions + group.reasons),
+        )
+    return tick.report
+
+
+def run_offhours(
+    deps: OffhoursDeps, now: datetime, *, force: bool = False, only: Direction | None = None
+) -> OffhoursReport:
+    """Converge every selected node group one step towards its schedule at ``now``.
+
+    Groups are those of ``deps.config.node_groups`` plus managed node groups tagged
+    ``rightsizer.io/offhours=<schedule>`` (the config wins for a group in both). A group whose schedule is
+    not defined is reported (``unknown_schedule:<name>``) and skipped.
+
+    Args:
+        deps: the ports; ``deps.acting`` decides between acting and a dry run.
+        now: aware instant of the tick (the scheduler's ``scheduled_time``, or the CLI's now).
+        force: drain nodes whose verdict is busy/underutilized too (never unknown or protected).
+        only: act only on groups whose schedule says this direction (the CLI's ``down`` / ``up``);
+            the others are reported as ``skipped`` (``schedule_says_<direction>``).
+
+    Returns:
+        The :class:`OffhoursReport`; a failure of one group never stops the others.
+
+    Raises:
+        ValueError: ``now`` is naive.
+    """
+    return _run(deps, now, force=force, only=only, status_only=False)
+
+
+def offhours_status(deps: OffhoursDeps, now: datetime) -> OffhoursReport:
+    """Read-only view per group: schedule state at ``now``, next transition, saved and current sizes,
+    drains in flight, Ready GPU nodes and whether a restore is overdue. Changes nothing."""
+    return _run(deps, now, force=False, only=None, status_only=True)
