@@ -18,6 +18,7 @@ workflow starter needs (``states:StartExecution`` for Step Functions). No EKS ac
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -55,7 +56,8 @@ TOKEN_ENV = "RIGHTSIZER_WEBHOOK_TOKEN"  # noqa: S105 (a variable name, not a sec
 CONFIG_ENV = "RIGHTSIZER_CONFIG"
 FUNCTION_NAME = "alert_webhook"
 
-logger = Logger(service=FUNCTION_NAME)
+# stderr: Lambda sends it to CloudWatch like stdout, and ``rightsizer serve`` keeps stdout for data (design §5).
+logger = Logger(service=FUNCTION_NAME, stream=sys.stderr)
 _intake: WebhookIntake | None = None
 
 
