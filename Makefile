@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck contracts unit integration bench clean
+.PHONY: demo test lint typecheck contracts unit integration bench clean validate tools-validate
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -33,3 +33,31 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+
+# ---------------------------------------------------------------------------------------------- validate
+# The deployment checks (design §6). SAM CLI pins old boto3/pydantic, so it lives in its own venv and never
+# beside the app; asl-validator comes from npm into a local prefix. `sam build` runs without Docker and needs
+# python3.12 on PATH (pyenv: PYENV_VERSION=3.12.1).
+SAM_VENV := .venv-sam
+SAM := $(SAM_VENV)/bin/sam
+CFN_LINT := $(SAM_VENV)/bin/cfn-lint
+NODE_PREFIX := .tools/node
+ASL_VALIDATOR := $(NODE_PREFIX)/node_modules/.bin/asl-validator
+SAM_ENV := SAM_CLI_TELEMETRY=0 PYENV_VERSION=$${PYENV_VERSION:-3.12.1}
+
+$(SAM) $(CFN_LINT):
+	test -x $(SAM_VENV)/bin/python || $(PY) -m venv $(SAM_VENV)
+	$(SAM_VENV)/bin/pip install --quiet --upgrade pip
+	$(SAM_VENV)/bin/pip install --quiet aws-sam-cli cfn-lint
+
+$(ASL_VALIDATOR):
+	mkdir -p $(NODE_PREFIX)
+	npm install --silent --no-audit --no-fund --prefix $(NODE_PREFIX) asl-validator@4
+
+tools-validate: $(SAM) $(CFN_LINT) $(ASL_VALIDATOR)
+
+validate: tools-validate
+	$(SAM_ENV) $(SAM) validate --lint --region us-east-1 --template-file template.yaml
+	$(CFN_LINT) template.yaml
+	$(SAM_ENV) $(SAM) build --region us-east-1 --template-file template.yaml
+	$(ASL_VALIDATOR) --json-path infra/statemachine/drain.asl.json

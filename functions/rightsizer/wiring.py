@@ -13,25 +13,44 @@ import tempfile
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from rightsizer.config import Config
 from rightsizer.domain.errors import ConfigError
 from rightsizer.domain.model import ClusterSnapshot
 from rightsizer.domain.policy import Policy
-from rightsizer.ports import ClusterReader, NodeGroupInventory
+from rightsizer.ports import (
+    ClusterReader,
+    ClusterWriter,
+    NodeGroupInventory,
+    NodeGroupSizer,
+    NodeScaler,
+    WorkflowStarter,
+)
 from rightsizer.services.snapshot import Observation, ObserveRequest
+from rightsizer.state import StateStore
 
 if TYPE_CHECKING:
     from rightsizer.adapters.prometheus import PrometheusClient
+    from rightsizer.services.assess import PlanningAssessor
+    from rightsizer.services.drain import DrainWorkflow
 
 __all__ = [
+    "ActDeps",
     "Observers",
+    "build_act_deps",
+    "build_assessor",
     "build_cluster_reader",
+    "build_cluster_writer",
     "build_inventory",
     "build_metrics_reader",
+    "build_node_scaler",
+    "build_nodegroup_sizer",
     "build_observers",
+    "build_state",
+    "build_workflow_starter",
     "live_signals",
+    "observe_live",
     "observe_request",
     "snapshot_from_observation",
 ]
@@ -263,3 +282,149 @@ def snapshot_from_observation(observation: Observation) -> ClusterSnapshot:
         node_label=str(node_label) if node_label else None,
     )
     return dataclasses.replace(snapshot, source="live")
+
+
+# --------------------------------------------------------------------------------------------------
+# Act side (Lambda handlers, "Serverless"): state, cluster writer, node scaler, assessor, workflow
+# --------------------------------------------------------------------------------------------------
+
+
+def _aws_client(config: Config, service: str) -> Any:
+    """A boto3 client for ``service`` in the config's region, standard retries, optional test endpoint."""
+    import boto3
+    from botocore.config import Config as BotoConfig
+
+    return boto3.session.Session(region_name=_region(config)).client(
+        service,  # type: ignore[call-overload]
+        endpoint_url=config.aws.endpoint_url,
+        config=BotoConfig(retries={"mode": "standard", "max_attempts": 5}),
+    )
+
+
+def build_state(config: Config) -> StateStore:
+    """The DynamoDB state store (``aws.table``) bound to the cluster (``rightsizer.adapters.dynamodb_state``).
+
+    Raises:
+        ConfigError: no ``aws.table`` configured.
+    """
+    from rightsizer.adapters.dynamodb_state import DynamoDbState
+
+    if not config.aws.table:
+        raise ConfigError("a state table is required to act", field="aws.table")
+    cluster = str(config.cluster.name or config.cluster.context)
+    return DynamoDbState(_aws_client(config, "dynamodb"), config.aws.table, cluster)
+
+
+def build_cluster_writer(config: Config, *, page_size: int = 500) -> ClusterWriter:
+    """The Kubernetes adapter as a ``ClusterWriter``: the same class reads and writes, with one token source."""
+    from rightsizer.adapters.kubernetes import KubernetesCluster
+
+    cluster = build_cluster_reader(config, page_size=page_size)
+    assert isinstance(cluster, KubernetesCluster)  # build_cluster_reader builds nothing else
+    return cluster
+
+
+def observe_live(config: Config, policy: Policy, observers: Observers, at: datetime) -> ClusterSnapshot:
+    """A live ``ClusterSnapshot`` at ``at`` (floored to the query step, so range and subquery points
+    coincide) with GPU signals aggregated in Prometheus (``collect_live``)."""
+    from rightsizer.services.snapshot import observe
+
+    step = int(config.prometheus.step)
+    epoch = int(at.timestamp())
+    floored = datetime.fromtimestamp(epoch - epoch % step, at.tzinfo)
+    request = observe_request(config, policy, floored)
+    observation = observe(observers.cluster, observers.inventory, None, request)
+    return live_signals(config, policy, snapshot_from_observation(observation), observers.metrics)
+
+
+def build_assessor(config: Config, policy: Policy, observers: Observers) -> PlanningAssessor:
+    """The ``Assessor`` of the drain's validate/revalidate steps: a fresh live plan of the cluster."""
+    from rightsizer.services.assess import PlanningAssessor
+
+    return PlanningAssessor(
+        lambda now: observe_live(config, policy, observers, now),
+        policy,
+        node_label=config.prometheus.node_label,
+    )
+
+
+def build_workflow_starter(config: Config, state_machine_arn: str) -> WorkflowStarter:
+    """The Step Functions ``WorkflowStarter`` (``states:StartExecution``) of the drain state machine."""
+    from rightsizer.adapters.stepfunctions import StepFunctionsStarter
+
+    return StepFunctionsStarter(_aws_client(config, "stepfunctions"), state_machine_arn)
+
+
+@dataclass(frozen=True)
+class ActDeps:
+    """Everything the act side needs for one cluster, built once per cold start.
+
+    ``cluster`` is the Kubernetes adapter as a writer (``observers.cluster`` is the same object);
+    ``dry_run`` is True unless both the deployment and the policy say otherwise (design §5 "Live").
+    """
+
+    config: Config
+    policy: Policy
+    observers: Observers
+    cluster: ClusterWriter
+    scaler: NodeScaler
+    state: StateStore
+    workflow: DrainWorkflow
+    dry_run: bool
+
+    def observe(self, at: datetime) -> ClusterSnapshot:
+        """A live snapshot of the cluster at ``at`` (see :func:`observe_live`)."""
+        return observe_live(self.config, self.policy, self.observers, at)
+
+
+def build_act_deps(config: Config, *, dry_run: bool, page_size: int = 500) -> ActDeps:
+    """Build the act side for ``config``: one Kubernetes adapter (reader and writer), the AWS inventory
+    and node scaler, the Prometheus client, the DynamoDB state and the drain workflow over them.
+
+    Args:
+        dry_run: the deployment's switch (template parameter ``DryRun``); the policy's ``dry_run`` must
+            also be false for anything to be touched.
+
+    Raises:
+        ConfigError: no ``cluster.name`` (the node scaler needs the EKS cluster), no ``aws.table``.
+    """
+    from rightsizer.services.drain import DrainDeps, DrainWorkflow
+
+    if not config.cluster.name:
+        raise ConfigError("acting needs the EKS cluster name", field="cluster.name")
+    writer = build_cluster_writer(config, page_size=page_size)
+    observers = Observers(
+        cluster=cast(ClusterReader, writer),
+        inventory=build_inventory(config),
+        metrics=build_metrics_reader(config),
+    )
+    policy = config.policy
+    effective_dry_run = dry_run or policy.dry_run
+    scaler = build_node_scaler(config)
+    state = build_state(config)
+    workflow = DrainWorkflow(
+        DrainDeps(
+            cluster=writer,
+            scaler=scaler,
+            assessor=build_assessor(config, policy, observers),
+            state=state,
+            policy=policy,
+            dry_run=effective_dry_run,
+        )
+    )
+    return ActDeps(config, policy, observers, writer, scaler, state, workflow, effective_dry_run)
+
+
+def build_node_scaler(config: Config) -> NodeScaler:
+    """The Auto Scaling ``NodeScaler`` (``rightsizer.adapters.asg_scaler``): membership, sizes, targeted scale-in."""
+    from rightsizer.adapters.asg_scaler import AsgNodeScaler
+
+    return AsgNodeScaler(_aws_client(config, "autoscaling"))
+
+
+def build_nodegroup_sizer(config: Config) -> NodeGroupSizer:
+    """The EKS managed node group sizer of off-hours (``rightsizer.adapters.eks_nodegroups``)."""
+    from rightsizer.adapters.aws import make_clients
+    from rightsizer.adapters.eks_nodegroups import EksNodeGroups
+
+    return EksNodeGroups(make_clients(_region(config), endpoint_url=config.aws.endpoint_url))

@@ -1,0 +1,42 @@
+"""Lambda ``assess``: the scheduled assessment (EventBridge Scheduler, design §2 and §6).
+
+Heals expired drain leases, plans the cluster at the tick's ``scheduled_time`` and starts one drain state
+machine execution per ``scale_in`` action, named deterministically from the tick's ``execution_id`` so a
+retried tick cannot start a drain twice (:func:`rightsizer.services.assess.run_assessment`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.parser import event_parser
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from rightsizer.handler_support import METRICS_NAMESPACE, ScheduledTick, Settings, assessment_deps, traced
+from rightsizer.services.assess import run_assessment
+
+logger = Logger(service="assess")
+metrics = Metrics(namespace=METRICS_NAMESPACE, service="assess")
+
+
+@logger.inject_lambda_context(correlation_id_path="execution_id", clear_state=True)
+@metrics.log_metrics
+@traced
+@event_parser(model=ScheduledTick)
+def handler(event: ScheduledTick, context: LambdaContext) -> dict[str, Any]:
+    """Assess at ``event.scheduled_time``; returns the :class:`AssessmentSummary` as JSON."""
+    metrics.add_metric(name="AssessInvocations", unit=MetricUnit.Count, value=1)  # flushed even on failure
+    deps = assessment_deps(Settings.from_env())
+    summary = run_assessment(deps, event.scheduled_time, event.execution_id)
+    metrics.add_dimension(name="cluster", value=deps.cluster_name)
+    metrics.add_metric(name="IdleNodes", unit=MetricUnit.Count, value=summary.verdicts.get("idle", 0))
+    metrics.add_metric(name="DrainsStarted", unit=MetricUnit.Count, value=len(summary.started))
+    metrics.add_metric(name="LeasesHealed", unit=MetricUnit.Count, value=len(summary.healed))
+    metrics.add_metric(
+        name="PlannedSavingsUsdPerHour", unit=MetricUnit.NoUnit, value=summary.hourly_savings_usd
+    )
+    metrics.add_metric(name="AssessmentDuration", unit=MetricUnit.Seconds, value=summary.duration_s)
+    logger.info("assessment finished", extra={"summary": summary.to_json()})
+    return summary.to_json()

@@ -1,0 +1,38 @@
+"""Lambda ``offhours``: the off-hours convergence tick (EventBridge Scheduler rate, design §4 "Off-hours").
+
+Each tick converges every selected node group one step towards its schedule at the tick's
+``scheduled_time`` (:func:`rightsizer.services.offhours.run_offhours`); drains go through the drain state
+machine, restores are re-applied every tick until the nodes are Ready.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.parser import event_parser
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from rightsizer.handler_support import METRICS_NAMESPACE, ScheduledTick, Settings, offhours_deps, traced
+from rightsizer.services.offhours import run_offhours
+
+logger = Logger(service="offhours")
+metrics = Metrics(namespace=METRICS_NAMESPACE, service="offhours")
+
+
+@logger.inject_lambda_context(correlation_id_path="execution_id", clear_state=True)
+@metrics.log_metrics
+@traced
+@event_parser(model=ScheduledTick)
+def handler(event: ScheduledTick, context: LambdaContext) -> dict[str, Any]:
+    """Converge at ``event.scheduled_time``; returns the off-hours report as JSON."""
+    metrics.add_metric(name="OffhoursInvocations", unit=MetricUnit.Count, value=1)  # flushed even on failure
+    deps = offhours_deps(Settings.from_env())
+    report = run_offhours(deps, event.scheduled_time)
+    metrics.add_dimension(name="cluster", value=deps.cluster)
+    metrics.add_metric(name="OffhoursGroups", unit=MetricUnit.Count, value=len(report.groups))
+    for metric in report.metrics:
+        metrics.add_metric(name=metric["name"], unit=metric["unit"], value=metric["value"])
+    logger.info("off-hours tick finished", extra={"report": report.to_json_dict()})
+    return report.to_json_dict()

@@ -1,0 +1,76 @@
+"""Step Functions adapter of the ``WorkflowStarter`` port: one drain state machine execution per node.
+
+The execution *name* is the drain's ``execution_id`` (deterministic, chosen by the caller), and the input
+is the ``DrainRequest`` as JSON with sorted keys, so starting the same drain twice — a retried schedule
+tick, a re-delivered alert — is a no-op: Step Functions answers the same execution for the same name and
+input, and ``ExecutionAlreadyExists`` when the name was used with another input or has closed; both mean
+"already started".
+
+IAM actions: ``states:StartExecution`` on the drain state machine (the assess and webhook functions only).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from typing import TYPE_CHECKING, Any, Final
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from rightsizer.adapters.aws import map_aws_error
+
+if TYPE_CHECKING:
+    from mypy_boto3_stepfunctions.client import SFNClient
+
+__all__ = ["EXECUTION_NAME_MAX", "StepFunctionsStarter", "execution_name_ok"]
+
+#: Step Functions execution names: 1-80 characters, no whitespace, brackets, wildcards or punctuation
+#: other than ``-``, ``_`` and ``.`` (we allow only those, which is always accepted).
+EXECUTION_NAME_MAX: Final = 80
+_NAME = re.compile(r"^[A-Za-z0-9._-]{1,80}$")
+
+
+def execution_name_ok(name: str) -> bool:
+    """True when ``name`` is usable as a Step Functions execution name (and thus as our execution id)."""
+    return bool(_NAME.match(name))
+
+
+class StepFunctionsStarter:
+    """Starts the drain state machine; ``start`` is idempotent per execution id.
+
+    Args:
+        client: a Step Functions client (standard retries).
+        state_machine_arn: the drain state machine (template output ``DrainStateMachineArn``).
+    """
+
+    def __init__(self, client: SFNClient, state_machine_arn: str) -> None:
+        self._client = client
+        self._arn = state_machine_arn
+
+    def start(self, request: Any) -> str:
+        """``StartExecution(name=request.execution_id, input=<the request as JSON>)``.
+
+        Args:
+            request: a ``rightsizer.services.drain.DrainRequest``.
+
+        Returns:
+            The execution id, whether started now or before.
+
+        Raises:
+            ValueError: the execution id is not a valid execution name.
+            TransientError / PermanentError: the call failed (throttling and 5xx / access denied).
+        """
+        name = str(request.execution_id)
+        if not execution_name_ok(name):
+            raise ValueError(f"execution id {name!r} is not a valid Step Functions execution name")
+        document = json.dumps(dataclasses.asdict(request), sort_keys=True, separators=(",", ":"))
+        try:
+            self._client.start_execution(stateMachineArn=self._arn, name=name, input=document)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "ExecutionAlreadyExists":
+                return name
+            raise map_aws_error(exc, "StartExecution") from exc
+        except BotoCoreError as exc:
+            raise map_aws_error(exc, "StartExecution") from exc
+        return name

@@ -1,0 +1,224 @@
+"""The Lambda handlers invoked with their ``events/`` files against real servers.
+
+moto in server mode (DynamoDB state table from ``testing/dynamodb_table.py``, the EKS cluster and its
+Auto Scaling groups from ``testing/moto_eks.py``, and the drain state machine created on moto's Step
+Functions from ``infra/statemachine/drain.asl.json`` with its substitutions), the Kubernetes API double
+over HTTP, and a real Prometheus holding DCGM series. Settings come from the environment exactly as the
+template sets them (``RIGHTSIZER_*``), plus the test-only endpoint and kubeconfig overrides.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import boto3
+import pytest
+
+from rightsizer.adapters.aws import AwsClients
+from rightsizer.handler_support import clear_caches
+from rightsizer.testing.dynamodb_table import create_state_table
+from rightsizer.testing.k8s_double import KubernetesDouble
+from rightsizer.testing.moto_eks import BuiltCluster, MotoServer
+from tests.builders import AT, STEP
+from tests.integration.test_snapshot_cli import dcgm_families, seed_cluster
+from tests.integration.test_statemachine import LambdaContext, load_asl
+
+if TYPE_CHECKING:
+    from tests.support.prometheus_server import PrometheusServer
+
+pytest_plugins = ["tests.support.moto_fixtures", "tests.support.prometheus_server"]
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+TABLE = "rightsizer-state"
+POLICY = "max_nodes_per_run: 10\nmax_nodes_per_node_group: 10\ncooldown: 0s\n"
+
+
+def families_at_tick_and_now() -> dict[str, list[Any]]:
+    """The DCGM history of ``test_snapshot_cli`` twice: before the tick of ``events/assess-tick.json``
+    (``AT``) and before the real now — drain steps take their time from the clock, not from an event."""
+    shift = (int(time.time()) // STEP * STEP) - AT.timestamp()
+    both: dict[str, list[Any]] = {}
+    for metric, series in dcgm_families().items():
+        for labels, samples in series:
+            both.setdefault(metric, []).append((labels, [*samples, *((t + shift, v) for t, v in samples)]))
+    return both
+
+
+def handler(name: str) -> Callable[[dict[str, Any], Any], dict[str, Any]]:
+    """``functions/<name>/app.handler`` imported as Lambda does under ``CodeUri: functions/``."""
+    functions = str(ROOT / "functions")
+    if functions not in sys.path:
+        sys.path.insert(0, functions)
+    fn: Callable[[dict[str, Any], Any], dict[str, Any]] = importlib.import_module(f"{name}.app").handler
+    return fn
+
+
+def event(name: str) -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads((ROOT / "events" / f"{name}.json").read_text(encoding="utf-8"))
+    return loaded
+
+
+@dataclass
+class Deployment:
+    """What ``sam deploy`` would have created, on the local servers."""
+
+    cluster: BuiltCluster
+    double: KubernetesDouble
+    state_machine_arn: str
+    sfn: Any
+    dynamodb: Any
+
+
+@pytest.fixture
+def deployment(
+    tmp_path: Path,
+    moto_server: MotoServer,
+    aws_clients: AwsClients,
+    gpu_cluster: BuiltCluster,
+    prometheus_factory: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Deployment]:
+    session = boto3.session.Session(region_name="us-east-1")
+    dynamodb = session.client("dynamodb", endpoint_url=moto_server.endpoint_url)
+    create_state_table(dynamodb, TABLE)
+    sfn = session.client("stepfunctions", endpoint_url=moto_server.endpoint_url)
+    machine = sfn.create_state_machine(
+        name="rightsizer-drain",
+        definition=json.dumps(load_asl("arn:aws:lambda:us-east-1:123456789012:function:rightsizer-drain")),
+        roleArn="arn:aws:iam::123456789012:role/rightsizer-drain-machine",
+    )
+    prometheus: PrometheusServer = prometheus_factory(families_at_tick_and_now())
+    with KubernetesDouble(seed=7, resource_api_versions=None) as double:
+        seed_cluster(double, gpu_cluster.nodegroups["gpu-a10g"].instance_ids)
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(
+            "apiVersion: v1\nkind: Config\ncurrent-context: double\n"
+            f"clusters:\n- name: double\n  cluster:\n    server: {double.base_url}\n"
+            "users:\n- name: rightsizer\n  user:\n    token: local-test-token\n"
+            "contexts:\n- name: double\n  context:\n    cluster: double\n    user: rightsizer\n",
+            encoding="utf-8",
+        )
+        # The template's environment …
+        env = {
+            "RIGHTSIZER_CLUSTER_NAME": gpu_cluster.cluster,
+            "AWS_REGION": "us-east-1",
+            "RIGHTSIZER_TABLE": TABLE,
+            "RIGHTSIZER_DRY_RUN": "true",
+            "RIGHTSIZER_PROMETHEUS_URL": prometheus.url,
+            "RIGHTSIZER_PROMETHEUS_AUTH": "none",
+            "RIGHTSIZER_PROMETHEUS_SECRET": "",
+            "RIGHTSIZER_NODE_LABEL": "",
+            "RIGHTSIZER_POLICY_PARAMETER": "",
+            "RIGHTSIZER_POLICY_INLINE": POLICY,
+            "RIGHTSIZER_OFFHOURS": "{}",
+            "RIGHTSIZER_STATE_MACHINE_ARN": machine["stateMachineArn"],
+            "RIGHTSIZER_TRACING": "false",
+            "POWERTOOLS_METRICS_NAMESPACE": "GPURightsizer",
+            # … plus the test-only overrides: moto for every client, the double through a kubeconfig.
+            "RIGHTSIZER_AWS_ENDPOINT_URL": moto_server.endpoint_url,
+            "RIGHTSIZER_KUBE_CONTEXT": "double",
+            "KUBECONFIG": str(kubeconfig),
+        }
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+        clear_caches()
+        try:
+            yield Deployment(gpu_cluster, double, machine["stateMachineArn"], sfn, dynamodb)
+        finally:
+            clear_caches()
+
+
+def executions(deployment: Deployment) -> list[dict[str, Any]]:
+    listed: list[dict[str, Any]] = deployment.sfn.list_executions(
+        stateMachineArn=deployment.state_machine_arn
+    )["executions"]
+    return listed
+
+
+def test_assess_tick_starts_one_named_drain_per_idle_node(
+    deployment: Deployment, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN the scheduled tick of events/assess-tick.json (time comes from the event)
+    tick = event("assess-tick")
+
+    # WHEN the assess handler runs
+    summary = handler("assess")(tick, LambdaContext(function_name="rightsizer-assess"))
+
+    # THEN it planned at the tick's time and started one execution per idle node, named deterministically
+    assert summary["at"] == tick["scheduled_time"]
+    assert summary["verdicts"].get("idle", 0) >= 1, summary
+    assert summary["dry_run"] is True
+    started = sorted(summary["started"])
+    assert len(started) == summary["verdicts"]["idle"]
+    assert sorted(e["name"] for e in executions(deployment)) == started
+    assert all(name.startswith("gpu-idle") for name in started)
+    (first,) = [e for e in executions(deployment) if e["name"] == started[0]]
+    described = deployment.sfn.describe_execution(executionArn=first["executionArn"])
+    request = json.loads(described["input"])
+    assert request["execution_id"] == started[0] and request["trigger"] == "schedule"
+    # AND EMF metrics were printed in the GPURightsizer namespace
+    out = capsys.readouterr().out
+    emf = [json.loads(line) for line in out.splitlines() if line.startswith('{"_aws"')]
+    names = {m["Name"] for doc in emf for d in doc["_aws"]["CloudWatchMetrics"] for m in d["Metrics"]}
+    assert {"IdleNodes", "DrainsStarted", "AssessmentDuration", "PlannedSavingsUsdPerHour"} <= names
+    assert {d["Namespace"] for doc in emf for d in doc["_aws"]["CloudWatchMetrics"]} == {"GPURightsizer"}
+
+
+def test_a_retried_tick_does_not_start_a_drain_twice(deployment: Deployment) -> None:
+    # GIVEN a tick that already ran
+    tick = event("assess-tick")
+    first = handler("assess")(tick, LambdaContext())
+
+    # WHEN EventBridge Scheduler retries the same invocation (same execution id)
+    second = handler("assess")(tick, LambdaContext())
+
+    # THEN the same execution names come back and Step Functions holds no second execution
+    assert sorted(second["started"]) == sorted(first["started"])
+    assert len(executions(deployment)) == len(first["started"])
+
+
+def test_drain_tasks_in_dry_run_validate_and_touch_nothing(deployment: Deployment) -> None:
+    # GIVEN the drain task events of the state machine (Start, then Step), DryRun=true
+    drain = handler("drain")
+    node = event("drain-start")["request"]["node"]
+    before = deployment.double.get_node(node)
+    assert before is not None
+
+    # WHEN the Start and one Step task run
+    started = drain(event("drain-start"), LambdaContext())
+    stepped = drain(event("drain-step"), LambdaContext())
+
+    # THEN the record was created, validate ran on live data and ended the workflow as a dry run
+    assert started["next_step"] == "validate" and started["status"] == "running"
+    assert stepped["step"] == "validate" and stepped["next_step"] is None
+    assert stepped["status"] == "dry_run", stepped
+    assert "would cordon" in stepped["message"]
+    # AND nothing was touched: the node is not cordoned, the group keeps its desired size
+    after = deployment.double.get_node(node)
+    assert after is not None and not after["spec"].get("unschedulable")
+    asg = deployment.cluster.nodegroups["gpu-a10g"].asg_name
+    groups = (
+        boto3.session.Session(region_name="us-east-1")
+        .client("autoscaling", endpoint_url=deployment.sfn.meta.endpoint_url)
+        .describe_auto_scaling_groups(AutoScalingGroupNames=[asg])["AutoScalingGroups"]
+    )
+    assert groups[0]["DesiredCapacity"] == 3
+
+    # WHEN a late Rollback task arrives for the finished workflow
+    rolled = drain(event("drain-rollback"), LambdaContext())
+
+    # THEN it is a no-op that reports the recorded outcome
+    assert rolled["status"] == "dry_run" and rolled["message"] == "already finished"
+
+
+def test_drain_step_of_an_unknown_execution_fails_loudly(deployment: Deployment) -> None:
+    with pytest.raises(KeyError):
+        handler("drain")({"action": "step", "execution_id": "never-started"}, LambdaContext())

@@ -1,0 +1,239 @@
+"""``template.yaml`` read as data: the deployment contract of design §6 (no AWS, no SAM CLI needed)."""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from rightsizer.testing.dynamodb_table import TABLE_DEFINITION
+
+ROOT = Path(__file__).resolve().parents[2]
+MUTATING_PREFIXES = (
+    "autoscaling:Terminate",
+    "autoscaling:Update",
+    "eks:Update",
+    "ec2:Stop",
+    "ec2:Start",
+    "ec2:Modify",
+    "dynamodb:Put",
+    "dynamodb:Update",
+    "dynamodb:Delete",
+    "states:Start",
+)
+
+
+class CfnLoader(yaml.SafeLoader):
+    """A YAML loader that keeps CloudFormation short-form tags as ``{"Fn::X": value}`` / ``{"Ref": value}``."""
+
+
+def _construct(tag: str) -> Any:
+    name = "Ref" if tag == "Ref" else ("Fn::GetAtt" if tag == "GetAtt" else f"Fn::{tag}")
+
+    def build(loader: yaml.SafeLoader, node: yaml.Node) -> dict[str, Any]:
+        if isinstance(node, yaml.ScalarNode):
+            value: Any = loader.construct_scalar(node)
+            if tag == "GetAtt":
+                value = str(value).split(".", 1)
+        elif isinstance(node, yaml.SequenceNode):
+            value = loader.construct_sequence(node, deep=True)
+        else:
+            value = loader.construct_mapping(node, deep=True)  # type: ignore[arg-type]
+        return {name: value}
+
+    return build
+
+
+for _tag in ("Ref", "Sub", "GetAtt", "If", "Equals", "Not", "Join", "Select", "Split", "And", "Or"):
+    CfnLoader.add_constructor(f"!{_tag}", _construct(_tag))
+
+
+@pytest.fixture(scope="module")
+def template() -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.load((ROOT / "template.yaml").read_text(encoding="utf-8"), Loader=CfnLoader)
+    return loaded
+
+
+def resources(template: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]:
+    return {name: r for name, r in template["Resources"].items() if r["Type"] == kind}
+
+
+def statements(document: Any) -> list[dict[str, Any]]:
+    """Every statement, with ``Fn::If`` branches flattened (both may be deployed)."""
+    found: list[dict[str, Any]] = []
+    for item in document.get("Statement", []):
+        if isinstance(item, dict) and "Fn::If" in item:
+            found.extend(b for b in item["Fn::If"][1:] if isinstance(b, dict) and "Effect" in b)
+        else:
+            found.append(item)
+    return found
+
+
+def all_statements(template: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    found = []
+    for name, res in template["Resources"].items():
+        if res["Type"] == "AWS::IAM::ManagedPolicy":
+            found += [(name, s) for s in statements(res["Properties"]["PolicyDocument"])]
+        if res["Type"] == "AWS::IAM::Role":
+            for policy in res["Properties"].get("Policies", []):
+                found += [(name, s) for s in statements(policy["PolicyDocument"])]
+    return found
+
+
+def as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def test_four_python312_functions_from_one_code_uri(template: dict[str, Any]) -> None:
+    functions = resources(template, "AWS::Serverless::Function")
+    handlers = {f["Properties"]["Handler"] for f in functions.values()}
+    assert handlers == {
+        "assess/app.handler",
+        "alert_webhook/app.lambda_handler",
+        "offhours/app.handler",
+        "drain/app.handler",
+    }
+    globals_ = template["Globals"]["Function"]
+    assert globals_["Runtime"] == "python3.12"
+    assert globals_["CodeUri"] == "functions/"
+    for f in functions.values():
+        assert "CodeUri" not in f["Properties"] and "Runtime" not in f["Properties"]
+    for handler in handlers:
+        # The module exists and defines the named function (read, not imported: no side effects here).
+        path, _, function = handler.partition(".")
+        source = (ROOT / "functions" / path).with_suffix(".py").read_text(encoding="utf-8")
+        tree = ast.parse(source)
+        assert function in {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}, handler
+
+
+def test_dry_run_is_the_default(template: dict[str, Any]) -> None:
+    assert template["Parameters"]["DryRun"]["Default"] == "true"
+    assert template["Globals"]["Function"]["Environment"]["Variables"]["RIGHTSIZER_DRY_RUN"] == {
+        "Ref": "DryRun"
+    }
+
+
+def test_state_table_matches_the_adapter(template: dict[str, Any]) -> None:
+    (table,) = resources(template, "AWS::DynamoDB::Table").values()
+    props = table["Properties"]
+    assert props["TimeToLiveSpecification"] == {"AttributeName": "ttl", "Enabled": True}
+    assert props["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
+    for key in ("AttributeDefinitions", "KeySchema", "GlobalSecondaryIndexes", "BillingMode"):
+        assert props[key] == TABLE_DEFINITION[key], key
+
+
+def test_schedules_send_the_scheduler_input(template: dict[str, Any]) -> None:
+    functions = resources(template, "AWS::Serverless::Function")
+    for name in ("AssessFunction", "OffhoursFunction"):
+        (event,) = functions[name]["Properties"]["Events"].values()
+        assert event["Type"] == "ScheduleV2"
+        assert event["Properties"]["ScheduleExpressionTimezone"] == {"Ref": "ScheduleTimezone"}
+        assert json.loads(event["Properties"]["Input"]) == {
+            "scheduled_time": "<aws.scheduler.scheduled-time>",
+            "execution_id": "<aws.scheduler.execution-id>",
+        }
+    sample = json.loads((ROOT / "events" / "assess-tick.json").read_text(encoding="utf-8"))
+    assert set(sample) == {"scheduled_time", "execution_id"}
+
+
+def test_webhook_url_and_state_machine(template: dict[str, Any]) -> None:
+    webhook = template["Resources"]["AlertWebhookFunction"]["Properties"]
+    assert webhook["FunctionUrlConfig"] == {"AuthType": "NONE"}
+    assert template["Outputs"]["AlertWebhookUrl"]["Value"] == {
+        "Fn::GetAtt": ["AlertWebhookFunctionUrl", "FunctionUrl"]
+    }
+    (machine,) = resources(template, "AWS::Serverless::StateMachine").values()
+    assert machine["Properties"]["DefinitionUri"] == "infra/statemachine/drain.asl.json"
+    assert machine["Properties"]["DefinitionSubstitutions"] == {
+        "DrainFunctionArn": {"Fn::GetAtt": ["DrainFunction", "Arn"]}
+    }
+    assert "${DrainFunctionArn}" in (ROOT / "infra/statemachine/drain.asl.json").read_text(encoding="utf-8")
+
+
+def test_access_entries_groups(template: dict[str, Any]) -> None:
+    entries = resources(template, "AWS::EKS::AccessEntry")
+    groups = {
+        e["Properties"]["PrincipalArn"]["Fn::GetAtt"][0]: e["Properties"]["KubernetesGroups"]
+        for e in entries.values()
+    }
+    assert groups == {
+        "AssessRole": ["rightsizer-read"],
+        "DrainRole": ["rightsizer"],
+        "OffhoursRole": ["rightsizer"],
+    }
+    assert all(e["Condition"] == "AccessEntries" for e in entries.values())
+    assert template["Parameters"]["CreateAccessEntries"]["AllowedValues"] == ["true", "false"]
+
+
+def test_one_role_per_function(template: dict[str, Any]) -> None:
+    functions = resources(template, "AWS::Serverless::Function")
+    roles = [f["Properties"]["Role"]["Fn::GetAtt"][0] for f in functions.values()]
+    assert len(set(roles)) == 4
+    assert set(roles) <= set(resources(template, "AWS::IAM::Role"))
+
+
+def test_no_wildcard_resource_on_mutating_actions(template: dict[str, Any]) -> None:
+    for owner, statement in all_statements(template):
+        actions = as_list(statement["Action"])
+        if any(a.startswith(MUTATING_PREFIXES) for a in actions):
+            for resource in as_list(statement["Resource"]):
+                assert resource != "*", (owner, statement["Sid"])
+
+
+def test_mutating_aws_actions_are_scoped_to_the_cluster_or_tag(template: dict[str, Any]) -> None:
+    for owner, statement in all_statements(template):
+        actions = as_list(statement["Action"])
+        if any(a.startswith(("autoscaling:Terminate", "autoscaling:Update")) for a in actions):
+            assert statement["Condition"]["StringEquals"] == {
+                "aws:ResourceTag/eks:cluster-name": {"Ref": "ClusterName"}
+            }, owner
+        if any(a.startswith(("ec2:Stop", "ec2:Start", "ec2:Modify")) for a in actions):
+            assert statement["Condition"]["StringEquals"] == {
+                "ec2:ResourceTag/rightsizer.io/resize": "allowed"
+            }, owner
+
+
+def test_who_may_start_drains(template: dict[str, Any]) -> None:
+    # StartExecution lives in one managed policy; only the intake functions and off-hours attach it.
+    starters = {
+        name
+        for name, role in resources(template, "AWS::IAM::Role").items()
+        if {"Ref": "StartDrainPolicy"} in role["Properties"]["ManagedPolicyArns"]
+    }
+    assert starters == {"AssessRole", "AlertWebhookRole", "OffhoursRole"}
+    webhook = template["Resources"]["AlertWebhookRole"]["Properties"]["ManagedPolicyArns"]
+    assert {"Ref": "ObservePolicy"} not in webhook  # intake only: no cluster, no Prometheus
+
+
+def test_vpc_is_optional(template: dict[str, Any]) -> None:
+    for name in ("SubnetIds", "SecurityGroupIds"):
+        assert template["Parameters"][name]["Default"] == ""
+    functions = resources(template, "AWS::Serverless::Function")
+    assert "VpcConfig" not in functions["AlertWebhookFunction"]["Properties"]
+    for name in ("AssessFunction", "DrainFunction", "OffhoursFunction"):
+        assert functions[name]["Properties"]["VpcConfig"]["Fn::If"][0] == "UseVpc"
+
+
+def test_parameters_cover_the_deployment(template: dict[str, Any]) -> None:
+    expected = {
+        "ClusterName",
+        "PrometheusUrl",
+        "PrometheusAuth",
+        "PrometheusSecretRef",
+        "NodeLabel",
+        "PolicyParameterName",
+        "PolicyInline",
+        "DryRun",
+        "AssessSchedule",
+        "OffhoursSchedule",
+        "ScheduleTimezone",
+        "CreateAccessEntries",
+        "SubnetIds",
+        "SecurityGroupIds",
+    }
+    assert expected <= set(template["Parameters"])
+    assert template["Parameters"]["PrometheusAuth"]["AllowedValues"] == ["none", "bearer", "basic", "sigv4"]
