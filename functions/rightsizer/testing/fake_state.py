@@ -264,7 +264,9 @@ class FakeState:
         """See :meth:`rightsizer.state.WorkflowRecords.load`."""
         with self._lock:
             record = self._workflows.get(execution_id)
-            return None if record is None else dataclasses.replace(record, details=copy.deepcopy(record.details))
+            return (
+                None if record is None else dataclasses.replace(record, details=copy.deepcopy(record.details))
+            )
 
     # --------------------------------------------------------------------------------- off-hours
 
