@@ -222,3 +222,38 @@ def test_drain_tasks_in_dry_run_validate_and_touch_nothing(deployment: Deploymen
 def test_drain_step_of_an_unknown_execution_fails_loudly(deployment: Deployment) -> None:
     with pytest.raises(KeyError):
         handler("drain")({"action": "step", "execution_id": "never-started"}, LambdaContext())
+
+
+def test_offhours_tick_in_dry_run_reports_and_changes_nothing(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN node group gpu-l4 follows a nightly schedule that contains the tick of events/offhours-tick.json
+    night = [
+        {
+            "days": ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"],
+            "start": "20:00",
+            "end": "07:00",
+            "timezone": "UTC",
+        }
+    ]
+    monkeypatch.setenv(
+        "RIGHTSIZER_OFFHOURS",
+        json.dumps({"schedules": {"night": night}, "node_groups": [{"name": "gpu-l4", "schedule": "night"}]}),
+    )
+    clear_caches()
+    autoscaling = boto3.session.Session(region_name="us-east-1").client(
+        "autoscaling", endpoint_url=deployment.sfn.meta.endpoint_url
+    )
+    asg = deployment.cluster.nodegroups["gpu-l4"].asg_name
+
+    # WHEN the off-hours handler runs with DryRun=true
+    report = handler("offhours")(event("offhours-tick"), LambdaContext(function_name="rightsizer-offhours"))
+
+    # THEN it reports what it would do for the group, at the tick's time, and touched nothing
+    assert report["dry_run"] is True
+    assert report["at"] == event("offhours-tick")["scheduled_time"]
+    (group,) = [g for g in report["groups"] if g["node_group"] == "gpu-l4"]
+    assert group["schedule"] == "night"
+    sizes = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[asg])["AutoScalingGroups"][0]
+    assert (sizes["MinSize"], sizes["DesiredCapacity"]) == (0, 1)
+    assert executions(deployment) == []
