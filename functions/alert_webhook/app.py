@@ -5,9 +5,10 @@ Intake only: authenticate, validate, de-duplicate, start or cancel drain workflo
 so a cold start stays small and the answer comes within a second (design §8); a test imports it in a
 fresh interpreter and checks ``sys.modules``.
 
-Configuration (read once per cold start): ``RIGHTSIZER_CONFIG`` — path of the config file (design §5
-"Config"; ``aws.table`` is required, ``webhook.token_secret`` names the token unless
-``RIGHTSIZER_WEBHOOK_TOKEN`` is set). ``rightsizer serve`` builds the intake itself and injects it with
+Configuration (read once per cold start): the template's ``RIGHTSIZER_*`` variables
+(:class:`rightsizer.handler_support.Settings`: cluster, state table, token secret, drain state machine
+ARN), or ``RIGHTSIZER_CONFIG`` — the path of a config file (design §5 "Config") — plus
+``RIGHTSIZER_STATE_MACHINE_ARN``; ``RIGHTSIZER_WEBHOOK_TOKEN`` overrides the token secret. ``rightsizer serve`` builds the intake itself and injects it with
 :func:`use_intake`, then calls :func:`lambda_handler` exactly as Lambda does.
 
 IAM: ``dynamodb:GetItem``, ``PutItem``, ``UpdateItem``, ``DeleteItem`` on the state table (leases,
@@ -71,10 +72,16 @@ def use_intake(intake: WebhookIntake | None) -> None:
 def _current_intake() -> WebhookIntake:
     global _intake
     if _intake is None:  # cold start: one config read, one token lookup, clients reused afterwards
-        config = load_config(os.environ[CONFIG_ENV]) if CONFIG_ENV in os.environ else None
-        if config is None:
-            raise ConfigError(f"set {CONFIG_ENV} to the config file", field=CONFIG_ENV)
-        _intake = build_intake(config, starter=build_workflow_starter(config))
+        if CONFIG_ENV in os.environ:
+            config = load_config(os.environ[CONFIG_ENV])
+            arn = os.environ.get("RIGHTSIZER_STATE_MACHINE_ARN")
+        else:  # deployed: the template's RIGHTSIZER_* variables (rightsizer.handler_support.Settings)
+            from rightsizer.handler_support import Settings
+            from rightsizer.handler_support import load_config as load_deployment_config
+
+            settings = Settings.from_env()
+            config, arn = load_deployment_config(settings), settings.state_machine_arn
+        _intake = build_intake(config, starter=build_workflow_starter(config, arn))
     return _intake
 
 
@@ -103,16 +110,18 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
 # --------------------------------------------------------------------------------------------------
 
 
-def build_workflow_starter(config: Config) -> WorkflowStarter:
-    """Factory hook: the production ``WorkflowStarter`` (Step Functions ``StartExecution``).
-
-    Wired by the deployment work (``rightsizer.wiring``); until then the webhook fails closed at cold
-    start rather than accepting alerts it cannot act on.
+def build_workflow_starter(config: Config, state_machine_arn: str | None) -> WorkflowStarter:
+    """The production ``WorkflowStarter``: Step Functions ``StartExecution`` on the drain state machine.
 
     Raises:
-        ConfigError: always, until wired.
+        ConfigError: no state machine ARN (``RIGHTSIZER_STATE_MACHINE_ARN``): fail closed at cold start
+            rather than accept alerts that cannot be acted on.
     """
-    raise ConfigError("no Step Functions workflow starter is wired for alert_webhook yet", field="wiring")
+    if not state_machine_arn:
+        raise ConfigError("the drain state machine is required", field="RIGHTSIZER_STATE_MACHINE_ARN")
+    from rightsizer.wiring import build_workflow_starter as step_functions_starter
+
+    return step_functions_starter(config, state_machine_arn)
 
 
 def _secret_reference(name: str) -> str:

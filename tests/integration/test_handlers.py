@@ -257,3 +257,40 @@ def test_offhours_tick_in_dry_run_reports_and_changes_nothing(
     sizes = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[asg])["AutoScalingGroups"][0]
     assert (sizes["MinSize"], sizes["DesiredCapacity"]) == (0, 1)
     assert executions(deployment) == []
+
+
+def test_alert_webhook_cold_start_from_the_template_environment_starts_a_named_execution(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    functions = str(ROOT / "functions")
+    if functions not in sys.path:
+        sys.path.insert(0, functions)
+    webhook = importlib.import_module("alert_webhook.app")
+    monkeypatch.setenv("RIGHTSIZER_WEBHOOK_TOKEN", "s3cr3t-token")
+    monkeypatch.delenv("RIGHTSIZER_CONFIG", raising=False)
+    webhook.use_intake(None)
+    try:
+        firing = event("alert-webhook-firing")
+        firing["headers"]["authorization"] = "Bearer s3cr3t-token"
+        answer = webhook.lambda_handler(firing, LambdaContextStub())
+        assert answer["statusCode"] == 202, answer
+        started = json.loads(answer["body"])["started"]
+        assert [e["name"] for e in executions(deployment)] == [s["execution_id"] for s in started]
+        again = webhook.lambda_handler(firing, LambdaContextStub())
+        assert again["statusCode"] == 200 and json.loads(again["body"])["duplicates"] == 1
+        assert len(executions(deployment)) == 1
+    finally:
+        webhook.use_intake(None)
+
+
+class LambdaContextStub:
+    """The attributes Powertools reads from a Lambda context."""
+
+    function_name = "rightsizer-alert-webhook"
+    memory_limit_in_mb = 256
+    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:rightsizer-alert-webhook"
+    aws_request_id = "0d7e1a8c-0000-4000-8000-000000000001"
+
+    @staticmethod
+    def get_remaining_time_in_millis() -> int:
+        return 30_000

@@ -407,6 +407,18 @@ class DrainWorkflow:
         if blocking:
             return self.rollback(record.execution_id, "protected:" + ",".join(blocking), step="evict")
         evicted = {p.uid: p for p in record.evicted}
+        # A pod already terminating that we did not record was evicted by an invocation that died before
+        # saving (BUG-32): track it by UID like our own, instead of bouncing between evict and wait.
+        adopted = [
+            EvictedPod(
+                p.metadata.uid,
+                p.metadata.namespace,
+                p.metadata.name,
+                (p.metadata.deletionTimestamp or now) + timedelta(seconds=p.grace_seconds),
+            )
+            for p in pods
+            if p.metadata.uid not in evicted and p.metadata.deletionTimestamp is not None
+        ]
         todo = [p for p in pods if p.metadata.uid not in evicted and p.metadata.deletionTimestamp is None]
         too_late = [
             p for p in todo if now + timedelta(seconds=p.grace_seconds + EVICT_MARGIN_S) > record.deadline
@@ -424,7 +436,7 @@ class DrainWorkflow:
                     lambda p: deps.cluster.evict(p.metadata.namespace, p.metadata.name, p.metadata.uid), todo
                 )
             )
-        new_evicted = list(record.evicted)
+        new_evicted = [*record.evicted, *adopted]
         for pod, outcome in zip(todo, outcomes, strict=True):
             if outcome.status == "accepted":
                 new_evicted.append(
