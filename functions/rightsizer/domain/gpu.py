@@ -11,7 +11,16 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from rightsizer.domain.catalog import Catalog, InstanceType
-from rightsizer.domain.model import GPU_RESOURCE, GPU_SHARED_RESOURCE, MIG_RESOURCE_PREFIX, Node
+from rightsizer.domain.model import (
+    ALL_SIGNALS,
+    GPU_RESOURCE,
+    GPU_SHARED_RESOURCE,
+    MIG_RESOURCE_PREFIX,
+    SIGNAL_FRAMEBUFFER,
+    SIGNAL_LIVENESS,
+    SIGNAL_POWER,
+    Node,
+)
 from rightsizer.domain.policy import Policy
 from rightsizer.domain.usage import DeviceSignals, Window
 
@@ -134,6 +143,7 @@ def assess_gpus(
     problems: Sequence[str],
     present: frozenset[str],
     exporter: str | None,
+    signal_set: frozenset[str] = ALL_SIGNALS,
 ) -> GpuAssessment:
     """Apply the signal rules of design §3 to one node's devices.
 
@@ -149,6 +159,9 @@ def assess_gpus(
         problems: metric names whose answers were unusable (each ⇒ ``partial_response:<metric>``).
         present: device metric names that were exported at all.
         exporter: the node's dcgm-exporter pod (``namespace/name``) for ``signals_disagree``/frozen details.
+        signal_set: the signal families the source carries (``ClusterSnapshot.signal_set``); the rules
+            of a family not in it — framebuffer, power, liveness — are skipped, not failed. Activity is
+            always required.
 
     Returns:
         A ``GpuAssessment`` whose ``idle`` is True only when every expected device was seen for the
@@ -170,12 +183,18 @@ def assess_gpus(
         reasons.append("no_series:no_expected_devices")
     elif missing:
         reasons.append(f"no_series:{missing}_of_{expected.total}_devices")
-    for name in ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_POWER_USAGE"):
+    fb_rules = SIGNAL_FRAMEBUFFER in signal_set
+    power_rules = SIGNAL_POWER in signal_set
+    required = (
+        *(("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE") if fb_rules else ()),
+        *(("DCGM_FI_DEV_POWER_USAGE",) if power_rules else ()),
+    )
+    for name in required:
         if name not in present and name not in problems:
             reasons.append(f"partial_response:{name}")
-    if used and any(not d.has_fb for d in used) and "DCGM_FI_DEV_FB_USED" in present:
+    if fb_rules and used and any(not d.has_fb for d in used) and "DCGM_FI_DEV_FB_USED" in present:
         reasons.append("no_series:DCGM_FI_DEV_FB_USED")
-    if used and any(not d.has_power for d in used) and "DCGM_FI_DEV_POWER_USAGE" in present:
+    if power_rules and used and any(not d.has_power for d in used) and "DCGM_FI_DEV_POWER_USAGE" in present:
         reasons.append("no_series:DCGM_FI_DEV_POWER_USAGE")
 
     coverage = min((d.coverage for d in used), default=0.0) if not missing else 0.0
@@ -193,17 +212,18 @@ def assess_gpus(
         if age > policy.max_sample_age:
             reasons.append(f"stale_metrics:{int(age)}s")
 
-    frozen = sorted({d.exporter or d.device for d in used if d.liveness == "frozen"})
-    if frozen:
-        reasons.append(f"exporter_frozen:{exporter or ','.join(frozen) or node.name}")
-    if used and any(d.liveness == "absent" for d in used):
-        reasons.append("no_liveness_signal")
+    if SIGNAL_LIVENESS in signal_set:
+        frozen = sorted({d.exporter or d.device for d in used if d.liveness == "frozen"})
+        if frozen:
+            reasons.append(f"exporter_frozen:{exporter or ','.join(frozen) or node.name}")
+        if used and any(d.liveness == "absent" for d in used):
+            reasons.append("no_liveness_signal")
     bad = sorted({m for d in used for m in d.non_finite})
     reasons.extend(f"non_finite:{m}" for m in bad)
 
     model = row.gpu_model if row else None
     ceiling = power_ceilings.get(model) if model else None
-    if ceiling is None:
+    if ceiling is None and power_rules:
         reasons.append(f"power_ceiling_unknown:{model or node.instance_type or 'unknown_type'}")
 
     created = node.metadata.creationTimestamp
@@ -225,10 +245,10 @@ def assess_gpus(
     busy_reasons: list[str] = []
     if a.activity_max_pct is not None and a.activity_max_pct > policy.gpu_activity_max_pct:
         busy_reasons.append(f"activity_above_threshold:{a.activity_max_pct:g}%")
-    if a.fb_used_max_mib is not None and a.fb_used_max_mib > policy.fb_used_max_mib:
+    if fb_rules and a.fb_used_max_mib is not None and a.fb_used_max_mib > policy.fb_used_max_mib:
         busy_reasons.append(f"fb_above_threshold:{a.fb_used_max_mib:g}MiB")
     powers = [d.power_max_w for d in used if d.power_max_w is not None]
-    if ceiling is not None and powers and max(powers) > ceiling:
+    if power_rules and ceiling is not None and powers and max(powers) > ceiling:
         busy_reasons.append(f"power_above_idle:{max(powers):g}W>{ceiling:g}W")
     if any(d.signals_disagree for d in used):
         busy_reasons.append(f"signals_disagree:{exporter or used[0].exporter or node.name}")

@@ -25,6 +25,14 @@ ANN_CORDONED_AT = "rightsizer.io/cordoned-at"
 ANN_DO_NOT_DISRUPT = "rightsizer.io/do-not-disrupt"
 TAG_RESIZE = "rightsizer.io/resize"
 
+#: Signal families a metrics source can provide (design §3 "Signals"). A snapshot declares the ones its
+#: source carries; the decision skips — never fails — the rules of a family the source does not carry.
+SIGNAL_ACTIVITY = "activity"
+SIGNAL_FRAMEBUFFER = "framebuffer"
+SIGNAL_POWER = "power"
+SIGNAL_LIVENESS = "liveness"
+ALL_SIGNALS: frozenset[str] = frozenset({SIGNAL_ACTIVITY, SIGNAL_FRAMEBUFFER, SIGNAL_POWER, SIGNAL_LIVENESS})
+
 
 def is_gpu_resource(name: str) -> bool:
     """True for ``nvidia.com/gpu``, ``nvidia.com/gpu.shared`` and ``nvidia.com/mig-*`` resource names."""
@@ -463,3 +471,8 @@ class ClusterSnapshot:
     signals: Any = None
     """Live path only: ``rightsizer.domain.usage.CollectedSignals`` computed by PromQL in the server for
     this snapshot's window; when set, ``plan`` uses it instead of interpreting ``metrics``."""
+    signal_set: frozenset[str] = ALL_SIGNALS
+    """Signal families the source carries (``ALL_SIGNALS`` for DCGM). A source that carries activity only
+    (a utilisation trace, ``rightsizer backtest --trace``) sets ``{"activity"}``: the framebuffer, power and
+    liveness rules are then skipped rather than failed; every activity rule (coverage, freshness,
+    non-finite samples) still applies."""

@@ -215,6 +215,7 @@ def plan(
             problems=signals.problems,
             present=signals.present,
             exporter=_exporter_pod(node_pods),
+            signal_set=snapshot.signal_set,
         )
         reasons.extend(assessment.reasons)
         reasons.extend(f"series_unmapped:{m}" for m in sorted(ambiguous.get(node.name, ())))

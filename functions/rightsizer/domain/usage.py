@@ -249,6 +249,52 @@ def collect_signals(
     return CollectedSignals(devices, up_coverage, unmapped, problems, present)
 
 
+def gpu_activity(
+    metrics: Mapping[str, MetricData], joiner: NodeJoiner, window: Window
+) -> dict[tuple[str, str], dict[int, float]]:
+    """Activity (percent) per physical GPU and window step slot, by the rules ``collect_signals`` uses.
+
+    For accounting over long histories (``rightsizer.domain.backtest``), not for verdicts. Series of one
+    device are merged per step (max); a physical GPU's activity is max(100 × PROF, GPU_UTIL); a MIG
+    instance counts through PROF only (BUG-02), and a GPU with MIG instances is as active as its most
+    active instance (a GPU is free only when every instance is). Non-finite samples and series that no
+    node joins are left out, so a slot without a finite sample is simply absent (unknown).
+
+    Args:
+        metrics: metric name → query_range answer (``DCGM_FI_DEV_GPU_UTIL``, ``DCGM_FI_PROF_GR_ENGINE_ACTIVE``).
+        joiner: resolves series labels to nodes.
+        window: the slots (see ``Window.step_index``: 0 = ``window.end``, counting back).
+
+    Returns:
+        (node, UUID or gpu index) → {slot: activity percent}.
+    """
+    grouped: dict[str, dict[DeviceKey, list[Series]]] = {}
+    for name in ACTIVITY_METRICS:
+        data = metrics.get(name)
+        if data is None or data.problem:
+            continue
+        per_key = grouped.setdefault(name, {})
+        for s in data.series:
+            node = joiner.join(s.labels).node
+            if node is not None:
+                per_key.setdefault(_device_key(node, s.labels), []).append(s)
+    mig_parents = {(k[0], k[1]) for k in grouped.get(PROF_ACTIVE, {}) if k[2]}
+    out: dict[tuple[str, str], dict[int, float]] = {}
+    for name in ACTIVITY_METRICS:
+        scale = 100.0 if name == PROF_ACTIVE else 1.0
+        for key, series in grouped.get(name, {}).items():
+            gpu = (key[0], key[1])
+            if (key[2] and name != PROF_ACTIVE) or (not key[2] and gpu in mig_parents):
+                continue
+            finite, _, _ = _merge(series, window)
+            slots = out.setdefault(gpu, {})
+            for slot, v in finite.items():
+                value = v * scale
+                if slot not in slots or value > slots[slot]:
+                    slots[slot] = value
+    return out
+
+
 def _activity(
     sig: DeviceSignals,
     key: DeviceKey,
