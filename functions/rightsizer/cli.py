@@ -145,14 +145,16 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """``rightsizer demo``: plan the packaged example snapshot (loopback only, no AWS account needed)."""
-    snapshot = load_snapshot(example_snapshot_dir())
-    result = make_plan(snapshot, Policy())
-    if args.json:
-        _emit_json(result.to_json_dict())
-    else:
-        print(render_plan(result))
-    return EXIT_OK
+    """``rightsizer demo``: the whole loop on the embedded default (design §7), on 127.0.0.1 only:
+    assessment → plan table → drain with live progress → targeted scale-in on moto → sizes, ledger and
+    savings → an off-hours down/up cycle. Needs the ``[demo]`` extra (moto)."""
+    try:
+        from rightsizer.demo import run_demo
+    except ImportError as exc:  # the [demo] extra is missing
+        raise ConfigError(
+            f"the demo needs the [demo] extra (pip install 'gpu-rightsizer[demo]'): {exc}"
+        ) from exc
+    return run_demo(json_output=args.json)
 
 
 # --------------------------------------------------------------------------------------------------

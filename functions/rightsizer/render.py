@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import textwrap
+
 from rightsizer.domain.plan import Plan
+
+REASON_WIDTH = 60
+WHY_WIDTH = 100
 
 
 def _money(value: float | None) -> str:
@@ -10,25 +15,42 @@ def _money(value: float | None) -> str:
 
 
 def _table(rows: list[list[str]], headers: list[str]) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    widths = [
+        max([len(h), *(len(line) for r in rows for line in r[i].splitlines() or [""])])
+        for i, h in enumerate(headers)
+    ]
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
     lines.append("  ".join("-" * w for w in widths))
-    lines.extend("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
+    for row in rows:
+        cells = [c.splitlines() or [""] for c in row]
+        for k in range(max(len(c) for c in cells)):
+            parts = [(c[k] if k < len(c) else "").ljust(w) for c, w in zip(cells, widths, strict=True)]
+            lines.append("  ".join(parts).rstrip())
     return "\n".join(lines)
 
 
+def _reasons(reasons: list[str], limit: int) -> str:
+    shown = [r if len(r) <= REASON_WIDTH else r[: REASON_WIDTH - 1] + "…" for r in reasons[:limit]]
+    if len(reasons) > limit:
+        shown.append(f"(+{len(reasons) - limit} more, see --json)")
+    return "\n".join(shown)
+
+
 def render_plan(plan: Plan, *, max_reasons: int = 4) -> str:
-    """The plan as text: one row per GPU node (node, node group, type, verdict, reasons, USD/h),
-    then the actions, then the total savings of executable actions.
-    """
-    rows = []
-    for n in plan.nodes:
-        reasons = ", ".join(n.reasons[:max_reasons]) + (
-            f" (+{len(n.reasons) - max_reasons})" if len(n.reasons) > max_reasons else ""
-        )
-        rows.append(
-            [n.node, n.node_group or "-", n.instance_type or "-", n.verdict, reasons, _money(n.hourly_usd)]
-        )
+    """The plan as text: one row per GPU node (node, node group, type, verdict, reasons one per line,
+    USD/h), then each action with its reason wrapped below it, its manifests, and the savings of the
+    executable actions (USD per hour and per month)."""
+    rows = [
+        [
+            n.node,
+            n.node_group or "-",
+            n.instance_type or "-",
+            n.verdict,
+            _reasons(n.reasons, max_reasons),
+            _money(n.hourly_usd),
+        ]
+        for n in plan.nodes
+    ]
     out = [
         f"Plan at {plan.at} (snapshot {plan.taken_at}){'  [dry run]' if plan.dry_run else ''}",
         "",
@@ -36,20 +58,20 @@ def render_plan(plan: Plan, *, max_reasons: int = 4) -> str:
         "",
     ]
     if plan.actions:
-        arows = [
-            [
-                a.kind,
-                a.node or a.node_group or "-",
-                f"{a.from_} -> {_short(a.to)}",
-                _money(a.hourly_savings_usd),
-                a.reason,
-            ]
-            for a in plan.actions
-        ]
-        out.append(_table(arows, ["ACTION", "TARGET", "CHANGE", "USD/H SAVED", "WHY"]))
-        manifests = [(a, m) for a in plan.actions for m in a.manifests]
-        for a, m in manifests:
-            out.append(f"\n# manifest for {a.kind} {a.node}:\n{m.rstrip()}")
+        out.append("Actions:")
+        for a in plan.actions:
+            target = a.node or a.node_group or "-"
+            out.append(
+                f"  {a.kind:<16} {target}  {a.from_} -> {_short(a.to)}  saves {_money(a.hourly_savings_usd)} USD/h"
+            )
+            out.extend(
+                textwrap.wrap(
+                    a.reason, WHY_WIDTH, initial_indent="      why: ", subsequent_indent="           "
+                )
+            )
+            for manifest in a.manifests:
+                out.append("      manifest:")
+                out.extend("        " + line for line in manifest.rstrip().splitlines())
     else:
         out.append("No actions.")
     if plan.unmapped:
@@ -64,5 +86,5 @@ def render_plan(plan: Plan, *, max_reasons: int = 4) -> str:
 def _short(to: object) -> str:
     if isinstance(to, dict):
         parts = [f"{k}={v}" for k, v in to.items() if v is not None]
-        return ", ".join(parts) or "(see reason)"
+        return ", ".join(parts) or "(see why)"
     return str(to)

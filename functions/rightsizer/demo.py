@@ -1,0 +1,255 @@
+"""``rightsizer demo``: the whole loop on the embedded default (design §7), loopback only.
+
+Starts the demo environment (moto server, the Kubernetes API double whose nodes follow moto's EC2 state,
+snapshot-form DCGM metrics), then runs the code paths the Lambda functions run, wired to those servers:
+
+1. the scheduled assessment (``run_assessment``): heal, plan, one drain per ``scale_in``;
+2. the drain workflow through the in-process runner with live progress (validate → cordon → revalidate →
+   evict → wait → remove → verify), ending in a targeted scale-in on moto;
+3. node group sizes before and after (read from the Auto Scaling group), the ledger entry, the savings;
+4. an off-hours down/up cycle on the ``gpu-dev`` node group, showing the exact restore.
+
+It acts only on the moto endpoint it started itself and refuses any other.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any, TextIO
+
+from rightsizer.config import OffhoursConfig, OffhoursGroup
+from rightsizer.domain.catalog import HOURS_PER_MONTH
+from rightsizer.domain.model import ClusterSnapshot
+from rightsizer.domain.periods import Period
+from rightsizer.domain.planner import plan
+from rightsizer.domain.policy import Policy
+from rightsizer.render import render_plan
+
+DEV_GROUP = "gpu-dev"
+
+
+def _hhmm(t: datetime) -> str:
+    return t.strftime("%H:%M")
+
+
+def run_demo(*, json_output: bool = False, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    """Run the demo; prints the story on ``out`` (or one JSON document with ``json_output``), progress on
+    ``err``. Returns the exit code (0 when the loop removed the idle node and restored the dev group).
+
+    Raises:
+        ValueError: the environment's AWS endpoint is not its own loopback moto server.
+    """
+    from rightsizer import wiring
+    from rightsizer.adapters.eks_nodegroups import EksNodeGroups
+    from rightsizer.services.assess import AssessmentDeps, PlanningAssessor, run_assessment
+    from rightsizer.services.drain import DrainDeps, DrainWorkflow, StepResult
+    from rightsizer.services.offhours import OffhoursDeps, run_offhours
+    from rightsizer.services.runner import InProcessRunner
+    from rightsizer.services.snapshot import observe
+    from rightsizer.testing.demo_env import DemoEnvironment
+
+    out = out or sys.stdout
+    err = err or sys.stderr
+    started = time.perf_counter()
+    story: list[str] = []
+    outcome: dict[str, Any] = {}
+
+    def say(line: str = "") -> None:
+        story.append(line)
+        if not json_output:
+            print(line, file=out, flush=True)
+
+    def progress(result: StepResult) -> None:
+        print(
+            f"  drain {result.execution_id[:24]}…  {result.step:<10} → {result.next_step or result.status:<10} {result.message}",
+            file=err,
+            flush=True,
+        )
+
+    with DemoEnvironment() as env:
+        env.require_own_endpoint(env.endpoint_url)
+        now = datetime.now(UTC).replace(microsecond=0)
+        # The dev group is off for two hours around now, so the down tick happens now and the up tick later.
+        offhours = OffhoursConfig(
+            schedules={
+                "nights": [
+                    Period(
+                        days=["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"],
+                        start=_hhmm(now - timedelta(hours=1)),
+                        end=_hhmm(now + timedelta(hours=1)),
+                        timezone="UTC",
+                    )
+                ]
+            },
+            node_groups=[OffhoursGroup(name=DEV_GROUP, schedule="nights")],
+        )
+        policy = Policy(dry_run=False)
+        config = env.config(policy=policy, offhours=offhours)
+        env.require_own_endpoint(config.aws.endpoint_url)
+        writer = wiring.build_cluster_writer(config)
+        inventory = wiring.build_inventory(config)
+        scaler = wiring.build_node_scaler(config)
+        state = wiring.build_state(config)
+
+        def snapshot_at(at: datetime) -> ClusterSnapshot:
+            request = wiring.observe_request(config, policy, at)
+            return wiring.snapshot_from_observation(observe(writer, inventory, env.metrics, request))  # type: ignore[arg-type]
+
+        assessor = PlanningAssessor(snapshot_at, policy)
+        workflow = DrainWorkflow(
+            DrainDeps(writer, scaler, assessor, state, policy, dry_run=False, clock=lambda: datetime.now(UTC))
+        )
+        runner = InProcessRunner(workflow, progress=progress)
+        say(
+            f"GPU Rightsizer demo — moto {env.endpoint_url}, Kubernetes API double {env.kube_url} (loopback only)"
+        )
+        say(f"environment up in {time.perf_counter() - started:.1f} s")
+
+        # 1. the scheduled assessment: plan table, then one drain per scale_in action
+        a10g_asg = env.asg_name("gpu-a10g")
+        before = scaler.group_sizes(a10g_asg)
+        first = plan(snapshot_at(now), policy, now)
+        say("")
+        say("== Scheduled assessment ==")
+        say(render_plan(first))
+        victims = [a for a in first.actions if a.kind == "scale_in"]
+        say("")
+        say(f"== Drain workflow (in-process runner; {len(victims)} node(s)) ==")
+        summary = run_assessment(
+            AssessmentDeps(env.cluster_name, snapshot_at, policy, writer, state, runner), now, "demo-tick-1"
+        )
+        results = {eid: runner.results.get(eid) for eid in summary.started}
+        after = scaler.group_sizes(a10g_asg)
+        removed: list[dict[str, str]] = []
+        for eid, result in results.items():
+            record = state.load(eid)
+            ok = result is not None and result.status == "succeeded"
+            say(f"drain {eid}: {result.status if result else 'not run'} — {result.message if result else ''}")
+            if ok and record is not None and record.instance_id is not None:
+                removed.append({"node": record.node, "instance_id": record.instance_id, "execution_id": eid})
+        env.settle()
+        say("")
+        say("== Node group gpu-a10g (read from its Auto Scaling group) ==")
+        say(
+            f"before: min {before[0]} / desired {before[1]} / max {before[2]}, {len(before[3])} instances in service"
+        )
+        say(
+            f"after:  min {after[0]} / desired {after[1]} / max {after[2]}, {len(after[3])} instances in service"
+        )
+        for r in removed:
+            gone = r["instance_id"] not in after[3] and writer.get_node(r["node"]) is None
+            say(f"removed {r['node']} ({r['instance_id']}): instance terminated, Node gone: {gone}")
+        ledger = [e for eid in summary.started for e in state.entries(execution_id=eid)]
+        hourly = sum(e.hourly_savings_usd or 0.0 for e in ledger if e.result == "applied")
+        for e in ledger:
+            say(
+                f"ledger: {e.execution_id[:24]}… {e.kind} {e.node} {e.step} {e.result} {e.reason} "
+                f"saves {e.hourly_savings_usd} USD/h"
+            )
+        say(f"Saved: {hourly:,.2f} USD/hour, {hourly * HOURS_PER_MONTH:,.2f} USD/month")
+        outcome["assessment"] = {
+            "verdicts": summary.verdicts,
+            "removed": removed,
+            "node_group": {"name": "gpu-a10g", "before": list(before[:3]), "after": list(after[:3])},
+            "ledger": [
+                {
+                    "execution_id": e.execution_id,
+                    "node": e.node,
+                    "step": e.step,
+                    "result": e.result,
+                    "hourly_savings_usd": e.hourly_savings_usd,
+                    "monthly_savings_usd": e.monthly_savings_usd,
+                }
+                for e in ledger
+            ],
+            "savings": {"hourly_usd": hourly, "monthly_usd": hourly * HOURS_PER_MONTH},
+        }
+
+        # 2. off-hours down/up on the dev node group
+        groups = EksNodeGroups(env.clients)
+        dev_asg = env.asg_name(DEV_GROUP)
+        dev_before = scaler.group_sizes(dev_asg)
+        off_deps = OffhoursDeps(
+            cluster=env.cluster_name,
+            config=offhours,
+            policy=policy,
+            nodes=writer,  # type: ignore[arg-type]
+            sizer=groups,
+            scaler=scaler,
+            assessor=assessor,
+            state=state,
+            starter=runner,
+            dry_run=False,
+        )
+        say("")
+        say(
+            f"== Off-hours on {DEV_GROUP} (schedule 'nights': {_hhmm(now - timedelta(hours=1))}-{_hhmm(now + timedelta(hours=1))} UTC) =="
+        )
+        say(f"before: min {dev_before[0]} / desired {dev_before[1]} / max {dev_before[2]}")
+        down_ticks = _converge(
+            lambda: run_offhours(off_deps, datetime.now(UTC)),
+            env.settle,
+            done=lambda: scaler.group_sizes(dev_asg)[1] == 0,
+        )
+        dev_down = scaler.group_sizes(dev_asg)
+        say(
+            f"down ({down_ticks} tick(s)): min {dev_down[0]} / desired {dev_down[1]} / max {dev_down[2]}, "
+            f"saved {_saved(state, DEV_GROUP)}"
+        )
+        later = datetime.now(UTC) + timedelta(hours=3)
+        up_ticks = _converge(
+            lambda: run_offhours(off_deps, later),
+            env.settle,
+            done=lambda: state.get_sizes(DEV_GROUP) is None,
+            pause=1.0,
+        )
+        dev_up = scaler.group_sizes(dev_asg)
+        exact = tuple(dev_up[:3]) == tuple(dev_before[:3])
+        say(
+            f"up ({up_ticks} tick(s)): min {dev_up[0]} / desired {dev_up[1]} / max {dev_up[2]} — exact restore: {exact}"
+        )
+        outcome["offhours"] = {
+            "node_group": DEV_GROUP,
+            "before": list(dev_before[:3]),
+            "down": list(dev_down[:3]),
+            "up": list(dev_up[:3]),
+            "exact_restore": exact,
+        }
+        outcome["duration_s"] = round(time.perf_counter() - started, 1)
+        say("")
+        say(f"demo finished in {outcome['duration_s']} s")
+    ok = bool(removed) and after[1] == before[1] - len(removed) and exact
+    outcome["ok"] = ok
+    if json_output:
+        out.write(json.dumps(outcome, indent=2, default=str) + "\n")
+    return 0 if ok else 1
+
+
+def _saved(state: Any, group: str) -> str:
+    saved = state.get_sizes(group)
+    if saved is None:
+        return "nothing"
+    sizes = saved.sizes
+    return f"{{min {sizes.min}, desired {sizes.desired}, max {sizes.max}}}"
+
+
+def _converge(
+    tick: Callable[[], Any],
+    settle: Callable[[], object],
+    *,
+    done: Callable[[], bool],
+    pause: float = 0.2,
+    ticks: int = 20,
+) -> int:
+    """Run level-triggered ticks until ``done`` (as the rate schedule would), settling the servers between."""
+    for count in range(1, ticks + 1):
+        tick()
+        settle()
+        if done():
+            return count
+        time.sleep(pause)
+    return ticks

@@ -1,0 +1,39 @@
+"""`rightsizer demo` end to end on the embedded default: removes the idle node, saves money, restores
+the dev node group exactly (issue "End to end")."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from rightsizer.cli import main
+from rightsizer.demo import run_demo
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def test_demo_removes_the_idle_node_and_restores_off_hours_exactly() -> None:
+    out, err = io.StringIO(), io.StringIO()
+    assert run_demo(out=out, err=err) == 0
+    text = out.getvalue()
+    assert "== Scheduled assessment ==" in text
+    assert "removed ip-10-0-83-246.ec2.internal (i-" in text and "Node gone: True" in text
+    assert "before: min 1 / desired 5 / max 8, 5 instances in service" in text
+    assert "after:  min 1 / desired 4 / max 8, 4 instances in service" in text
+    assert "Saved: 5.67 USD/hour, 4,140.56 USD/month" in text
+    assert "exact restore: True" in text
+    assert "validate   → cordon" in err.getvalue() and "verify     → succeeded" in err.getvalue()
+
+
+def test_demo_json_is_one_document(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["ok"] is True
+    [removed] = doc["assessment"]["removed"]
+    assert removed["node"] == "ip-10-0-83-246.ec2.internal"
+    assert doc["assessment"]["node_group"] == {"name": "gpu-a10g", "before": [1, 5, 8], "after": [1, 4, 8]}
+    assert doc["assessment"]["savings"]["hourly_usd"] == pytest.approx(5.672)
+    assert doc["offhours"]["before"] == doc["offhours"]["up"] == [0, 2, 2]
+    assert doc["offhours"]["down"] == [0, 0, 2]
