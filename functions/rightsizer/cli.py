@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import yaml
 
@@ -32,7 +32,8 @@ from rightsizer.domain.policy import Policy, load_policy
 from rightsizer.render import render_plan
 
 if TYPE_CHECKING:
-    from rightsizer.ports import WorkflowStarter
+    from rightsizer.ports import ClusterReader, WorkflowStarter
+    from rightsizer.services.drain import StepResult
     from rightsizer.services.webhook import DuplicateGuard
     from rightsizer.state import StateStore
 
@@ -155,6 +156,65 @@ def cmd_demo(args: argparse.Namespace) -> int:
             f"the demo needs the [demo] extra (pip install 'gpu-rightsizer[demo]'): {exc}"
         ) from exc
     return run_demo(json_output=args.json)
+
+
+# --------------------------------------------------------------------------------------------------
+# rightsizer apply: plan live, then one drain workflow per scale_in action, in this process
+# --------------------------------------------------------------------------------------------------
+
+
+def cmd_apply(args: argparse.Namespace) -> int:
+    """``rightsizer apply --config FILE [--policy FILE] [--execute]``: plan the live cluster and run one
+    drain workflow per ``scale_in`` action in this process, with progress on stderr. Acts only with
+    ``--execute`` and the policy's ``dry_run: false``; otherwise each workflow validates and records what
+    it would do. Exit 1 when a workflow failed or was rolled back (design §5)."""
+    from rightsizer import wiring
+    from rightsizer.services.assess import AssessmentDeps, run_assessment
+    from rightsizer.services.runner import InProcessRunner
+
+    config = load_config(args.config)
+    if args.policy:
+        config = config.model_copy(update={"policy": read_policy_file(args.policy)})
+    act = wiring.build_act_deps(config, dry_run=not args.execute)
+    now = datetime.now(UTC)
+    runner = InProcessRunner(act.workflow, progress=_print_progress)
+    summary = run_assessment(
+        AssessmentDeps(
+            cluster_name=config.cluster.name or "",
+            observe=act.observe,
+            policy=act.policy,
+            cluster=act.cluster,
+            state=act.state,
+            starter=runner,
+            node_label=config.prometheus.node_label,
+        ),
+        now,
+        f"apply-{uuid.uuid4().hex[:12]}",
+    )
+    finals = {eid: runner.results.get(eid) for eid in summary.started}
+    document = summary.to_json()
+    document["workflows"] = {
+        eid: {"status": r.status if r else "not_run", "message": r.message if r else ""}
+        for eid, r in finals.items()
+    }
+    if args.json:
+        _emit_json(document)
+    else:
+        print(
+            f"apply ({'dry run' if act.dry_run else 'EXECUTE'}): verdicts {summary.verdicts}, {len(finals)} drain(s)"
+        )
+        for eid, r in finals.items():
+            print(f"  {eid}: {r.status if r else 'not run'} {r.message if r else ''}")
+    failed = [r for r in finals.values() if r is None or r.status in ("failed", "rolled_back")]
+    return EXIT_FAILED if failed else EXIT_OK
+
+
+def _print_progress(result: StepResult) -> None:
+    print(
+        f"drain {result.execution_id}: {result.step} -> {result.next_step or result.status} {result.message}",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -341,17 +401,45 @@ class _WebhookRequestHandler(BaseHTTPRequestHandler):
 
 
 def build_serve_starter(config: Config, state: StateStore, *, execute: bool) -> WorkflowStarter:
-    """Factory hook: the ``WorkflowStarter`` of ``rightsizer serve``.
+    """The ``WorkflowStarter`` of ``rightsizer serve``: the in-process runner in background threads over
+    ``state`` (the same store the webhook reads leases from), so the webhook answers at once.
 
-    Meant to be the in-process runner, ``InProcessRunner(DrainWorkflow(DrainDeps(...)),
-    background=True)`` over ``state`` (the same store the webhook reads leases from), dry run unless
-    ``execute`` and the policy's ``dry_run: false``. Wired by the engineer who owns ``rightsizer.wiring``;
-    until then ``serve`` refuses to start rather than accept alerts it cannot act on.
+    Dry run unless ``execute`` and the policy's ``dry_run: false`` (design §5 "Live needs every switch").
 
     Raises:
-        ConfigError: always, until wired.
+        ConfigError: no ``cluster.name`` (the node scaler needs the EKS cluster).
     """
-    raise ConfigError("the in-process drain runner is not wired for serve yet", field="wiring")
+    from rightsizer import wiring
+    from rightsizer.services.drain import DrainDeps, DrainWorkflow
+    from rightsizer.services.runner import InProcessRunner
+
+    if not config.cluster.name:
+        raise ConfigError("acting needs the EKS cluster name", field="cluster.name")
+    writer = wiring.build_cluster_writer(config)
+    observers = wiring.Observers(
+        cluster=cast("ClusterReader", writer),
+        inventory=wiring.build_inventory(config),
+        metrics=wiring.build_metrics_reader(config),
+    )
+    deps = DrainDeps(
+        cluster=writer,
+        scaler=wiring.build_node_scaler(config),
+        assessor=wiring.build_assessor(config, config.policy, observers),
+        state=state,
+        policy=config.policy,
+        dry_run=not execute or config.policy.dry_run,
+    )
+    return InProcessRunner(DrainWorkflow(deps), background=True, progress=_log_progress)
+
+
+def _log_progress(result: StepResult) -> None:
+    log.info(
+        "drain %s: %s -> %s %s",
+        result.execution_id,
+        result.step,
+        result.next_step or result.status,
+        result.message,
+    )
 
 
 def _serve_state(config: Config) -> StateStore:
@@ -393,6 +481,7 @@ def build_webhook_server(
     from alert_webhook import app
     from rightsizer.services.webhook import MAX_BODY_BYTES, MemoryDuplicateGuard
 
+    app.webhook_token(config, environ)  # fail closed on a missing token before building anything else
     state = state if state is not None else _serve_state(config)
     if guard is None and not config.aws.table:
         guard = MemoryDuplicateGuard()
@@ -683,6 +772,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", metavar="DIR", required=True, help="new (or empty) directory to write")
     s.add_argument("--at", metavar="TIME", help="snapshot time, RFC 3339 with offset (default: now)")
     s.set_defaults(func=cmd_snapshot)
+
+    ap = sub.add_parser("apply", help="plan live and drain the chosen idle nodes (dry run unless --execute)")
+    ap.add_argument("--config", metavar="FILE", required=True, help="the config file (design §5)")
+    ap.add_argument("--policy", metavar="FILE", help="policy YAML (overrides the config's policy)")
+    ap.add_argument("--execute", action="store_true", help="act for real (also needs dry_run: false)")
+    ap.add_argument("--json", action="store_true", help="print the outcome as one JSON document")
+    ap.set_defaults(func=cmd_apply)
 
     w = sub.add_parser("serve", help="the webhook handler behind a local HTTP server (127.0.0.1)")
     w.add_argument("--config", metavar="FILE", required=True, help="the config file (design §5)")

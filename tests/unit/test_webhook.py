@@ -641,14 +641,14 @@ def test_token_from_environment_wins_over_the_secret() -> None:
         app.webhook_token(Config.model_validate({"cluster": {"name": "c"}}), {})
 
 
-def test_serve_without_a_wired_runner_fails_closed(
+def test_serve_without_an_eks_cluster_name_cannot_act_and_exits_2(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     config = tmp_path / "config.yaml"
-    config.write_text("cluster: {name: prod-eks}\n")
+    config.write_text("cluster: {context: laptop}\n")
     monkeypatch.setenv("RIGHTSIZER_WEBHOOK_TOKEN", TOKEN)
     assert main(["serve", "--config", str(config), "--port", "0"]) == 2
-    assert "not wired" in capsys.readouterr().err
+    assert "cluster.name" in capsys.readouterr().err
 
 
 def test_serve_without_a_token_is_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
