@@ -478,14 +478,15 @@ class DrainWorkflow:
         """Drained = every evicted pod UID is gone or finished (BUG-17), and nothing else is left to evict."""
         self._renew(record)
         deps, now = self.deps, self._now()
-        remaining = []
-        for pod in record.evicted:
-            current = deps.cluster.get_pod(pod.namespace, pod.name)
-            if current is None or current.get("metadata", {}).get("uid") != pod.uid:
-                continue
-            if current.get("status", {}).get("phase") in ("Succeeded", "Failed"):
-                continue
-            remaining.append(pod)
+        # One uncached list instead of a GET per pod: a UID bound to this node stays bound to it, so an
+        # evicted pod is gone once its UID is no longer listed on the node (or it finished).
+        listed = {p.get("metadata", {}).get("uid"): p for p in deps.cluster.list_pods_on_node(record.node)}
+        remaining = [
+            pod
+            for pod in record.evicted
+            if pod.uid in listed
+            and listed[pod.uid].get("status", {}).get("phase") not in ("Succeeded", "Failed")
+        ]
         if remaining:
             if now >= record.deadline:
                 return self._timeout(record)
@@ -493,7 +494,7 @@ class DrainWorkflow:
             return self._next(
                 record, "wait", "wait", wait=wait, message=f"waiting for {len(remaining)} pod(s) to terminate"
             )
-        pods, _ = self._classify(deps.cluster.list_pods_on_node(record.node), deps.cluster.list_pdbs())
+        pods, _ = self._classify(list(listed.values()), [])
         evicted_uids = {p.uid for p in record.evicted}
         if [p for p in pods if p.metadata.uid not in evicted_uids]:
             return self._next(record, "wait", "evict", message="pods left to evict")
