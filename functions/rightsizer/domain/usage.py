@@ -199,6 +199,7 @@ def collect_signals(
             info.setdefault("exporter", s.labels.get("instance") or s.labels.get("Hostname") or "")
 
     ts_newest: dict[DeviceKey, float] = {}
+    ts_bad: dict[DeviceKey, set[str]] = {}
     for name in ACTIVITY_METRICS:
         data = timestamps.get(name)
         if data is None or data.problem:
@@ -213,6 +214,13 @@ def collect_signals(
             ]
             if finite:
                 ts_newest[key] = max(ts_newest.get(key, -math.inf), max(finite))
+            if any(
+                not math.isfinite(v)
+                for t, v in zip(s.times, s.values, strict=True)
+                if window.start < t <= window.end
+            ):
+                # A raw sample time that is NaN/±Inf says nothing about freshness: unknown, never "fresh".
+                ts_bad.setdefault(key, set()).add(f"timestamp({name})")
 
     # A MIG instance is a device only through the profiling metric (BUG-02): its GPU_UTIL series is ignored.
     activity_keys = set(grouped.get(PROF_ACTIVE, {})) | {k for k in grouped.get(GPU_UTIL, {}) if not k[2]}
@@ -225,6 +233,8 @@ def collect_signals(
         _activity(sig, key, grouped, window, activity_threshold_pct)
         if key in ts_newest:
             sig.newest_sample = ts_newest[key]
+        if key in ts_bad:
+            sig.non_finite = (*sig.non_finite, *sorted(ts_bad[key]))
         parent = (node, device, "")
         fb_key = key if key in grouped.get(FB_USED, {}) else parent
         _framebuffer(sig, fb_key, grouped, window)
@@ -240,10 +250,14 @@ def collect_signals(
             if result.node is not None:
                 per_node.setdefault(result.node, []).append(s)
         for node, series in per_node.items():
-            up_points, _, _ = _merge(series, window)
+            up_points, up_bad, _ = _merge(series, window)
             up_coverage[node] = min(
                 1.0, sum(1 for v in up_points.values() if v == 1) / window.expected_points
             )
+            if up_bad:
+                # A non-finite ``up`` is not a scrape result: the node's data is unknown (non_finite:up).
+                for sig in devices.get(node, ()):
+                    sig.non_finite = (*sig.non_finite, UP)
 
     present = frozenset(n for n in DEVICE_METRICS if n in metrics and not metrics[n].problem)
     return CollectedSignals(devices, up_coverage, unmapped, problems, present)
@@ -353,7 +367,9 @@ def _framebuffer(
         sig.fb_used_max_mib = max(finite.values())
     free = grouped.get(FB_FREE, {}).get(key)
     if free:
-        free_finite, _, _ = _merge(free, window)
+        free_finite, free_bad, _ = _merge(free, window)
+        if free_bad:
+            sig.non_finite = (*sig.non_finite, FB_FREE)
         totals = [finite[s] + free_finite[s] for s in finite.keys() & free_finite.keys()]
         if totals:
             sig.fb_total_mib = max(totals)
@@ -377,7 +393,9 @@ def _power_and_liveness(
             sig.power_max_w = max(power_values)
     energy = grouped.get(ENERGY, {}).get(parent)
     if energy:
-        finite, _, _ = _merge(energy, window)
+        finite, energy_bad, _ = _merge(energy, window)
+        if energy_bad:
+            sig.non_finite = (*sig.non_finite, ENERGY)
         values = list(finite.values())
         sig.liveness = "moving" if len(set(values)) > 1 else "frozen"
     elif power_values:
