@@ -308,6 +308,7 @@ def test_raising_desired_brings_a_new_ready_node_with_gpus_and_series(env: DemoE
     exporter = next(p for p in pods if p["metadata"]["name"].startswith("nvidia-dcgm-exporter-"))
     assert {p["metadata"]["ownerReferences"][0]["kind"] for p in pods} == {"DaemonSet"}
     # AND it has its own DCGM series from its creation on: its GPUs, scraped from its exporter pod
+    assert env.wait_for(lambda: len(env.metrics.series_of(name)) == 4)
     series = env.metrics.series_of(name)
     assert len(series) == 4
     assert {s["instance"] for s in series} == {f"{exporter['status']['podIP']}:9400"}
@@ -343,7 +344,8 @@ def test_off_hours_cycle_restores_the_dev_group_exactly(env: DemoEnvironment) ->
     assert all(_ready(n) for n in restored)
     names = {n["metadata"]["name"] for n in restored}
     assert not names & original
-    assert names <= env.metrics.nodes()
+    # A new node's exporter is scraped a moment after the Node appears, as in a real cluster.
+    assert env.wait_for(lambda: names <= env.metrics.nodes())
     group = env.clients.autoscaling.describe_auto_scaling_groups(
         AutoScalingGroupNames=[env.asg_name("gpu-dev")]
     )
