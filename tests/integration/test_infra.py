@@ -79,3 +79,48 @@ def test_rbac_grants_exactly_the_documented_verbs() -> None:
         "kind": "Group",
         "name": "rightsizer",
     }
+
+
+# --- dashboards and KEDA: every PromQL they carry is valid for a real Prometheus -----------------------
+
+pytest_plugins = ["tests.support.prometheus_server"]
+FUNCTIONS = Path(__file__).resolve().parents[2] / "functions"
+
+
+def _dashboard() -> dict[str, object]:
+    import json
+
+    loaded: dict[str, object] = json.loads((INFRA / "dashboards" / "gpu-rightsizer.json").read_text())
+    return loaded
+
+
+def _valid_promql(url: str, expr: str) -> bool:
+    import httpx
+
+    answer = httpx.post(f"{url}/api/v1/query", data={"query": expr}, timeout=10).json()
+    return bool(answer["status"] == "success")
+
+
+def test_dashboard_and_keda_promql_evaluate_on_prometheus(prometheus_factory: object) -> None:
+    sample = [({"node": "gpu-a", "gpu": "0", "UUID": "GPU-a0"}, [(0.0, 1.0)])]
+    server = prometheus_factory({"DCGM_FI_DEV_GPU_UTIL": sample, "DCGM_FI_DEV_FB_USED": sample})  # type: ignore[operator]
+    panels = _dashboard()["panels"]
+    exprs = [t["expr"] for p in panels for t in p["targets"] if "expr" in t]  # type: ignore[attr-defined]
+    keda = yaml.safe_load((INFRA / "keda" / "scaledobject-gpu-inference.yaml").read_text())
+    exprs += [t["metadata"]["query"] for t in keda["spec"]["triggers"]]
+    assert len(exprs) >= 10
+    assert [e for e in exprs if not _valid_promql(server.url, e)] == []
+
+
+def test_dashboard_cloudwatch_panels_use_metrics_the_functions_emit() -> None:
+    panels = _dashboard()["panels"]
+    names = {t["metricName"] for p in panels for t in p["targets"] if "metricName" in t}  # type: ignore[attr-defined]
+    source = "\n".join(p.read_text() for p in FUNCTIONS.rglob("*.py"))
+    assert names and all(f'"{n}"' in source for n in names), names
+    assert keda_min_replicas() == 0
+
+
+def keda_min_replicas() -> int:
+    keda = yaml.safe_load((INFRA / "keda" / "scaledobject-gpu-inference.yaml").read_text())
+    assert keda["apiVersion"] == "keda.sh/v1alpha1" and keda["kind"] == "ScaledObject"
+    return int(keda["spec"]["minReplicaCount"])
