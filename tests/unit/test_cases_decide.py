@@ -723,3 +723,14 @@ def test_asg_min_size_and_unknown_group() -> None:
 
 def test_rfc_helper_roundtrip() -> None:
     assert rfc(AT) == "2026-11-02T10:00:00Z"
+
+
+@pytest.mark.parametrize("state", ["Terminating", "Terminating:Wait", "Standby", "Detaching"])
+def test_instance_the_asg_is_already_acting_on_is_left_alone(state: str) -> None:
+    node = gpu_node("tx", instance_type="g5.xlarge", gpus=1, instance_id="i-tx")
+    group = asg("g1", ["i-tx", "i-other"], nodegroup="gpu-a10g")
+    group.instances["i-tx"] = state
+    result = plan(snapshot([node], [], node_devices("tx", 1), groups=[group]), Policy())
+    assert result.node("tx").verdict == "protected"
+    assert result.node("tx").reasons == [f"other_autoscaler:asg_lifecycle_{state}"]
+    assert result.actions == []

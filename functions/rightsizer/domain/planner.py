@@ -198,6 +198,9 @@ def plan(
                 group = inventory.groups.get(asg_name)
                 if group is None:
                     reasons.append(f"node_group_unknown:{asg_name}")
+                elif group.instances.get(instance, "InService") != "InService":
+                    # Terminating, Standby, Detaching...: the Auto Scaling group already acts on it.
+                    reasons.append(f"other_autoscaler:asg_lifecycle_{group.instances[instance]}")
         else:
             reasons.append("node_group_unknown:" + ("no_inventory" if instance else "no_provider_id"))
         if not _selected(node, group, policy):
