@@ -193,6 +193,8 @@ def cmd_apply(args: argparse.Namespace) -> int:
     )
     finals = {eid: runner.results.get(eid) for eid in summary.started}
     document = summary.to_json()
+    # The plan says whether the policy allows acting; without --execute nothing is executed either.
+    document["dry_run"] = act.dry_run
     document["workflows"] = {
         eid: {"status": r.status if r else "not_run", "message": r.message if r else ""}
         for eid, r in finals.items()
