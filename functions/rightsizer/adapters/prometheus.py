@@ -555,8 +555,7 @@ def live_queries(
     # merge per device; 4x cheaper than combining P and U at every step (benchmarks/collect_scale.py).
     thr = float(activity_threshold_pct)
     activity = (
-        f"(max by ({ld}) ({s[PROF_ACTIVE]} > {thr / 100!r}))"
-        f" or (max by ({ld}) ({util_full} > {thr!r}))"
+        f"(max by ({ld}) ({s[PROF_ACTIVE]} > {thr / 100!r})) or (max by ({ld}) ({util_full} > {thr!r}))"
     )
     queries.append(LiveQuery("active", activity, both, range=True))
     used_d = f"(max by ({ld}) {fin(s[FB_USED])})"
