@@ -58,6 +58,14 @@ class NodeDecision:
         return sum(1 for p in self.pods if p.ignored is None)
 
 
+def _human_duration(seconds: int) -> str:
+    """``1800`` → ``30 min``, ``10`` → ``10 s``, ``5400`` → ``1 h 30 min``."""
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    parts = [f"{hours} h" if hours else "", f"{minutes} min" if minutes else "", f"{secs} s" if secs else ""]
+    return " ".join(p for p in parts if p) or "0 s"
+
+
 def _rfc3339(value: datetime) -> str:
     return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
@@ -327,7 +335,7 @@ def _choose(decisions: list[NodeDecision], policy: Policy) -> list[Action]:
                 from_=before,
                 to=before - 1,
                 reason=f"all {d.assessment.expected.total} GPU devices idle for the whole "
-                f"{policy.idle_window // 60} min window",
+                f"{_human_duration(policy.idle_window)} window",
                 hourly_savings_usd=hourly,
                 monthly_savings_usd=None if hourly is None else hourly * HOURS_PER_MONTH,
             )
