@@ -6,9 +6,7 @@ WHEN ``rightsizer snapshot`` records the ``query_range`` answers (``"+Inf"`` str
 ``plan`` reads them,
 THEN those nodes are ``unknown`` (``non_finite:<metric>``), never idle (cases README: non-finite ⇒ unknown).
 
-The live path (``collect_live``) does not flag these two metrics yet (its non-finite queries cover
-activity, FB used and power only, and the query count is fixed by other tests); that half is a strict
-``xfail`` so the gap stays visible.
+The live path (``collect_live``) flags them too: it has a non-finite query per device metric.
 """
 
 from __future__ import annotations
@@ -80,7 +78,6 @@ def test_snapshot_path_non_finite_fb_free_and_energy_are_unknown(
     assert {a.node for a in result.actions if a.kind == "scale_in"} == {"gpu-clean"}
 
 
-@pytest.mark.xfail(strict=True, reason="live path: no non-finite query for FB_FREE / energy (reported)")
 def test_live_path_non_finite_fb_free_and_energy_are_unknown(
     cluster: Cluster, server: PrometheusServer
 ) -> None:

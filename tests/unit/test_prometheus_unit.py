@@ -395,7 +395,7 @@ def test_subquery_range_drops_the_left_end_and_range_points_align() -> None:
 def test_query_count_is_a_constant() -> None:
     small = live_queries(Window(0, 1800, 60), 5.0)
     large = live_queries(Window(0, 3600, 15), 5.0, node_label="k8s_node", job="dcgm")
-    assert len(small) == len(large) == 18
+    assert len(small) == len(large) == 20
     assert sum(q.range for q in small) == 1
     with pytest.raises(ConfigError):
         live_queries(Window(0, 1800, 60), 5.0, node_label="bad-label")
@@ -449,7 +449,7 @@ def test_healthy_answers_make_an_idle_node(prom: tuple[str, Script], sleeps: lis
     signals, p = run_plan(url, sleeps, script.by_query)
     assert signals.problems == ()
     assert [(n.verdict, n.reasons) for n in p.nodes] == [("idle", ["idle_window_clean"])]
-    assert len(script.seen) == 18
+    assert len(script.seen) == 20
 
 
 @pytest.mark.parametrize(

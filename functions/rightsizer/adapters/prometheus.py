@@ -537,7 +537,7 @@ def live_queries(
         # by benchmarks/collect_scale.py). max_over_time skips NaN but returns +Inf when present; the
         # nonfinite:* queries flag such devices, which are unknown anyway.
         queries.append(LiveQuery(f"max:{m}", f"max by ({lj}) (max_over_time({s[m]}{rng}))", (m,)))
-    for m in (GPU_UTIL, PROF_ACTIVE, FB_USED, POWER):
+    for m in (GPU_UTIL, PROF_ACTIVE, FB_USED, FB_FREE, POWER, ENERGY):
         # m - m is 0 for a finite sample and NaN for NaN/±Inf; NaN != 0 is true, so only those remain.
         expr = f"max by ({lj}) (count_over_time((({s[m]} - {s[m]}) != 0){rng}))"
         queries.append(LiveQuery(f"nonfinite:{m}", expr, (m,)))
@@ -753,7 +753,7 @@ def _assemble(
                 continue
             yield _key(result.node, smp.labels), smp
 
-    metric_order = (GPU_UTIL, PROF_ACTIVE, FB_USED, FB_FREE, POWER)
+    metric_order = (GPU_UTIL, PROF_ACTIVE, FB_USED, FB_FREE, POWER, ENERGY)
     present: set[str] = set()
     for metric in metric_order:
         for kind in ("max", "nonfinite"):
@@ -865,13 +865,14 @@ def _assemble(
             sig.has_fb = True
             sig.fb_used_max_mib = fb.fb_used
             sig.fb_total_mib = fb.fb_total
-            if FB_USED in fb.non_finite:
-                non_finite.append(FB_USED)
+            non_finite.extend(m for m in (FB_USED, FB_FREE) if m in fb.non_finite)
         if parent is not None and parent.has_power:
             sig.has_power = True
             sig.power_max_w = parent.power
             if POWER in parent.non_finite:
                 non_finite.append(POWER)
+        if parent is not None and ENERGY in parent.non_finite:
+            non_finite.append(ENERGY)
         sig.non_finite = tuple(non_finite)
         if parent is not None and parent.energy_delta is not None:
             sig.liveness = "moving" if parent.energy_delta > 0 else "frozen"
