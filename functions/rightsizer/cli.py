@@ -89,23 +89,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
         snapshot = _observe_live(config, policy, at)
     else:
         policy = read_policy_file(args.policy) if args.policy else Policy()
-        snapshot = load_snapshot(args.snapshot, node_label=_recorded_node_label(args.snapshot))
+        snapshot = load_snapshot(args.snapshot)  # node_label: the one snapshot.json records
     result = make_plan(snapshot, policy, at)
     if args.json:
         _emit_json(result.to_json_dict())
     else:
         print(render_plan(result))
     return EXIT_OK
-
-
-def _recorded_node_label(directory: str) -> str | None:
-    """``node_label`` recorded in ``snapshot.json`` by ``rightsizer snapshot`` (absent in older ones)."""
-    try:
-        meta = json.loads((Path(directory) / "snapshot.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None  # load_snapshot reports the file properly
-    label = meta.get("node_label") if isinstance(meta, dict) else None
-    return label if isinstance(label, str) and label else None
 
 
 def _now_on_step(step_seconds: int) -> datetime:

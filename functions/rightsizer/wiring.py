@@ -220,67 +220,15 @@ def observe_request(config: Config, policy: Policy, at: datetime) -> ObserveRequ
 
 def snapshot_from_observation(observation: Observation) -> ClusterSnapshot:
     """Decode an observation into a ``ClusterSnapshot`` exactly as ``load_snapshot`` would decode its
-    written directory, without touching the disk (``rightsizer plan --config``).
-
-    Uses the snapshot loader's own parsing functions, file by file, so the two paths cannot drift.
+    written directory, without touching the disk (``rightsizer plan --config``): both use
+    ``snapshot_dir.snapshot_from_documents``, so the two paths cannot drift.
 
     Raises:
         SnapshotError: a document does not match its schema (names the document and the field).
     """
-    from pydantic import ValidationError
+    from rightsizer.adapters.snapshot_dir import snapshot_from_documents
 
-    from rightsizer.adapters import snapshot_dir as sd
-    from rightsizer.domain.model import Node, Pod, PodDisruptionBudget, SnapshotMeta
-
-    docs = observation.documents
-    root = Path("<live>")
-
-    def doc(name: str) -> Any:
-        return docs.get(name)
-
-    try:
-        meta = sd._SnapshotFile.model_validate(doc("snapshot.json"))
-    except ValidationError as exc:
-        raise sd._validation_error(root / "snapshot.json", "", exc) from exc
-    nodes = sd._typed_list(root / "nodes.json", doc("nodes.json"), Node)
-    pods = sd._typed_list(root / "pods.json", doc("pods.json"), Pod)
-    pdb_data = doc("pdbs.json")
-    pdbs = sd._typed_list(root / "pdbs.json", pdb_data, PodDisruptionBudget) if pdb_data is not None else []
-    claims_data, slices_data = doc("resourceclaims.json"), doc("resourceslices.json")
-    claims = sd.parse_resource_claims(
-        sd._items(root / "resourceclaims.json", claims_data) if claims_data is not None else [],
-        sd._items(root / "resourceslices.json", slices_data) if slices_data is not None else [],
-    )
-    inventory = sd._inventory(
-        root / "nodegroups.json", doc("nodegroups.json"), root / "instances.json", doc("instances.json")
-    )
-    metrics = {}
-    timestamps = {}
-    for path in sorted(p for p in docs if p.startswith("metrics/") and p.endswith(".json")):
-        stem = path.removeprefix("metrics/").removesuffix(".json")
-        if stem.endswith(".timestamp"):
-            stem = stem.removesuffix(".timestamp")
-            timestamps[stem] = sd._parse_matrix(stem, docs[path])
-        else:
-            metrics[stem] = sd._parse_matrix(stem, docs[path])
-    node_label = (doc("snapshot.json") or {}).get("node_label")
-    snapshot = ClusterSnapshot(
-        meta=SnapshotMeta(
-            taken_at=meta.taken_at,
-            window_seconds=meta.window_seconds,
-            step_seconds=meta.step_seconds,
-            cluster=meta.cluster,
-            region=meta.region,
-        ),
-        nodes=tuple(nodes),
-        pods=tuple(pods),
-        pdbs=tuple(pdbs),
-        resource_claims=tuple(claims),
-        inventory=inventory,
-        metrics=metrics,
-        timestamps=timestamps,
-        node_label=str(node_label) if node_label else None,
-    )
+    snapshot = snapshot_from_documents(observation.documents, root=Path("<live>"))
     return dataclasses.replace(snapshot, source="live")
 
 

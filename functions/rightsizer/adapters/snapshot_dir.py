@@ -9,6 +9,7 @@ is unusable only marks its metric as a problem: the nodes depending on it become
 from __future__ import annotations
 
 import gc
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -292,47 +293,66 @@ def _inventory(path: Path, data: Any, instances_path: Path, instances_data: Any)
     return Inventory(known=True, groups=groups, asg_of_instance=membership, instances=instances)
 
 
-def load_snapshot(directory: str | Path, *, node_label: str | None = None) -> ClusterSnapshot:
-    """Load and validate a snapshot directory.
+REQUIRED_FILES = ("snapshot.json", "nodes.json", "pods.json")
+OPTIONAL_FILES = (
+    "pdbs.json",
+    "resourceclaims.json",
+    "resourceslices.json",
+    "nodegroups.json",
+    "instances.json",
+)
 
-    Args:
-        directory: the snapshot directory (design §5 layout).
-        node_label: kept on the snapshot for the series→node join (config ``prometheus.node_label``).
 
-    Returns:
-        A fully validated ``ClusterSnapshot``.
+def snapshot_from_documents(
+    docs: Mapping[str, Any],
+    *,
+    root: Path,
+    node_label: str | None = None,
+    metrics: dict[str, MetricData] | None = None,
+    timestamps: dict[str, MetricData] | None = None,
+) -> ClusterSnapshot:
+    """Decode the documents of a snapshot directory (relative path → parsed JSON) into a ``ClusterSnapshot``.
+
+    The one decoder of both paths: ``load_snapshot`` (files on disk) and the live ``plan --config``
+    (documents in memory), so the two cannot drift. ``metrics``/``timestamps``, when given, replace the
+    decoding of ``metrics/*.json`` documents; ``node_label`` defaults to the one ``snapshot.json`` records.
 
     Raises:
-        SnapshotError: a required file (``snapshot.json``, ``nodes.json``, ``pods.json``) is missing, or any
-            present Kubernetes/AWS file is not JSON or does not match its schema; the message names the file
-            and the field.
+        SnapshotError: a required document is missing, or a document does not match its schema (names the
+            file under ``root`` and the field).
     """
-    root = Path(directory)
-    if not root.is_dir():
-        raise SnapshotError("not a directory", source=str(root))
-    meta_path = root / "snapshot.json"
+    for name in REQUIRED_FILES:
+        if docs.get(name) is None:
+            raise SnapshotError("required file is missing", source=str(root / name))
     try:
-        meta = _SnapshotFile.model_validate(_read_json(meta_path, required=True))
+        meta = _SnapshotFile.model_validate(docs["snapshot.json"])
     except ValidationError as exc:
-        raise _validation_error(meta_path, "", exc) from exc
-    nodes = _typed_list(root / "nodes.json", _read_json(root / "nodes.json", required=True), Node)
-    pods = _typed_list(root / "pods.json", _read_json(root / "pods.json", required=True), Pod)
-    pdb_data = _read_json(root / "pdbs.json", required=False)
+        raise _validation_error(root / "snapshot.json", "", exc) from exc
+    nodes = _typed_list(root / "nodes.json", docs["nodes.json"], Node)
+    pods = _typed_list(root / "pods.json", docs["pods.json"], Pod)
+    pdb_data = docs.get("pdbs.json")
     pdbs = _typed_list(root / "pdbs.json", pdb_data, PodDisruptionBudget) if pdb_data is not None else []
-    claims_data = _read_json(root / "resourceclaims.json", required=False)
-    slices_data = _read_json(root / "resourceslices.json", required=False)
+    claims_data, slices_data = docs.get("resourceclaims.json"), docs.get("resourceslices.json")
     claims = parse_resource_claims(
         _items(root / "resourceclaims.json", claims_data) if claims_data is not None else [],
         _items(root / "resourceslices.json", slices_data) if slices_data is not None else [],
     )
     inventory = _inventory(
         root / "nodegroups.json",
-        _read_json(root / "nodegroups.json", required=False),
+        docs.get("nodegroups.json"),
         root / "instances.json",
-        _read_json(root / "instances.json", required=False),
+        docs.get("instances.json"),
     )
-    metrics, timestamps = _load_metrics(root / "metrics")
-    snapshot = ClusterSnapshot(
+    if metrics is None or timestamps is None:
+        metrics, timestamps = {}, {}
+        for path in sorted(p for p in docs if p.startswith("metrics/") and p.endswith(".json")):
+            stem = path.removeprefix("metrics/").removesuffix(".json")
+            target = metrics
+            if stem.endswith(".timestamp"):
+                stem, target = stem.removesuffix(".timestamp"), timestamps
+            target[stem] = _parse_matrix(stem, docs[path])
+    recorded = docs["snapshot.json"].get("node_label") if isinstance(docs["snapshot.json"], dict) else None
+    return ClusterSnapshot(
         meta=SnapshotMeta(
             taken_at=meta.taken_at,
             window_seconds=meta.window_seconds,
@@ -347,7 +367,34 @@ def load_snapshot(directory: str | Path, *, node_label: str | None = None) -> Cl
         inventory=inventory,
         metrics=metrics,
         timestamps=timestamps,
-        node_label=node_label,
+        node_label=node_label or (str(recorded) if recorded else None),
+    )
+
+
+def load_snapshot(directory: str | Path, *, node_label: str | None = None) -> ClusterSnapshot:
+    """Load and validate a snapshot directory.
+
+    Args:
+        directory: the snapshot directory (design §5 layout).
+        node_label: the series label carrying the node name (config ``prometheus.node_label``); defaults
+            to the one ``snapshot.json`` records.
+
+    Returns:
+        A fully validated ``ClusterSnapshot``.
+
+    Raises:
+        SnapshotError: a required file (``snapshot.json``, ``nodes.json``, ``pods.json``) is missing, or any
+            present Kubernetes/AWS file is not JSON or does not match its schema; the message names the file
+            and the field.
+    """
+    root = Path(directory)
+    if not root.is_dir():
+        raise SnapshotError("not a directory", source=str(root))
+    docs = {name: _read_json(root / name, required=True) for name in REQUIRED_FILES}
+    docs.update({name: _read_json(root / name, required=False) for name in OPTIONAL_FILES})
+    metrics, timestamps = _load_metrics(root / "metrics")
+    snapshot = snapshot_from_documents(
+        docs, root=root, node_label=node_label, metrics=metrics, timestamps=timestamps
     )
     # A loaded snapshot is long-lived and holds millions of sample tuples; freezing them keeps the cyclic
     # GC from rescanning them on every later allocation (plan time grew superlinearly without it).

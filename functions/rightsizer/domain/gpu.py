@@ -23,6 +23,7 @@ from rightsizer.domain.model import (
 )
 from rightsizer.domain.policy import Policy
 from rightsizer.domain.usage import DeviceSignals, Window
+from rightsizer.domain.verdicts import UNKNOWN_CODES, code_of
 
 
 def is_gpu_node(node: Node, catalog: Catalog) -> bool:
@@ -255,24 +256,6 @@ def assess_gpus(
     reasons.extend(busy_reasons)
     a.reasons = reasons
     a.busy = any(not r.startswith("signals_disagree") for r in busy_reasons)
-    unknown = any(r.split(":", 1)[0] in UNKNOWN_METRIC_CODES for r in reasons)
+    unknown = any(code_of(r) in UNKNOWN_CODES for r in reasons)
     a.idle = not unknown and not a.busy
     return a
-
-
-UNKNOWN_METRIC_CODES = frozenset(
-    {
-        "no_series",
-        "coverage_below_min",
-        "stale_metrics",
-        "exporter_frozen",
-        "non_finite",
-        "partial_response",
-        "series_unmapped",
-        "gpu_count_mismatch",
-        "gpus_not_allocatable",
-        "no_liveness_signal",
-        "power_ceiling_unknown",
-        "node_too_young",
-    }
-)
