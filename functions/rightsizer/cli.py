@@ -125,6 +125,10 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 
     config = load_config(args.config)
     at = parse_time(args.at) if args.at else _now_on_step(config.prometheus.step)
+    target = Path(args.out)
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        # Bad input is refused before anything is contacted (write_snapshot checks again, atomically).
+        raise ConfigError(f"{target} exists and is not an empty directory", field="--out")
     request = wiring.observe_request(config, config.policy, at)
     observers = wiring.build_observers(config)
     observation = observe(observers.cluster, observers.inventory, observers.metrics, request)

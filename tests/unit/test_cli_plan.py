@@ -145,3 +145,18 @@ def test_bad_policy_key_exits_2(snap_dir: Path, tmp_path: Path, capsys: pytest.C
 def test_naive_at_exits_2(snap_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", "--snapshot", str(snap_dir), "--at", "2026-11-02T10:00:00"]) == 2
     assert "--at" in capsys.readouterr().err
+
+
+def test_snapshot_into_a_non_empty_directory_exits_2_before_contacting_anything(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "cluster: {name: nowhere-eks, region: us-east-1}\naws: {endpoint_url: 'http://127.0.0.1:9'}\n"
+    )
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    assert main(["snapshot", "--config", str(config), "--out", str(out)]) == 2
+    assert "--out" in capsys.readouterr().err
+    assert (out / "keep.txt").read_text() == "mine"
