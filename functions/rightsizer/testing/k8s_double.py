@@ -1739,7 +1739,7 @@ class KubernetesDouble:
             "reason": "SufficientPods" if allowed > 0 else "InsufficientPods",
             "message": "",
             "observedGeneration": generation,
-            "lastTransitionTime": previous["lastTransitionTime"]
+            "lastTransitionTime": previous.get("lastTransitionTime") or rfc3339(self.now())
             if previous and previous.get("status") == flag
             else rfc3339(self.now()),
         }
