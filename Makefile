@@ -3,16 +3,24 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+DEMO_STAMP := $(VENV)/.installed-demo
 
-.PHONY: demo test lint typecheck contracts unit integration bench clean validate tools-validate
+.PHONY: demo test lint typecheck contracts bench clean validate tools-validate
+
+# `make demo` needs only the [demo] extra (moto); everything else needs the [dev] tools too.
+$(DEMO_STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[demo]'
+	touch $(DEMO_STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev,demo]'
-	touch $(STAMP)
+	touch $(STAMP) $(DEMO_STAMP)
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(BIN)/rightsizer demo
 
 lint: $(STAMP)
@@ -30,9 +38,12 @@ test: lint typecheck contracts
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/plan_scale.py
+	$(BIN)/python benchmarks/drain_scale.py
+	$(BIN)/python benchmarks/handlers.py
+	$(BIN)/python benchmarks/backtest_trace.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .aws-sam
 
 # ---------------------------------------------------------------------------------------------- validate
 # The deployment checks (design §6). SAM CLI pins old boto3/pydantic, so it lives in its own venv and never
