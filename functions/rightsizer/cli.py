@@ -756,7 +756,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("plan", help="decide on a snapshot (never acts)")
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--snapshot", metavar="DIR", help="a snapshot directory (design §5)")
+    src.add_argument(
+        "--snapshot", metavar="DIR", help="a snapshot directory (README: 'Capturing a snapshot')"
+    )
     src.add_argument("--config", metavar="FILE", help="a config file for live collection")
     p.add_argument("--policy", metavar="FILE", help="policy YAML (overrides the config's policy)")
     p.add_argument("--at", metavar="TIME", help="decision time, RFC 3339 with offset (default: taken_at)")
@@ -764,29 +766,37 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_plan)
 
     s = sub.add_parser("snapshot", help="record the live cluster as a snapshot directory (never acts)")
-    s.add_argument("--config", metavar="FILE", required=True, help="the config file (design §5)")
+    s.add_argument(
+        "--config", metavar="FILE", required=True, help="the config file (README: 'Configuration file')"
+    )
     s.add_argument("--out", metavar="DIR", required=True, help="new (or empty) directory to write")
     s.add_argument("--at", metavar="TIME", help="snapshot time, RFC 3339 with offset (default: now)")
     s.set_defaults(func=cmd_snapshot)
 
     ap = sub.add_parser("apply", help="plan live and drain the chosen idle nodes (dry run unless --execute)")
-    ap.add_argument("--config", metavar="FILE", required=True, help="the config file (design §5)")
+    ap.add_argument(
+        "--config", metavar="FILE", required=True, help="the config file (README: 'Configuration file')"
+    )
     ap.add_argument("--policy", metavar="FILE", help="policy YAML (overrides the config's policy)")
     ap.add_argument("--execute", action="store_true", help="act for real (also needs dry_run: false)")
     ap.add_argument("--json", action="store_true", help="print the outcome as one JSON document")
     ap.set_defaults(func=cmd_apply)
 
     w = sub.add_parser("serve", help="the webhook handler behind a local HTTP server (127.0.0.1)")
-    w.add_argument("--config", metavar="FILE", required=True, help="the config file (design §5)")
+    w.add_argument(
+        "--config", metavar="FILE", required=True, help="the config file (README: 'Configuration file')"
+    )
     w.add_argument(
         "--port", type=int, default=8080, metavar="N", help="TCP port (default 8080; 0 = any free)"
     )
     w.add_argument("--execute", action="store_true", help="act for real (default: dry run)")
     w.set_defaults(func=cmd_serve)
 
-    o = sub.add_parser("offhours", help="scale node groups to their off-hours schedules (design §4)")
+    o = sub.add_parser("offhours", help="scale node groups to their off-hours schedules")
     o.add_argument("action", choices=["down", "up", "status"], help="converge down / up, or show status")
-    o.add_argument("--config", metavar="FILE", required=True, help="the config file (design §5)")
+    o.add_argument(
+        "--config", metavar="FILE", required=True, help="the config file (README: 'Configuration file')"
+    )
     o.add_argument("--force", action="store_true", help="drain busy/underutilized nodes too (never unknown)")
     o.add_argument("--execute", action="store_true", help="act (default: dry run)")
     o.add_argument("--at", metavar="TIME", help="evaluate at TIME, RFC 3339 (dry run / status only)")
