@@ -726,3 +726,11 @@ def test_workflow_record_details_round_trip_and_are_not_shared(store: StateStore
     loaded.details["attempts"]["uid-1"] = 99
     again = store.load("exec-k")
     assert again is not None and again.details["attempts"] == {"uid-1": 2}
+
+
+def test_workflow_records_expire_with_dynamodb_ttl_after_the_ledger_retention(backend: Backend) -> None:
+    backend.store.save(record(), expected_version=0)
+    if backend.raw is not None:
+        raw = backend.raw("wf#exec-k", "wf")
+        assert raw is not None
+        assert int(raw["ttl"]["N"]) == int((T0 + timedelta(days=90)).timestamp())

@@ -347,3 +347,19 @@ def test_expired_lease_cordons_are_healed_by_the_next_assessment() -> None:
     assert heal_expired_leases(world.writer, world.state, world.clock.now()) == ["gpu-1"]
     assert world.writer.get_node("gpu-1")["spec"]["unschedulable"] is False
     assert event_reasons(world)[-1] == "RolledBack"
+
+
+def test_retry_after_of_a_blocked_eviction_is_honoured() -> None:
+    world = make_world(pods=[pod("infer-0", "gpu-1", grace=30)])
+    blocked = EvictionOutcome("blocked", "The disruption budget infer needs 1 healthy pods", retry_after=20.0)
+    world.writer.script_eviction("default", "infer-0", blocked)
+    waits: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        world.clock.advance(seconds)
+
+    runner = InProcessRunner(world.workflow(), sleep=sleep)
+    runner.start(DrainRequest("gpu-1", "exec-1"))
+    assert world.state.load("exec-1").status == "succeeded"
+    assert waits[0] == 20.0

@@ -53,6 +53,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from rightsizer.adapters.aws import map_aws_error
 from rightsizer.domain.errors import ConfigError, TransientError
 from rightsizer.state import (
+    LEDGER_RETENTION,
     REFUSAL_SLOT_HELD,
     ConflictError,
     EvictedPod,
@@ -686,6 +687,9 @@ class DynamoDbState:
                 ]
             },
             "version": _n(version),
+            # Needed only while the drain runs (and for a post-mortem): TTL keeps the table from growing
+            # one item per execution forever. Leases and off-hours sizes never carry a ttl.
+            "ttl": _n(int((require_aware(record.started_at, "started_at") + LEDGER_RETENTION).timestamp())),
         }
         if record.instance_id is not None:
             item["instance_id"] = _s(record.instance_id)

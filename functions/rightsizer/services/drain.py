@@ -35,6 +35,7 @@ EVICTION_ERROR_RETRIES = 3
 EVICTION_CONCURRENCY = 8
 EVICT_MARGIN_S = 60
 POLL_S = 5.0
+MAX_RETRY_AFTER_S = 60.0
 
 # Reasons a candidate may carry and still be drained: the budget is re-checked by the slot, our own
 # cordon is what the workflow itself did. Off-hours drains are also exempt from cooldown and windows.
@@ -437,6 +438,7 @@ class DrainWorkflow:
                 )
             )
         new_evicted = [*record.evicted, *adopted]
+        hints: list[float] = []
         for pod, outcome in zip(todo, outcomes, strict=True):
             if outcome.status == "accepted":
                 new_evicted.append(
@@ -449,6 +451,8 @@ class DrainWorkflow:
                 )
             elif outcome.status == "blocked":
                 blocked.append(f"{pod.key}: {outcome.message}")
+                if outcome.retry_after:
+                    hints.append(outcome.retry_after)
             elif outcome.status == "error":
                 attempts[pod.metadata.uid] = attempts.get(pod.metadata.uid, 0) + 1
                 if attempts[pod.metadata.uid] >= EVICTION_ERROR_RETRIES:
@@ -463,7 +467,11 @@ class DrainWorkflow:
                 deps.cluster.emit_event(
                     record.node, "DrainBlocked", "eviction blocked: " + "; ".join(blocked), warning=True
                 )
-            return self._next(record, "evict", "evict", wait=POLL_S, evicted=tuple(new_evicted), details=details,
+            # The API server's Retry-After is a hint: honour it, but never wait past the drain deadline.
+            wait = min(
+                max([POLL_S, *hints]), MAX_RETRY_AFTER_S, max(0.0, (record.deadline - now).total_seconds())
+            )
+            return self._next(record, "evict", "evict", wait=max(wait, 0.5), evicted=tuple(new_evicted), details=details,
                               message="waiting for PodDisruptionBudgets: " + "; ".join(blocked))  # fmt: skip
         return self._next(
             record,
