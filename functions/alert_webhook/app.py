@@ -147,21 +147,10 @@ def webhook_token(config: Config, environ: Mapping[str, str] | None = None) -> s
         return env[TOKEN_ENV]
     if not config.webhook.token_secret:
         raise ConfigError(f"set webhook.token_secret or {TOKEN_ENV}", field="webhook.token_secret")
-    from rightsizer.adapters.secrets import resolve_secret
+    from rightsizer.wiring import resolve_config_secret
 
-    reference = _secret_reference(config.webhook.token_secret)
-    scheme = reference.partition(":")[0]
-    ssm = secretsmanager = None
-    if scheme in ("ssm", "secretsmanager"):
-        import boto3
-
-        session = boto3.session.Session(region_name=config.aws.region)
-        if scheme == "ssm":
-            ssm = session.client("ssm", endpoint_url=config.aws.endpoint_url)
-        else:
-            secretsmanager = session.client("secretsmanager", endpoint_url=config.aws.endpoint_url)
-    return resolve_secret(
-        reference, ssm=ssm, secretsmanager=secretsmanager, environ=env, field="webhook.token_secret"
+    return resolve_config_secret(
+        config, _secret_reference(config.webhook.token_secret), field="webhook.token_secret", environ=env
     )
 
 

@@ -56,7 +56,6 @@ __all__ = [
     "run_drain_task",
     "traced",
     "use_drain_workflow",
-    "webhook_token",
 ]
 
 #: CloudWatch namespace of every EMF metric.
@@ -334,35 +333,6 @@ def clear_caches() -> None:
     act_deps.cache_clear()
     assessment_deps.cache_clear()
     offhours_deps.cache_clear()
-
-
-def webhook_token(settings: Settings) -> str:
-    """The webhook bearer token: ``RIGHTSIZER_WEBHOOK_TOKEN`` when set (``serve``, tests), else the Secrets
-    Manager secret, cached by Powertools Parameters for ``PARAMETER_MAX_AGE_S``.
-
-    Raises:
-        ConfigError: neither is configured, or the secret cannot be read.
-    """
-    direct = os.environ.get("RIGHTSIZER_WEBHOOK_TOKEN")
-    if direct:
-        return direct
-    if not settings.webhook_token_secret:
-        raise ConfigError("no webhook token configured", field="RIGHTSIZER_WEBHOOK_TOKEN_SECRET")
-    import boto3
-    from aws_lambda_powertools.utilities.parameters import SecretsProvider
-
-    client = boto3.session.Session(region_name=settings.region).client(
-        "secretsmanager", endpoint_url=settings.aws_endpoint_url
-    )
-    try:
-        value = SecretsProvider(boto3_client=client).get(
-            settings.webhook_token_secret, max_age=PARAMETER_MAX_AGE_S
-        )
-    except Exception as exc:  # Powertools wraps every SDK failure in GetParameterError
-        raise ConfigError(
-            f"cannot read the webhook token: {exc}", field="RIGHTSIZER_WEBHOOK_TOKEN_SECRET"
-        ) from exc
-    return str(value)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -125,12 +126,15 @@ def build_inventory(config: Config) -> NodeGroupInventory | None:
     return AwsInventory(make_clients(_region(config), endpoint_url=config.aws.endpoint_url))
 
 
-def _resolve_secret(config: Config) -> str | None:
-    """``prometheus.secret`` resolved (``rightsizer.adapters.secrets``); SSM / Secrets Manager clients
-    are built only when the reference needs them."""
-    reference = config.prometheus.secret
-    if reference is None:
-        return None
+def resolve_config_secret(
+    config: Config, reference: str, *, field: str, environ: Mapping[str, str] | None = None
+) -> str:
+    """A secret reference of ``config`` resolved (``rightsizer.adapters.secrets``); the SSM or Secrets
+    Manager client is built, in ``aws.region`` / ``aws.endpoint_url``, only when the reference needs it.
+
+    Raises:
+        ConfigError / PermanentError / TransientError: as ``resolve_secret``.
+    """
     from rightsizer.adapters.secrets import resolve_secret
 
     scheme = reference.partition(":")[0]
@@ -143,7 +147,13 @@ def _resolve_secret(config: Config) -> str | None:
             ssm = session.client("ssm", endpoint_url=config.aws.endpoint_url)
         else:
             secretsmanager = session.client("secretsmanager", endpoint_url=config.aws.endpoint_url)
-    return resolve_secret(reference, ssm=ssm, secretsmanager=secretsmanager, field="prometheus.secret")
+    return resolve_secret(reference, ssm=ssm, secretsmanager=secretsmanager, environ=environ, field=field)
+
+
+def _resolve_secret(config: Config) -> str | None:
+    """``prometheus.secret`` resolved, or None when there is none."""
+    reference = config.prometheus.secret
+    return None if reference is None else resolve_config_secret(config, reference, field="prometheus.secret")
 
 
 def build_metrics_reader(config: Config) -> PrometheusClient:
