@@ -276,7 +276,8 @@ def map_aws_error(exc: Exception, operation: str) -> RightsizerError:
 
 
 @contextmanager
-def _aws(operation: str) -> Iterator[None]:
+def aws_errors(operation: str) -> Iterator[None]:
+    """Raise botocore errors inside the block as the taxonomy (``map_aws_error``), naming ``operation``."""
     try:
         yield
     except (ClientError, BotoCoreError) as exc:
@@ -380,20 +381,20 @@ class AwsInventory:
         reservations: list[Any] = []
         paginator = self._ec2.get_paginator("describe_instances")
         for batch in _batches(_unique(instance_ids), EC2_BATCH):
-            with _aws("DescribeInstances"):
+            with aws_errors("DescribeInstances"):
                 for page in paginator.paginate(Filters=[{"Name": "instance-id", "Values": batch}]):
                     reservations.extend(page.get("Reservations", []))
         return {"Reservations": json_safe(reservations)}
 
     def _nodegroups(self, cluster: str) -> list[Mapping[str, Any]]:
         names: list[str] = []
-        with _aws("ListNodegroups"):
+        with aws_errors("ListNodegroups"):
             for page in self._eks.get_paginator("list_nodegroups").paginate(clusterName=cluster):
                 names.extend(page.get("nodegroups", []))
         result: list[Mapping[str, Any]] = []
         for name in names:
             try:
-                with _aws("DescribeNodegroup"):
+                with aws_errors("DescribeNodegroup"):
                     result.append(
                         self._eks.describe_nodegroup(clusterName=cluster, nodegroupName=name)["nodegroup"]
                     )
@@ -405,7 +406,7 @@ class AwsInventory:
         result: list[Mapping[str, Any]] = []
         paginator = self._asg.get_paginator("describe_auto_scaling_instances")
         for batch in _batches(instance_ids, ASG_BATCH):
-            with _aws("DescribeAutoScalingInstances"):
+            with aws_errors("DescribeAutoScalingInstances"):
                 for page in paginator.paginate(InstanceIds=batch):
                     result.extend(page.get("AutoScalingInstances", []))
         return result
@@ -414,7 +415,7 @@ class AwsInventory:
         result: list[Mapping[str, Any]] = []
         paginator = self._asg.get_paginator("describe_auto_scaling_groups")
         for batch in _batches(names, ASG_BATCH):
-            with _aws("DescribeAutoScalingGroups"):
+            with aws_errors("DescribeAutoScalingGroups"):
                 for page in paginator.paginate(AutoScalingGroupNames=batch):
                     result.extend(page.get("AutoScalingGroups", []))
         return result
@@ -425,7 +426,7 @@ class AwsInventory:
             AutoScalingGroupName=asg_name, PaginationConfig={"MaxItems": 100 * self._activity_pages}
         )
         newest: datetime | None = None
-        with _aws("DescribeScalingActivities"):
+        with aws_errors("DescribeScalingActivities"):
             for page in pages:
                 for activity in page.get("Activities", []):
                     # Activities carry no type field; the launch ones are described as "Launching ...".
@@ -524,7 +525,7 @@ class AsgScaler:
             ActionRefusedError: ``node_group_at_min_size`` — lower MinSize first or skip the node.
             PermanentError: AWS refused the call (validation, access denied).
         """
-        with _aws("DescribeAutoScalingInstances"):
+        with aws_errors("DescribeAutoScalingInstances"):
             found = self._asg.describe_auto_scaling_instances(InstanceIds=[instance_id])
         members = found.get("AutoScalingInstances", [])
         if not members:
@@ -553,7 +554,7 @@ class AsgScaler:
                 f"{sizes.desired} - 1 < MinSize {sizes.min_size}; lower MinSize first or skip this node",
                 reasons=["node_group_at_min_size"],
             )
-        with _aws("TerminateInstanceInAutoScalingGroup"):
+        with aws_errors("TerminateInstanceInAutoScalingGroup"):
             response = self._asg.terminate_instance_in_auto_scaling_group(
                 InstanceId=instance_id, ShouldDecrementDesiredCapacity=True
             )
@@ -577,7 +578,7 @@ class AsgScaler:
         return TerminateResult(asg_name, instance_id, desired, desired, already_done=True)
 
     def _group(self, asg_name: str) -> Mapping[str, Any]:
-        with _aws("DescribeAutoScalingGroups"):
+        with aws_errors("DescribeAutoScalingGroups"):
             groups = self._asg.describe_auto_scaling_groups(AutoScalingGroupNames=[asg_name])
         found = groups.get("AutoScalingGroups", [])
         if not found:
@@ -692,7 +693,7 @@ class EksNodeGroupSizer:
 
     def current_sizes(self, cluster: str, nodegroup: str) -> tuple[ScalingSizes, str]:
         """Return the node group's ``scalingConfig`` and ``status`` (EKS DescribeNodegroup)."""
-        with _aws("DescribeNodegroup"):
+        with aws_errors("DescribeNodegroup"):
             ng = self._eks.describe_nodegroup(clusterName=cluster, nodegroupName=nodegroup)["nodegroup"]
         config = ng.get("scalingConfig", {})
         sizes = ScalingSizes(
@@ -730,7 +731,7 @@ class EksNodeGroupSizer:
                 self._pause(attempt)
                 continue
             try:
-                with _aws("UpdateNodegroupConfig"):
+                with aws_errors("UpdateNodegroupConfig"):
                     response = self._eks.update_nodegroup_config(
                         clusterName=cluster,
                         nodegroupName=nodegroup,
@@ -758,7 +759,7 @@ class EksNodeGroupSizer:
         Raises:
             ActionRefusedError: ``immutable_instance_type``, always.
         """
-        with _aws("DescribeNodegroup"):
+        with aws_errors("DescribeNodegroup"):
             ng = self._eks.describe_nodegroup(clusterName=cluster, nodegroupName=nodegroup)["nodegroup"]
         current = ", ".join(ng.get("instanceTypes") or []) or "set by its launch template"
         via_template = not ng.get("instanceTypes") and bool(ng.get("launchTemplate"))
@@ -844,16 +845,16 @@ class Ec2Resizer:
             self._preflight(instance, target_type, allow_instance_store_loss)
 
         if state == "running":
-            with _aws("StopInstances"):
+            with aws_errors("StopInstances"):
                 self._ec2.stop_instances(InstanceIds=[instance_id])
             self._wait("instance_stopped", instance_id)
         try:
             if original != target_type:
-                with _aws("ModifyInstanceAttribute"):
+                with aws_errors("ModifyInstanceAttribute"):
                     self._ec2.modify_instance_attribute(
                         InstanceId=instance_id, InstanceType={"Value": target_type}
                     )
-            with _aws("StartInstances"):
+            with aws_errors("StartInstances"):
                 self._ec2.start_instances(InstanceIds=[instance_id])
         except RightsizerError as exc:
             if original == target_type:
@@ -879,11 +880,11 @@ class Ec2Resizer:
             if str(current["State"]["Name"]) == "stopping":
                 self._wait("instance_stopped", instance_id)
             if str(current["InstanceType"]) != original:
-                with _aws("ModifyInstanceAttribute"):
+                with aws_errors("ModifyInstanceAttribute"):
                     self._ec2.modify_instance_attribute(
                         InstanceId=instance_id, InstanceType={"Value": original}
                     )
-            with _aws("StartInstances"):
+            with aws_errors("StartInstances"):
                 self._ec2.start_instances(InstanceIds=[instance_id])
             self._wait("instance_running", instance_id)
         except RightsizerError as rollback_error:
@@ -914,7 +915,7 @@ class Ec2Resizer:
             reasons.append(code)
             details.append(why)
 
-        with _aws("DescribeAutoScalingInstances"):
+        with aws_errors("DescribeAutoScalingInstances"):
             members = self._asg.describe_auto_scaling_instances(InstanceIds=[instance_id])
         for member in members.get("AutoScalingInstances", []):
             refuse(
@@ -930,7 +931,7 @@ class Ec2Resizer:
         if instance.get("InstanceLifecycle") == "spot":
             refuse("spot_instance", "spot instances cannot be stopped and modified safely")
 
-        with _aws("DescribeInstanceTypes"):
+        with aws_errors("DescribeInstanceTypes"):
             answer = self._ec2.describe_instance_types(
                 InstanceTypes=cast("list[InstanceTypeType]", _unique([current_type, target_type]))
             )
@@ -986,7 +987,7 @@ class Ec2Resizer:
             )
 
     def _describe(self, instance_id: str) -> Mapping[str, Any]:
-        with _aws("DescribeInstances"):
+        with aws_errors("DescribeInstances"):
             answer = self._ec2.describe_instances(Filters=[{"Name": "instance-id", "Values": [instance_id]}])
         for reservation in answer.get("Reservations", []):
             for instance in reservation.get("Instances", []):

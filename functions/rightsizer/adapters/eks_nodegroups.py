@@ -14,15 +14,12 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
-from botocore.exceptions import BotoCoreError, ClientError
-
-from rightsizer.adapters.aws import AsgScaler, AwsClients, EksNodeGroupSizer, map_aws_error
-from rightsizer.domain.errors import StalePlan
+from rightsizer.adapters.asg_scaler import AsgNodeScaler
+from rightsizer.adapters.aws import AwsClients, EksNodeGroupSizer, aws_errors
 from rightsizer.ports import NodeGroupInfo, ScalingFailure
 
 if TYPE_CHECKING:
@@ -81,22 +78,15 @@ def error_code_of(*texts: str) -> str | None:
     return None
 
 
-@contextmanager
-def _aws(operation: str) -> Iterator[None]:
-    try:
-        yield
-    except (ClientError, BotoCoreError) as exc:
-        raise map_aws_error(exc, operation) from exc
-
-
 def _aware(value: Any) -> datetime | None:
     if not isinstance(value, datetime):
         return None
     return (value if value.tzinfo is not None else value.replace(tzinfo=UTC)).astimezone(UTC)
 
 
-class EksNodeGroups:
-    """Off-hours node group access: implements ``NodeGroupSizer`` and ``NodeScaler`` (``rightsizer.ports``).
+class EksNodeGroups(AsgNodeScaler):
+    """Off-hours node group access: implements ``NodeGroupSizer`` and, inherited from ``AsgNodeScaler``,
+    ``NodeScaler`` (``rightsizer.ports``).
 
     Args:
         clients: EKS and Auto Scaling clients (``make_clients``); EC2 is not used.
@@ -116,10 +106,10 @@ class EksNodeGroups:
         delay_s: float = 15.0,
         activity_pages: int = 2,
     ) -> None:
+        super().__init__(clients.autoscaling)
         self._eks = clients.eks
         self._autoscaling: AutoScalingClient = clients.autoscaling
         self._sizer = EksNodeGroupSizer(clients.eks, sleep=sleep, max_attempts=max_attempts, delay_s=delay_s)
-        self._scaler = AsgScaler(clients.autoscaling)
         self._activity_pages = activity_pages
 
     # ------------------------------------------------------------------------------ NodeGroupSizer
@@ -129,7 +119,7 @@ class EksNodeGroups:
         names: list[str] = []
         token: str | None = None
         while True:
-            with _aws("ListNodegroups"):
+            with aws_errors("ListNodegroups"):
                 page = (
                     self._eks.list_nodegroups(clusterName=cluster, nextToken=token)
                     if token
@@ -146,7 +136,7 @@ class EksNodeGroups:
         Raises:
             StalePlan: the node group does not exist.
         """
-        with _aws("DescribeNodegroup"):
+        with aws_errors("DescribeNodegroup"):
             ng = self._eks.describe_nodegroup(clusterName=cluster, nodegroupName=nodegroup)["nodegroup"]
         groups = ng.get("resources", {}).get("autoScalingGroups", [])
         asg_name = str(groups[0]["name"]) if groups and groups[0].get("name") else None
@@ -181,7 +171,7 @@ class EksNodeGroups:
         failures: list[ScalingFailure] = []
         token: str | None = None
         for _ in range(self._activity_pages):
-            with _aws("DescribeScalingActivities"):
+            with aws_errors("DescribeScalingActivities"):
                 if token:
                     page = self._autoscaling.describe_scaling_activities(
                         AutoScalingGroupName=asg_name, MaxRecords=_ACTIVITY_PAGE, NextToken=token
@@ -210,43 +200,3 @@ class EksNodeGroups:
             if not token:
                 break
         return failures
-
-    # ---------------------------------------------------------------------------------- NodeScaler
-
-    def find_group(self, instance_id: str) -> str | None:
-        """The Auto Scaling group of ``instance_id`` (``DescribeAutoScalingInstances``), None when standalone."""
-        with _aws("DescribeAutoScalingInstances"):
-            found = self._autoscaling.describe_auto_scaling_instances(InstanceIds=[instance_id])
-        members = found.get("AutoScalingInstances", [])
-        return str(members[0]["AutoScalingGroupName"]) if members else None
-
-    def group_sizes(self, asg_name: str) -> tuple[int, int, int, frozenset[str]]:
-        """(MinSize, DesiredCapacity, MaxSize, ids of InService instances), read fresh
-        (``DescribeAutoScalingGroups``).
-
-        Only InService members count: a Terminating instance is on its way out (a drain's verify step
-        and the off-hours "nodes left" count must not wait for it), a Pending one is not a node yet.
-
-        Raises:
-            StalePlan: the Auto Scaling group does not exist.
-        """
-        with _aws("DescribeAutoScalingGroups"):
-            answer = self._autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[asg_name])
-        groups = answer.get("AutoScalingGroups", [])
-        if not groups:
-            raise StalePlan(f"Auto Scaling group {asg_name!r} not found")
-        group: Mapping[str, Any] = groups[0]
-        in_service = frozenset(
-            str(i["InstanceId"]) for i in group.get("Instances", []) if i.get("LifecycleState") == "InService"
-        )
-        return int(group["MinSize"]), int(group["DesiredCapacity"]), int(group["MaxSize"]), in_service
-
-    def terminate(self, asg_name: str, instance_id: str) -> tuple[int, int, bool]:
-        """Targeted scale-in of exactly ``instance_id`` (``TerminateInstanceInAutoScalingGroup`` with
-        ``ShouldDecrementDesiredCapacity=True`` after checking DesiredCapacity − 1 ≥ MinSize).
-
-        Returns:
-            (desired before, desired after, already done).
-        """
-        result = self._scaler.terminate_instance(asg_name, instance_id)
-        return result.desired_before, result.desired_after, result.already_done
