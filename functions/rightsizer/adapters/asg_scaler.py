@@ -24,9 +24,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from botocore.exceptions import BotoCoreError, ClientError
-
-from rightsizer.adapters.aws import AsgScaler, map_aws_error
+from rightsizer.adapters.aws import AsgScaler, aws_errors
 from rightsizer.domain.errors import StalePlan
 
 if TYPE_CHECKING:
@@ -51,10 +49,8 @@ class AsgNodeScaler:
             TransientError: throttling, 5xx, connection failures.
             PermanentError: access denied, malformed instance id.
         """
-        try:
+        with aws_errors("DescribeAutoScalingInstances"):
             found = self._asg.describe_auto_scaling_instances(InstanceIds=[instance_id])
-        except (ClientError, BotoCoreError) as exc:
-            raise map_aws_error(exc, "DescribeAutoScalingInstances") from exc
         for member in found.get("AutoScalingInstances", []):
             if member.get("InstanceId") == instance_id:
                 return str(member["AutoScalingGroupName"])
@@ -69,10 +65,8 @@ class AsgNodeScaler:
             StalePlan: the group does not exist (any more).
             TransientError / PermanentError: as mapped from the AWS error code.
         """
-        try:
+        with aws_errors("DescribeAutoScalingGroups"):
             answer = self._asg.describe_auto_scaling_groups(AutoScalingGroupNames=[asg_name])
-        except (ClientError, BotoCoreError) as exc:
-            raise map_aws_error(exc, "DescribeAutoScalingGroups") from exc
         groups = answer.get("AutoScalingGroups", [])
         if not groups:
             raise StalePlan(f"Auto Scaling group {asg_name!r} not found")
