@@ -46,6 +46,7 @@ from rightsizer.testing.moto_eks import (
     build_cluster,
     reset_moto,
 )
+from rightsizer.testing.periodic import Periodic
 from tests.builders import gpu_node, pod
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -306,10 +307,9 @@ class InstanceFollower:
         self._double = double
         self._asg = asg_name
         self.exporter = exporter
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._worker = Periodic(self.sync, "e2e-instance-follower")
         self.removed: list[str] = []
-        self.errors: list[BaseException] = []
+        self.errors = self._worker.errors  # kept for the test's teardown assertion
 
     def sync(self) -> None:
         group = self._clients.autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[self._asg])
@@ -324,21 +324,10 @@ class InstanceFollower:
                 self.removed.append(name)
 
     def start(self, interval_s: float = 0.3) -> None:
-        def loop() -> None:
-            while not self._stop.wait(interval_s):
-                try:
-                    self.sync()
-                except Exception as exc:  # kept for the test's teardown assertion
-                    self.errors.append(exc)
-
-        self._thread = threading.Thread(target=loop, name="e2e-instance-follower", daemon=True)
-        self._thread.start()
+        self._worker.start(interval_s)
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
+        self._worker.stop()
 
 
 @dataclass

@@ -62,6 +62,7 @@ from rightsizer.testing.moto_eks import (
     seed_instance,
     start_moto_server,
 )
+from rightsizer.testing.periodic import Periodic
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
@@ -537,10 +538,9 @@ class NodeLifecycleSyncer:
         self._gone: set[str] = set()
         self._asg_of: dict[str, str] = {}  # instance id → the ASG it was a member of when last seen
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._worker = Periodic(self.sync, "demo-node-lifecycle")
         #: Exceptions raised by background passes (a test can assert none happened).
-        self.errors: list[BaseException] = []
+        self.errors = self._worker.errors
 
     def sync(self) -> SyncChanges:
         """One pass (see the class docstring); idempotent."""
@@ -648,26 +648,11 @@ class NodeLifecycleSyncer:
 
     def start(self, interval_s: float = 0.2) -> None:
         """Sync every ``interval_s`` seconds on a daemon thread until :meth:`stop`."""
-        if self._thread is not None:
-            return
-        self._stop.clear()
-
-        def loop() -> None:
-            while not self._stop.wait(interval_s):
-                try:
-                    self.sync()
-                except Exception as exc:  # a dying thread would hide the failure from the demo and tests
-                    self.errors.append(exc)
-
-        self._thread = threading.Thread(target=loop, name="demo-node-lifecycle", daemon=True)
-        self._thread.start()
+        self._worker.start(interval_s)
 
     def stop(self) -> None:
         """Stop the background thread (if any) and wait for it."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
+        self._worker.stop()
 
 
 def _node_ip(node: JSON) -> str:

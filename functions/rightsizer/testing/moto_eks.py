@@ -28,6 +28,7 @@ from botocore.awsrequest import AWSResponse
 from botocore.compat import HTTPHeaders
 
 from rightsizer.adapters.aws import AwsClients
+from rightsizer.testing.periodic import Periodic
 
 if TYPE_CHECKING:
     from moto.server import ThreadedMotoServer
@@ -364,10 +365,9 @@ class NodeGroupReconciler:
         self._region = region
         self._seen: dict[str, tuple[_Sizes, _Sizes]] = {}
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._worker = Periodic(self.reconcile, "moto-nodegroup-reconciler")
         #: Exceptions raised by background passes; kept so a test can assert none happened.
-        self.errors: list[BaseException] = []
+        self.errors = self._worker.errors
 
     def reconcile(self) -> None:
         """Run one pass over every node group of the cluster (idempotent)."""
@@ -415,26 +415,11 @@ class NodeGroupReconciler:
 
     def start(self, interval_s: float = 0.2) -> None:
         """Reconcile every ``interval_s`` seconds on a daemon thread until :meth:`stop`."""
-        if self._thread is not None:
-            return
-        self._stop.clear()
-
-        def loop() -> None:
-            while not self._stop.wait(interval_s):
-                try:
-                    self.reconcile()
-                except Exception as exc:  # a dying thread would hide the failure from the test
-                    self.errors.append(exc)
-
-        self._thread = threading.Thread(target=loop, name="moto-nodegroup-reconciler", daemon=True)
-        self._thread.start()
+        self._worker.start(interval_s)
 
     def stop(self) -> None:
         """Stop the background thread (if any) and wait for it."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
+        self._worker.stop()
 
     def __enter__(self) -> NodeGroupReconciler:
         return self
