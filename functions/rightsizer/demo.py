@@ -14,6 +14,7 @@ It acts only on the moto endpoint it started itself and refuses any other.
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import time
@@ -95,6 +96,9 @@ def run_demo(*, json_output: bool = False, out: TextIO | None = None, err: TextI
         scaler = wiring.build_node_scaler(config)
         state = wiring.build_state(config)
 
+        # The plan table and the assessment both look at `now`: observe that instant once. Every later
+        # call (validate, revalidate, off-hours ticks) asks for a new instant and so observes afresh.
+        @functools.lru_cache(maxsize=1)
         def snapshot_at(at: datetime) -> ClusterSnapshot:
             request = wiring.observe_request(config, policy, at)
             return wiring.snapshot_from_observation(observe(writer, inventory, env.metrics, request))  # type: ignore[arg-type]
