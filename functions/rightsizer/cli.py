@@ -121,14 +121,11 @@ def _observe_live(config: Config, policy: Policy, at: datetime | None) -> Cluste
 def cmd_snapshot(args: argparse.Namespace) -> int:
     """``rightsizer snapshot``: record the live cluster as a snapshot directory (design §5); never acts."""
     from rightsizer import wiring
-    from rightsizer.services.snapshot import observe, write_snapshot
+    from rightsizer.services.snapshot import observe, require_free_output, write_snapshot
 
     config = load_config(args.config)
     at = parse_time(args.at) if args.at else _now_on_step(config.prometheus.step)
-    target = Path(args.out)
-    if target.exists() and (not target.is_dir() or any(target.iterdir())):
-        # Bad input is refused before anything is contacted (write_snapshot checks again, atomically).
-        raise ConfigError(f"{target} exists and is not an empty directory", field="--out")
+    require_free_output(args.out)  # refuse bad input before contacting anything; write_snapshot re-checks
     request = wiring.observe_request(config, config.policy, at)
     observers = wiring.build_observers(config)
     observation = observe(observers.cluster, observers.inventory, observers.metrics, request)

@@ -244,6 +244,18 @@ def observe(
     return Observation(documents)
 
 
+def require_free_output(out: str | Path) -> Path:
+    """``out`` as a path, when it does not exist or is an empty directory.
+
+    Raises:
+        ConfigError: ``out`` exists and is not an empty directory (names ``--out``).
+    """
+    target = Path(out)
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise ConfigError(f"{target} exists and is not an empty directory", field="--out")
+    return target
+
+
 def write_snapshot(observation: Observation, out: str | Path) -> Path:
     """Write the observation as a snapshot directory at ``out``, atomically.
 
@@ -254,9 +266,7 @@ def write_snapshot(observation: Observation, out: str | Path) -> Path:
     Raises:
         ConfigError: ``out`` exists and is not an empty directory (names ``--out``).
     """
-    target = Path(out)
-    if target.exists() and (not target.is_dir() or any(target.iterdir())):
-        raise ConfigError(f"{target} exists and is not an empty directory", field="--out")
+    target = require_free_output(out)
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
     try:
