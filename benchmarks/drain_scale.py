@@ -18,11 +18,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from rightsizer.adapters.kubernetes import KubernetesCluster
+from rightsizer.adapters.memory_state import MemoryState
 from rightsizer.domain.plan import NodeReport
 from rightsizer.domain.policy import Policy
 from rightsizer.services.drain import DrainDeps, DrainRequest, DrainWorkflow
 from rightsizer.services.runner import InProcessRunner
-from rightsizer.testing.fake_state import FakeState
 from rightsizer.testing.fakes import FakeNodeScaler
 from rightsizer.testing.k8s_double import KubernetesDouble
 
@@ -102,7 +102,7 @@ def drain_once(pods: int, tmp: Path) -> float:
         scaler.add_group("bench-asg", min_size=0, desired=2, max_size=4, instance_ids=["i-1", "i-9"])
         policy = Policy(dry_run=False, drain_timeout="10m")
         workflow = DrainWorkflow(
-            DrainDeps(cluster, scaler, IdleAssessor(), FakeState("bench"), policy, dry_run=False)
+            DrainDeps(cluster, scaler, IdleAssessor(), MemoryState("bench"), policy, dry_run=False)
         )
         runner = InProcessRunner(workflow, sleep=time.sleep)
         started = time.perf_counter()

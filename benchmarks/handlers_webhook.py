@@ -1,6 +1,6 @@
 """Webhook latency benchmark (design §8: the webhook answers within one second; it starts work only).
 
-Starts ``rightsizer serve``'s server (:func:`rightsizer.cli.build_webhook_server`) on 127.0.0.1 with the
+Starts ``rightsizer serve``'s server (:func:`rightsizer.localserve.build_webhook_server`) on 127.0.0.1 with the
 real handler (``alert_webhook.app.lambda_handler``: Function URL event, Powertools Parser and Logger,
 bearer check, pydantic payload, de-duplication) and sends, over one keep-alive httpx connection, after a
 warm-up:
@@ -85,10 +85,10 @@ def main() -> None:
     os.environ["POWERTOOLS_LOG_LEVEL"] = "WARNING"
     logging.disable(logging.WARNING)
     from alert_webhook import app
-    from rightsizer.cli import build_webhook_server
+    from rightsizer.adapters.memory_state import MemoryState
     from rightsizer.config import Config
+    from rightsizer.localserve import build_webhook_server
     from rightsizer.services.webhook import MemoryDuplicateGuard
-    from rightsizer.testing.fake_state import FakeState
 
     app.logger.setLevel("WARNING")
     starter = CountingStarter()
@@ -115,7 +115,7 @@ def main() -> None:
         server = build_webhook_server(
             config,
             starter=starter,
-            state=FakeState("bench"),
+            state=MemoryState("bench"),
             guard=MemoryDuplicateGuard(),
             environ={"RIGHTSIZER_WEBHOOK_TOKEN": TOKEN},
         )

@@ -1,10 +1,15 @@
-"""Human-readable rendering of a Plan: a verdict table, the actions and the savings (plain text)."""
+"""Human-readable rendering of the CLI's results (plain text): a Plan (a verdict table, the actions and the
+savings) and an off-hours report (one block per node group)."""
 
 from __future__ import annotations
 
 import textwrap
+from typing import TYPE_CHECKING
 
 from rightsizer.domain.plan import Plan
+
+if TYPE_CHECKING:
+    from rightsizer.services.offhours import OffhoursReport
 
 REASON_WIDTH = 60
 WHY_WIDTH = 100
@@ -88,3 +93,33 @@ def _short(to: object) -> str:
         parts = [f"{k}={v}" for k, v in to.items() if v is not None]
         return ", ".join(parts) or "(see why)"
     return str(to)
+
+
+def render_offhours(report: OffhoursReport) -> str:
+    """Human-readable lines of an off-hours report: one block per node group."""
+    mode = "DRY RUN (nothing changed)" if report.dry_run else "LIVE"
+    lines = [f"off-hours {report.cluster} at {report.at.isoformat()} — {mode}"]
+    for g in report.groups:
+        until = g.next_transition.isoformat() if g.next_transition else "-"
+        lines.append(
+            f"{g.node_group} [{g.source}: {g.schedule}] schedule says {g.state} until {until}: {g.outcome}"
+        )
+        if g.saved is not None:
+            s = g.saved.sizes
+            lines.append(
+                f"  saved   min {s.min} desired {s.desired} max {s.max} ({g.saved.saved_at.isoformat()})"
+            )
+        if g.current is not None:
+            c = g.current
+            lines.append(f"  current min {c.min} desired {c.desired} max {c.max}")
+        lines.extend(f"  - {action}" for action in g.actions)
+        lines.extend(f"  reason: {reason}" for reason in g.reasons)
+        lines.extend(f"  node {node}: {', '.join(rs)}" for node, rs in sorted(g.node_reasons.items()))
+        lines.extend(
+            f"  failed activity {f['code'] or 'unknown'}: {f['message']}" for f in g.failed_activities
+        )
+        if g.error:
+            lines.append(f"  error: {g.error}")
+    lines.extend(f"error: {e}" for e in report.errors)
+    lines.extend(f"ALARM RestoreOverdue: {name}" for name in report.alarms)
+    return "\n".join(lines)

@@ -3,7 +3,7 @@
 Design §3 "Disruption budget (ours)", §4 "Lease", "Off-hours", "Webhook" and BUG-32 (resumable drains).
 Two implementations keep the same semantics and are held to it by one contract suite
 (``tests/integration/test_state_contract.py``): :class:`rightsizer.adapters.dynamodb_state.DynamoDbState`
-(production, one DynamoDB table) and :class:`rightsizer.testing.fake_state.FakeState` (in memory).
+(production, one DynamoDB table) and :class:`rightsizer.adapters.memory_state.MemoryState` (in memory).
 
 Ports are small and named by capability, so a use case asks only for what it needs:
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -29,12 +30,13 @@ from rightsizer.ports import (
     WorkflowStarter,
 )
 from rightsizer.services.snapshot import Observation, ObserveRequest
-from rightsizer.state import StateStore
+from rightsizer.state import LeaseStore, StateStore
 
 if TYPE_CHECKING:
     from rightsizer.adapters.prometheus import PrometheusClient
     from rightsizer.services.assess import PlanningAssessor
     from rightsizer.services.drain import DrainWorkflow
+    from rightsizer.services.webhook import DuplicateGuard, WebhookIntake
 
 __all__ = [
     "ActDeps",
@@ -43,7 +45,9 @@ __all__ = [
     "build_assessor",
     "build_cluster_reader",
     "build_cluster_writer",
+    "build_intake",
     "build_inventory",
+    "build_local_state",
     "build_metrics_reader",
     "build_node_scaler",
     "build_nodegroup_sizer",
@@ -54,6 +58,8 @@ __all__ = [
     "observe_live",
     "observe_request",
     "snapshot_from_observation",
+    "webhook_intake_from_env",
+    "webhook_token",
 ]
 
 log = logging.getLogger(__name__)
@@ -273,6 +279,16 @@ def build_state(config: Config) -> StateStore:
     return DynamoDbState(_aws_client(config, "dynamodb"), config.aws.table, cluster)
 
 
+def build_local_state(config: Config) -> StateStore:
+    """The state store of ``rightsizer serve``: the DynamoDB table ``aws.table`` when set (shared with a
+    deployment), else in memory (``rightsizer.adapters.memory_state``: leases live as long as the process)."""
+    if config.aws.table:
+        return build_state(config)
+    from rightsizer.adapters.memory_state import MemoryState
+
+    return MemoryState(config.cluster.name or config.cluster.context or "local")
+
+
 def build_cluster_writer(config: Config, *, page_size: int = 500) -> ClusterWriter:
     """The Kubernetes adapter as a ``ClusterWriter``: the same class reads and writes, with one token source."""
     from rightsizer.adapters.kubernetes import KubernetesCluster
@@ -306,10 +322,17 @@ def build_assessor(config: Config, policy: Policy, observers: Observers) -> Plan
     )
 
 
-def build_workflow_starter(config: Config, state_machine_arn: str) -> WorkflowStarter:
-    """The Step Functions ``WorkflowStarter`` (``states:StartExecution``) of the drain state machine."""
+def build_workflow_starter(config: Config, state_machine_arn: str | None) -> WorkflowStarter:
+    """The Step Functions ``WorkflowStarter`` (``states:StartExecution``) of the drain state machine.
+
+    Raises:
+        ConfigError: no state machine ARN (``RIGHTSIZER_STATE_MACHINE_ARN``): fail closed at cold start
+            rather than accept work that cannot be acted on.
+    """
     from rightsizer.adapters.stepfunctions import StepFunctionsStarter
 
+    if not state_machine_arn:
+        raise ConfigError("the drain state machine is required", field="RIGHTSIZER_STATE_MACHINE_ARN")
     return StepFunctionsStarter(_aws_client(config, "stepfunctions"), state_machine_arn)
 
 
@@ -386,3 +409,119 @@ def build_nodegroup_sizer(config: Config) -> NodeGroupSizer:
     from rightsizer.adapters.eks_nodegroups import EksNodeGroups
 
     return EksNodeGroups(make_clients(_region(config), endpoint_url=config.aws.endpoint_url))
+
+
+# --------------------------------------------------------------------------------------------------
+# Webhook intake (the alert_webhook Lambda and ``rightsizer serve``)
+# --------------------------------------------------------------------------------------------------
+
+#: Overrides ``webhook.token_secret`` (``rightsizer serve``, tests).
+TOKEN_ENV = "RIGHTSIZER_WEBHOOK_TOKEN"  # noqa: S105 (a variable name, not a secret)
+#: A config file instead of the template's ``RIGHTSIZER_*`` variables (the webhook handler).
+CONFIG_ENV = "RIGHTSIZER_CONFIG"
+
+
+def _secret_reference(name: str) -> str:
+    # ``webhook.token_secret`` is a bare Secrets Manager / SSM name (docs/architecture.md §5) or a full reference.
+    scheme = name.partition(":")[0]
+    if scheme in ("env", "file", "ssm", "secretsmanager"):
+        return name
+    if name.startswith("/") or name.startswith("arn:aws:ssm:"):
+        return f"ssm:{name}"
+    return f"secretsmanager:{name}"
+
+
+def webhook_token(config: Config, environ: Mapping[str, str] | None = None) -> str:
+    """The bearer token: ``RIGHTSIZER_WEBHOOK_TOKEN`` when set, else ``webhook.token_secret`` resolved
+    (Secrets Manager secret name/ARN, SSM SecureString ``/name``, or an ``env:``/``file:`` reference).
+
+    Raises:
+        ConfigError: neither is set, or the secret does not exist (fail closed: no token, no intake).
+        PermanentError / TransientError: AWS refused or failed (``rightsizer.adapters.secrets``).
+    """
+    env = os.environ if environ is None else environ
+    if env.get(TOKEN_ENV):
+        return env[TOKEN_ENV]
+    if not config.webhook.token_secret:
+        raise ConfigError(f"set webhook.token_secret or {TOKEN_ENV}", field="webhook.token_secret")
+    return resolve_config_secret(
+        config, _secret_reference(config.webhook.token_secret), field="webhook.token_secret", environ=env
+    )
+
+
+def build_intake(
+    config: Config,
+    *,
+    starter: WorkflowStarter,
+    leases: LeaseStore | None = None,
+    guard: DuplicateGuard | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> WebhookIntake:
+    """The intake for ``config``: token, leases and de-duplication on the state table (``aws.table``)
+    unless ``leases``/``guard`` are given, node labels from the policy, the Powertools logger.
+
+    Idempotency items go to the state table under ``pk`` = ``idempotency#<AWS_LAMBDA_FUNCTION_NAME or
+    alert_webhook>`` (the prefix ``rightsizer.adapters.dynamodb_state`` reserves for them).
+
+    Raises:
+        ConfigError: no token, or no ``aws.table`` when leases or guard must be built.
+    """
+    from rightsizer.services.webhook import PowertoolsDuplicateGuard, WebhookIntake
+    from rightsizer.webhook_handler import FUNCTION_NAME, logger
+
+    token = webhook_token(config, environ)
+    if leases is None or guard is None:
+        if not config.aws.table:
+            raise ConfigError("the webhook needs the state table", field="aws.table")
+        import boto3
+        from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
+
+        from rightsizer.adapters.dynamodb_state import DynamoDbState
+
+        env = os.environ if environ is None else environ
+        client = boto3.session.Session(region_name=config.aws.region).client(
+            "dynamodb", endpoint_url=config.aws.endpoint_url
+        )
+        cluster = config.cluster.name or config.cluster.context or ""
+        leases = leases if leases is not None else DynamoDbState(client, config.aws.table, cluster)
+        if guard is None:
+            function = env.get("AWS_LAMBDA_FUNCTION_NAME") or FUNCTION_NAME
+            store = DynamoDBPersistenceLayer(
+                table_name=config.aws.table,
+                key_attr="pk",
+                sort_key_attr="sk",
+                expiry_attr="ttl",
+                static_pk_value=f"idempotency#{function}",
+                boto3_client=client,
+            )
+            guard = PowertoolsDuplicateGuard(store)
+    return WebhookIntake(
+        token=token,
+        starter=starter,
+        leases=leases,
+        guard=guard,
+        node_labels=config.policy.alert_node_labels,
+        logger=logger,
+    )
+
+
+def webhook_intake_from_env(environ: Mapping[str, str] | None = None) -> WebhookIntake:
+    """The deployed webhook's intake, built at cold start: the config file ``RIGHTSIZER_CONFIG`` plus
+    ``RIGHTSIZER_STATE_MACHINE_ARN``, else the template's ``RIGHTSIZER_*`` variables.
+
+    Raises:
+        ConfigError: an invalid config or environment, no token, no state table, no state machine.
+    """
+    from rightsizer.config import load_config
+
+    env = os.environ if environ is None else environ
+    if CONFIG_ENV in env:
+        config = load_config(env[CONFIG_ENV])
+        arn = env.get("RIGHTSIZER_STATE_MACHINE_ARN")
+    else:  # deployed: the template's RIGHTSIZER_* variables (rightsizer.handler_support.Settings)
+        from rightsizer.handler_support import Settings
+        from rightsizer.handler_support import load_config as load_deployment_config
+
+        settings = Settings.from_env(env)
+        config, arn = load_deployment_config(settings), settings.state_machine_arn
+    return build_intake(config, starter=build_workflow_starter(config, arn), environ=environ)

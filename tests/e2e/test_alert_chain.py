@@ -36,10 +36,11 @@ import boto3
 import pytest
 
 from alert_webhook import app
+from rightsizer import wiring
 from rightsizer.adapters.dynamodb_state import DynamoDbState
-from rightsizer.cli import WebhookHTTPServer, build_serve_starter, build_webhook_server
 from rightsizer.config import load_config
 from rightsizer.domain.model import ANN_CORDONED_BY
+from rightsizer.localserve import WebhookHTTPServer, build_serve_starter, build_webhook_server
 from rightsizer.services.runner import InProcessRunner
 from tests.support.binaries import require_binary
 from tests.support.e2e_cluster import (
@@ -208,7 +209,7 @@ def chain(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Chain]:
         runner = build_serve_starter(config, state, execute=True)
         assert isinstance(runner, InProcessRunner)
         server = build_webhook_server(
-            config, port=0, execute=True, starter=runner, state=state, environ={app.TOKEN_ENV: TOKEN}
+            config, port=0, execute=True, starter=runner, state=state, environ={wiring.TOKEN_ENV: TOKEN}
         )
         stack.callback(app.use_intake, None)
         stack.callback(runner.join, 15)

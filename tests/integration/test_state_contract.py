@@ -1,6 +1,6 @@
 """Contract suite of the state ports: one set of tests, run on the in-memory and the DynamoDB store.
 
-``params=["fake", "real"]``: ``fake`` is :class:`FakeState`; ``real`` is :class:`DynamoDbState` on a moto
+``params=["fake", "real"]``: ``fake`` is :class:`MemoryState`; ``real`` is :class:`DynamoDbState` on a moto
 server over HTTP (boto3 ``endpoint_url``), a fresh table per test. Whatever the fake does, DynamoDB does.
 
 Why this module starts its own moto server instead of ``tests.support.moto_fixtures.moto_server``:
@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 from moto.server import ThreadedMotoServer
 
 from rightsizer.adapters.dynamodb_state import DynamoDbState
+from rightsizer.adapters.memory_state import MemoryState
 from rightsizer.domain.errors import ConfigError
 from rightsizer.state import (
     REFUSAL_AT_MIN_SIZE,
@@ -47,7 +48,6 @@ from rightsizer.state import (
     lease_ttl_seconds,
 )
 from rightsizer.testing.dynamodb_table import create_state_table
-from rightsizer.testing.fake_state import FakeState
 
 pytestmark = pytest.mark.integration
 
@@ -115,7 +115,7 @@ class Backend:
 def backend(request: pytest.FixtureRequest) -> Backend:
     """A fresh, empty store of each kind bound to ``prod-eks``."""
     if request.param == "fake":
-        return Backend(FakeState(CLUSTER), None)
+        return Backend(MemoryState(CLUSTER), None)
     client = request.getfixturevalue("dynamodb")
     table = f"rightsizer-state-{uuid.uuid4().hex[:12]}"
     create_state_table(client, table)
@@ -661,7 +661,7 @@ _op = st.tuples(
 def test_property_take_release_never_exceed_the_limits(
     max_per_run: int, max_per_group: int, group_sizes: list[tuple[int, int]], ops: list[Any]
 ) -> None:
-    store = FakeState(CLUSTER)
+    store = MemoryState(CLUSTER)
     sizes = {
         group: (min_size, min_size + extra)
         for group, (min_size, extra) in zip(_GROUPS, group_sizes, strict=True)

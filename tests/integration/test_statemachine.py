@@ -3,7 +3,7 @@
 A small interpreter for the subset ``infra/statemachine/drain.asl.json`` uses — Task (``lambda:invoke``
 with Parameters/ResultSelector/ResultPath, Retry with backoff, Catch), Choice (StringEquals,
 NumericGreaterThan, IsNull, And/Or/Not), Wait (SecondsPath), Succeed, Fail, the execution's
-TimeoutSeconds — runs whole drains in-process on a fake clock against the in-memory fakes (FakeState,
+TimeoutSeconds — runs whole drains in-process on a fake clock against the in-memory fakes (MemoryState,
 FakeClusterWriter, FakeNodeScaler), so the ASL and the step functions cannot drift (design §2).
 
 Lambda's side is simulated too: the error name of a failed invocation is the exception's class name (as the
@@ -26,12 +26,12 @@ from typing import Any
 
 import pytest
 
+from rightsizer.adapters.memory_state import MemoryState
 from rightsizer.domain.plan import NodeReport
 from rightsizer.domain.policy import Policy
 from rightsizer.handler_support import STATE_MACHINE_TIMEOUT_S, use_drain_workflow
 from rightsizer.ports import EvictionOutcome
 from rightsizer.services.drain import DrainDeps, DrainWorkflow
-from rightsizer.testing.fake_state import FakeState
 from rightsizer.testing.fakes import FakeClock, FakeClusterWriter, FakeNodeScaler
 from tests.builders import AT, gpu_node, pdb, pod
 
@@ -344,7 +344,7 @@ class World:
     clock: FakeClock
     cluster: FakeClusterWriter
     scaler: FakeNodeScaler
-    state: FakeState
+    state: MemoryState
     workflow: DrainWorkflow
     interpreter: AslInterpreter
 
@@ -357,7 +357,7 @@ def world(request: pytest.FixtureRequest) -> Iterator[World]:
     cluster.add_node(gpu_node(NODE, instance_id=INSTANCE, created=AT - timedelta(days=2)))
     scaler = FakeNodeScaler()
     scaler.add_group(ASG, min_size=1, desired=3, max_size=6, instance_ids=[INSTANCE, "i-0a", "i-0c"])
-    state = FakeState("prod-eks")
+    state = MemoryState("prod-eks")
     policy = Policy.model_validate(
         {
             "dry_run": False,

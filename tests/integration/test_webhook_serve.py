@@ -1,6 +1,6 @@
 """Webhook on real servers: Powertools Idempotency on DynamoDB (moto server), ``rightsizer serve`` over HTTP.
 
-The intake is built exactly as the Lambda builds it (:func:`alert_webhook.app.build_intake`): leases in
+The intake is built exactly as the Lambda builds it (:func:`rightsizer.wiring.build_intake`): leases in
 :class:`DynamoDbState` and idempotency items in the same table, reached over HTTP through boto3's
 ``endpoint_url``. Only the workflow starter is a recording double (Step Functions is wired elsewhere).
 Deliveries are sequential on purpose: moto applies conditional writes without a lock (see
@@ -23,9 +23,11 @@ import httpx
 import pytest
 
 from alert_webhook import app
+from rightsizer import wiring
 from rightsizer.adapters.dynamodb_state import DynamoDbState
-from rightsizer.cli import LocalLambdaContext, WebhookHTTPServer, build_webhook_server
+from rightsizer.adapters.memory_state import MemoryState
 from rightsizer.config import Config
+from rightsizer.localserve import LocalLambdaContext, WebhookHTTPServer, build_webhook_server
 from rightsizer.services.drain import DrainRequest
 from rightsizer.services.webhook import (
     IDEMPOTENCY_EXPIRY_SECONDS,
@@ -35,7 +37,6 @@ from rightsizer.services.webhook import (
     WebhookRequest,
 )
 from rightsizer.testing.dynamodb_table import create_state_table
-from rightsizer.testing.fake_state import FakeState
 from rightsizer.testing.moto_eks import MotoServer
 from tests.unit.test_webhook import AUTH, TOKEN, RecordingStarter, alert, payload
 
@@ -104,7 +105,7 @@ def config(aws_clients: Any, moto_server: MotoServer, boto_session: boto3.sessio
 @pytest.fixture
 def backend(config: Config, moto_server: MotoServer, boto_session: boto3.session.Session) -> Backend:
     starter = RecordingStarter()
-    intake = app.build_intake(config, starter=starter, environ={"RIGHTSIZER_WEBHOOK_TOKEN": TOKEN})
+    intake = wiring.build_intake(config, starter=starter, environ={"RIGHTSIZER_WEBHOOK_TOKEN": TOKEN})
     client = boto_session.client("dynamodb", endpoint_url=moto_server.endpoint_url)
     return Backend(intake, starter, DynamoDbState(client, TABLE, CLUSTER), client, config)
 
@@ -229,7 +230,7 @@ def test_token_from_secrets_manager(
     with_secret = config.model_copy(
         update={"webhook": config.webhook.model_copy(update={"token_secret": "rightsizer/webhook-token"})}
     )
-    assert app.webhook_token(with_secret, {}) == "from-secrets-manager"
+    assert wiring.webhook_token(with_secret, {}) == "from-secrets-manager"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -238,8 +239,8 @@ def test_token_from_secrets_manager(
 
 
 @pytest.fixture
-def serving() -> Iterator[tuple[WebhookHTTPServer, RecordingStarter, FakeState]]:
-    starter, state = RecordingStarter(), FakeState(CLUSTER)
+def serving() -> Iterator[tuple[WebhookHTTPServer, RecordingStarter, MemoryState]]:
+    starter, state = RecordingStarter(), MemoryState(CLUSTER)
     config = Config.model_validate({"cluster": {"name": CLUSTER}})
     server = build_webhook_server(
         config,
@@ -267,7 +268,7 @@ def captured_headers() -> dict[str, str]:
 
 
 def test_serve_answers_401_400_413_202_200_over_http(
-    serving: tuple[WebhookHTTPServer, RecordingStarter, FakeState],
+    serving: tuple[WebhookHTTPServer, RecordingStarter, MemoryState],
 ) -> None:
     server, starter, state = serving
     assert server.server_address[0] == "127.0.0.1"
@@ -302,7 +303,7 @@ def test_serve_answers_401_400_413_202_200_over_http(
 
 
 def test_serve_resolved_cancels_the_lease_over_http(
-    serving: tuple[WebhookHTTPServer, RecordingStarter, FakeState],
+    serving: tuple[WebhookHTTPServer, RecordingStarter, MemoryState],
 ) -> None:
     server, starter, state = serving
     node = "ip-10-0-1-23.ec2.internal"

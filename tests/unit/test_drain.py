@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from rightsizer.adapters.memory_state import MemoryState
 from rightsizer.domain.errors import TransientError
 from rightsizer.domain.model import AsgInfo, ClusterSnapshot
 from rightsizer.domain.policy import Policy
@@ -16,7 +17,6 @@ from rightsizer.ports import EvictionOutcome
 from rightsizer.services.assess import PlanningAssessor
 from rightsizer.services.drain import DrainDeps, DrainRequest, DrainWorkflow, heal_expired_leases
 from rightsizer.services.runner import InProcessRunner
-from rightsizer.testing.fake_state import FakeState
 from rightsizer.testing.fakes import FakeClock, FakeClusterWriter, FakeNodeScaler
 from tests.builders import AT, gpu_node, merge_metrics, node_devices, pdb, pod, snapshot
 
@@ -28,7 +28,7 @@ class World:
     clock: FakeClock
     writer: FakeClusterWriter
     scaler: FakeNodeScaler
-    state: FakeState
+    state: MemoryState
     policy: Policy
     metrics: dict[str, Any] = field(default_factory=dict)
     dry_run: bool = False
@@ -71,7 +71,9 @@ def make_world(*, policy: Policy | None = None, pods: list[dict[str, Any]] | Non
         writer.add_pod(p)
     scaler.add_group(ASG, min_size=min_size, desired=3, max_size=5, instance_ids=ids)
     metrics = merge_metrics(*(node_devices(f"gpu-{i}", 1) for i in (1, 2, 3)))
-    return World(clock, writer, scaler, FakeState("demo"), policy or Policy(dry_run=False), metrics, dry_run)
+    return World(
+        clock, writer, scaler, MemoryState("demo"), policy or Policy(dry_run=False), metrics, dry_run
+    )
 
 
 def reasons(world: World, execution_id: str = "exec-1") -> list[tuple[str, str, str]]:

@@ -11,11 +11,13 @@ from typing import Any
 
 import pytest
 
-from rightsizer import examplegen
 from rightsizer.domain.verdicts import REASON_CODES, order_reasons, verdict_of
-from rightsizer.examplegen import DCGM_METRICS, DEFAULT_TAKEN_AT, METRIC_FILES, generate_snapshot
+from tests.support import examplegen
+from tests.support.examplegen import DCGM_METRICS, DEFAULT_TAKEN_AT, METRIC_FILES, generate_snapshot
 
-COMMITTED_DEMO = Path(examplegen.__file__).parent / "data" / "examples" / "demo"
+COMMITTED_DEMO = (
+    Path(__file__).resolve().parents[2] / "functions" / "rightsizer" / "data" / "examples" / "demo"
+)
 REQUIRED = ("snapshot.json", "nodes.json", "pods.json")
 OPTIONAL = ("pdbs.json", "nodegroups.json", "instances.json")
 TIMESTAMP_FILE = "metrics/DCGM_FI_DEV_GPU_UTIL.timestamp.json"
@@ -73,7 +75,7 @@ def test_scale_is_deterministic_too(scale: Path, tmp_path: Path) -> None:
 
 def test_committed_demo_is_what_the_generator_produces(demo: Path) -> None:
     # The committed example must never drift from the code: regenerate it with
-    # `python -m rightsizer.examplegen --out functions/rightsizer/data/examples/demo`.
+    # `python -m tests.support.examplegen --out functions/rightsizer/data/examples/demo`.
     assert _files(COMMITTED_DEMO) == _files(demo)
 
 
@@ -85,9 +87,9 @@ def test_another_seed_changes_values_not_shape(demo: Path, tmp_path: Path) -> No
     ).read_bytes()
 
 
-def test_sources_are_read_from_the_package_only() -> None:
-    sources = Path(str(examplegen.sources_dir()))
-    assert sources == Path(examplegen.__file__).parent / "data" / "sources"
+def test_sources_are_read_from_the_repository_only() -> None:
+    sources = examplegen.sources_dir()
+    assert sources == Path(__file__).resolve().parents[1] / "fixtures" / "sources"
     assert (sources / "PROVENANCE.md").is_file()
 
 

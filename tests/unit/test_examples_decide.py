@@ -11,7 +11,7 @@ from rightsizer.adapters.snapshot_dir import load_snapshot
 from rightsizer.cli import example_snapshot_dir
 from rightsizer.domain.planner import plan
 from rightsizer.domain.policy import Policy
-from rightsizer.examplegen import generate_snapshot
+from tests.support.examplegen import generate_snapshot
 
 
 def _check(directory: Path) -> None:

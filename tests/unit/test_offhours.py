@@ -20,6 +20,7 @@ import pytest
 
 from rightsizer import cli
 from rightsizer.adapters.eks_nodegroups import error_code_of
+from rightsizer.adapters.memory_state import MemoryState
 from rightsizer.config import Config, OffhoursConfig, OffhoursGroup
 from rightsizer.domain.errors import ConfigError, PermanentError, StalePlan
 from rightsizer.domain.model import ANN_CORDONED_AT, ANN_CORDONED_BY
@@ -42,7 +43,6 @@ from rightsizer.services.offhours import (
     run_offhours,
 )
 from rightsizer.state import GroupSizes
-from rightsizer.testing.fake_state import FakeState
 from tests.builders import gpu_node, pod
 
 JSON = dict[str, Any]
@@ -331,7 +331,7 @@ class World:
     cluster: FakeCluster
     aws: FakeNodeGroups
     assessor: FakeAssessor
-    state: FakeState
+    state: MemoryState
     deps: OffhoursDeps
     clock: list[datetime]
 
@@ -366,7 +366,7 @@ def make_world(
     for name, (schedule, group_sizes) in (tagged or {}).items():
         aws.add_group(name, group_sizes, tags={TAG_OFFHOURS: schedule})
     assessor = FakeAssessor(cluster)
-    state = FakeState(CLUSTER)
+    state = MemoryState(CLUSTER)
     policy = policy or Policy(dry_run=False)
     clock = [SATURDAY_NOON]
     drain_deps = DrainDeps(
@@ -394,7 +394,7 @@ def make_world(
     return World(cluster, aws, assessor, state, deps, clock)
 
 
-def scale_node_group_entries(state: FakeState) -> list[tuple[str, str, str]]:
+def scale_node_group_entries(state: MemoryState) -> list[tuple[str, str, str]]:
     return [(e.step, e.result, e.node_group or "") for e in state.entries() if e.kind == "scale_node_group"]
 
 

@@ -21,10 +21,13 @@ from typing import Any
 import pytest
 
 from alert_webhook import app
-from rightsizer.cli import LocalLambdaContext, function_url_event, main
+from rightsizer import wiring
+from rightsizer.adapters.memory_state import MemoryState
+from rightsizer.cli import main
 from rightsizer.config import Config
 from rightsizer.domain.alertmanager import WebhookPayload
 from rightsizer.domain.errors import ConfigError, TransientError
+from rightsizer.localserve import LocalLambdaContext, function_url_event
 from rightsizer.services.drain import DrainRequest
 from rightsizer.services.webhook import (
     MAX_BODY_BYTES,
@@ -34,7 +37,6 @@ from rightsizer.services.webhook import (
     WebhookResponse,
     execution_id_for,
 )
-from rightsizer.testing.fake_state import FakeState
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -115,7 +117,7 @@ class Harness:
         self, node_labels: tuple[str, ...] = ("node", "Hostname", "hostname", "kubernetes_node")
     ) -> None:
         self.starter = RecordingStarter()
-        self.state = FakeState("prod-eks")
+        self.state = MemoryState("prod-eks")
         self.guard = MemoryDuplicateGuard()
         self.intake = WebhookIntake(
             token=TOKEN, starter=self.starter, leases=self.state, guard=self.guard, node_labels=node_labels
@@ -533,7 +535,7 @@ def test_an_unexpected_error_in_one_alert_does_not_drop_the_group(h: Harness) ->
 def test_an_empty_token_refuses_to_build() -> None:
     with pytest.raises(ConfigError, match="token"):
         WebhookIntake(
-            token="", starter=RecordingStarter(), leases=FakeState("c"), guard=MemoryDuplicateGuard()
+            token="", starter=RecordingStarter(), leases=MemoryState("c"), guard=MemoryDuplicateGuard()
         )
 
 
@@ -635,10 +637,10 @@ def test_function_url_event_round_trips_a_request() -> None:
 
 def test_token_from_environment_wins_over_the_secret() -> None:
     config = Config.model_validate({"cluster": {"name": "c"}, "webhook": {"token_secret": "env:OTHER"}})
-    assert app.webhook_token(config, {"RIGHTSIZER_WEBHOOK_TOKEN": "t1", "OTHER": "t2"}) == "t1"
-    assert app.webhook_token(config, {"OTHER": "t2"}) == "t2"
+    assert wiring.webhook_token(config, {"RIGHTSIZER_WEBHOOK_TOKEN": "t1", "OTHER": "t2"}) == "t1"
+    assert wiring.webhook_token(config, {"OTHER": "t2"}) == "t2"
     with pytest.raises(ConfigError, match="token_secret"):
-        app.webhook_token(Config.model_validate({"cluster": {"name": "c"}}), {})
+        wiring.webhook_token(Config.model_validate({"cluster": {"name": "c"}}), {})
 
 
 def test_serve_without_an_eks_cluster_name_cannot_act_and_exits_2(

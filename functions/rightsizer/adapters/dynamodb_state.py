@@ -1,7 +1,7 @@
 """DynamoDB adapter of :class:`rightsizer.state.StateStore`: one table for every kind of state.
 
 Semantics are those of :mod:`rightsizer.state`; ``tests/integration/test_state_contract.py`` holds this
-store and :class:`rightsizer.testing.fake_state.FakeState` to the same suite.
+store and :class:`rightsizer.adapters.memory_state.MemoryState` to the same suite.
 
 Table (created for tests/demo by :func:`rightsizer.testing.dynamodb_table.create_state_table`, the
 reference for the SAM template): string keys ``pk`` (HASH) and ``sk`` (RANGE), on-demand billing, TTL

@@ -1,6 +1,7 @@
 """In-memory :class:`~rightsizer.state.StateStore` with the DynamoDB store's semantics.
 
-For unit tests, the CLI's in-process runner and the demo. It is held to the same contract suite as
+A runtime adapter: the state of ``rightsizer serve`` without a table, and of the demo; tests use it as
+the fast store. It is held to the same contract suite as
 :class:`rightsizer.adapters.dynamodb_state.DynamoDbState` (``tests/integration/test_state_contract.py``),
 so it cannot drift. One re-entrant lock guards every method: each call is atomic, as each conditional
 write or transaction is in DynamoDB, and the store is safe to share between threads.
@@ -31,7 +32,7 @@ from rightsizer.state import (
     sorted_slots,
 )
 
-__all__ = ["FakeState"]
+__all__ = ["MemoryState"]
 
 
 def _utc(value: datetime, name: str = "now") -> datetime:
@@ -50,7 +51,7 @@ class _LeaseRow:
     cancel_requested: bool = False
 
 
-class FakeState:
+class MemoryState:
     """Every state port in memory, bound to ``cluster``; thread-safe.
 
     Args:

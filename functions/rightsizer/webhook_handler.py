@@ -1,0 +1,57 @@
+"""The webhook's Lambda handler body, shared by the ``alert_webhook`` Lambda and ``rightsizer serve``.
+
+A Function URL event (payload format 2.0) becomes a :class:`~rightsizer.services.webhook.WebhookRequest`,
+the intake answers it, and the answer goes back as ``{statusCode, headers, body}``. It lives in the core
+package (not in the handler module) so that the installed wheel, which ships no handler module, can serve
+the webhook locally exactly as Lambda runs it (docs/architecture.md §5 "Webhook").
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any, Final
+
+from aws_lambda_powertools import Logger
+from aws_lambda_powertools.logging import correlation_paths
+from aws_lambda_powertools.utilities.parser import parse
+from aws_lambda_powertools.utilities.parser.models import LambdaFunctionUrlModel
+from pydantic import ValidationError
+
+from rightsizer.services.webhook import WebhookIntake, WebhookRequest, WebhookResponse
+
+__all__ = ["FUNCTION_NAME", "LambdaHandler", "function_url_handler", "logger"]
+
+#: The Lambda function's name in the template, and the Powertools service name of its logs.
+FUNCTION_NAME: Final = "alert_webhook"
+
+#: The Lambda handler's signature: Function URL event and context in, ``{statusCode, headers, body}`` out.
+LambdaHandler = Callable[[dict[str, Any], Any], dict[str, Any]]
+
+# stderr: Lambda sends it to CloudWatch like stdout, and ``rightsizer serve`` keeps stdout for data.
+logger = Logger(service=FUNCTION_NAME, stream=sys.stderr)
+
+
+def function_url_handler(intake: Callable[[], WebhookIntake]) -> LambdaHandler:
+    """The webhook's Lambda handler over the intake ``intake()`` returns (asked on every invocation, so
+    the handler module can build it lazily at the first one).
+
+    Status codes: 401 bad token, 413 body over 1 MiB, 400 malformed JSON / schema / not a Function URL
+    event, 202 workflows started or cancels recorded, 200 nothing to do, 503 retry later (see
+    :meth:`rightsizer.services.webhook.WebhookIntake.handle` for the bodies).
+    """
+
+    @logger.inject_lambda_context(correlation_id_path=correlation_paths.LAMBDA_FUNCTION_URL)
+    def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+        try:
+            url = parse(event=event, model=LambdaFunctionUrlModel)
+        except ValidationError:  # not from a Function URL: a wiring mistake, never Alertmanager's
+            logger.error("event is not a Function URL (payload format 2.0) event")
+            return WebhookResponse(
+                400, {"error": "invalid_event", "detail": "not a Function URL event"}
+            ).to_function_url()
+        body = url.body if isinstance(url.body, str) else None
+        request = WebhookRequest(url.headers, body, bool(url.isBase64Encoded), url.requestContext.requestId)
+        return intake().handle(request, lambda_context=context).to_function_url()
+
+    return lambda_handler
