@@ -24,7 +24,7 @@ from rightsizer.domain.policy import Policy
 from rightsizer.services.drain import DrainDeps, DrainRequest, DrainWorkflow
 from rightsizer.services.runner import InProcessRunner
 from rightsizer.testing.fakes import FakeNodeScaler
-from rightsizer.testing.k8s_double import KubernetesDouble
+from rightsizer.testing.k8s import KubernetesDouble
 
 GRACE_S = 5
 TOKEN = "bench-token"

@@ -24,7 +24,7 @@ import pytest
 from rightsizer.adapters.aws import AwsClients
 from rightsizer.handler_support import clear_caches
 from rightsizer.testing.dynamodb_table import create_state_table
-from rightsizer.testing.k8s_double import KubernetesDouble
+from rightsizer.testing.k8s import KubernetesDouble
 from rightsizer.testing.moto_eks import BuiltCluster, MotoServer
 from tests.builders import AT, STEP
 from tests.integration.test_snapshot_cli import dcgm_families, seed_cluster

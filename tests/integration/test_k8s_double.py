@@ -13,7 +13,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from rightsizer.testing.k8s_double import KubernetesDouble, RecordedRequest
+from rightsizer.testing.k8s import KubernetesDouble, RecordedRequest
 
 pytestmark = pytest.mark.integration
 
@@ -203,7 +203,7 @@ def test_list_items_carry_no_kind_like_the_api_server(double: KubernetesDouble, 
 # ------------------------------------------------------------------------------------------------ writes
 
 
-def test_strategic_merge_patch_of_a_node_through_the_client_cordons_and_annotates(
+def test_merge_patch_of_a_node_through_the_client_cordons_and_annotates(
     double: KubernetesDouble, core: client.CoreV1Api
 ) -> None:
     before = double.get_node("gpu-a")
@@ -215,13 +215,14 @@ def test_strategic_merge_patch_of_a_node_through_the_client_cordons_and_annotate
             "spec": {"unschedulable": True},
             "metadata": {"annotations": {"rightsizer.io/cordoned-by": "exec-1"}},
         },
+        _content_type="application/merge-patch+json",
     )
 
     assert patched.spec.unschedulable is True
     assert patched.metadata.annotations == {"rightsizer.io/cordoned-by": "exec-1"}
     assert int(patched.metadata.resource_version) > int(before["metadata"]["resourceVersion"])
     assert patched.metadata.uid == before["metadata"]["uid"]
-    assert double.requests[-1].headers["content-type"] == "application/strategic-merge-patch+json"
+    assert double.requests[-1].headers["content-type"] == "application/merge-patch+json"
 
 
 def test_merge_patch_null_removes_an_annotation_and_status_is_not_writable(http: httpx.Client) -> None:
@@ -239,39 +240,24 @@ def test_merge_patch_null_removes_an_annotation_and_status_is_not_writable(http:
     assert answer.json()["status"]["conditions"] == [{"type": "Ready", "status": "True"}]
 
 
-def test_json_patch_applies_operations_and_a_failed_test_is_422(
-    double: KubernetesDouble, http: httpx.Client
+@pytest.mark.parametrize(
+    ("content_type", "body"),
+    [
+        ("application/json-patch+json", [{"op": "add", "path": "/spec/unschedulable", "value": True}]),
+        ("application/strategic-merge-patch+json", {"spec": {"unschedulable": True}}),
+        ("application/apply-patch+yaml", {"spec": {"unschedulable": True}}),
+    ],
+)
+def test_patch_formats_the_product_never_sends_are_415_and_change_nothing(
+    double: KubernetesDouble, http: httpx.Client, content_type: str, body: Any
 ) -> None:
-    json_patch = {"Content-Type": "application/json-patch+json"}
-    stored = double.get_node("gpu-a")
-    assert stored is not None
-    rv = stored["metadata"]["resourceVersion"]
+    before = double.get_node("gpu-a")
 
-    applied = http.patch(
-        "/api/v1/nodes/gpu-a",
-        json=[
-            {"op": "test", "path": "/metadata/resourceVersion", "value": rv},
-            {"op": "add", "path": "/metadata/annotations", "value": {}},
-            {"op": "add", "path": "/metadata/annotations/rightsizer.io~1cordoned-by", "value": "exec-1"},
-            {"op": "replace", "path": "/spec", "value": {"unschedulable": True}},
-            {"op": "add", "path": "/spec/taints", "value": [{"key": "k", "effect": "NoSchedule"}]},
-            {"op": "remove", "path": "/metadata/labels/nvidia.com~1gpu.present"},
-        ],
-        headers=json_patch,
-    )
-    failed = http.patch(
-        "/api/v1/nodes/gpu-a",
-        json=[{"op": "test", "path": "/metadata/resourceVersion", "value": rv}],
-        headers=json_patch,
-    )
+    answer = http.patch("/api/v1/nodes/gpu-a", json=body, headers={"Content-Type": content_type})
 
-    assert applied.status_code == 200, applied.text
-    result = applied.json()
-    assert result["metadata"]["annotations"] == {"rightsizer.io/cordoned-by": "exec-1"}
-    assert result["spec"] == {"unschedulable": True, "taints": [{"key": "k", "effect": "NoSchedule"}]}
-    assert "nvidia.com/gpu.present" not in result["metadata"]["labels"]
-    assert failed.status_code == 422
-    assert failed.json()["reason"] == "Invalid"
+    assert answer.status_code == 415
+    assert answer.json()["reason"] == "UnsupportedMediaType"
+    assert double.get_node("gpu-a") == before
 
 
 def test_stale_resource_version_on_patch_or_put_is_a_409_conflict_status(
@@ -282,7 +268,7 @@ def test_stale_resource_version_on_patch_or_put_is_a_409_conflict_status(
     http.patch(
         "/api/v1/nodes/gpu-b",
         json={"spec": {"unschedulable": True}},
-        headers={"Content-Type": "application/strategic-merge-patch+json"},
+        headers={"Content-Type": "application/merge-patch+json"},
     )
 
     patch = http.patch(
@@ -502,7 +488,7 @@ def test_replicaset_pods_come_back_with_a_new_uid_and_name_on_another_node(
     double: KubernetesDouble, core: client.CoreV1Api
 ) -> None:
     double.add_pod(pod("web-5d9-abcde", "gpu-a", owner=("ReplicaSet", "web-5d9"), labels={"app": "web"}))
-    core.patch_node("gpu-a", {"spec": {"unschedulable": True}})
+    core.patch_node("gpu-a", {"spec": {"unschedulable": True}}, _content_type="application/merge-patch+json")
     old = double.get_pod("ml", "web-5d9-abcde")
     assert old is not None
 

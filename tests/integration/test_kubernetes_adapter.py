@@ -25,7 +25,7 @@ from rightsizer.config import Config
 from rightsizer.domain.errors import ConfigError, PermanentError, TransientError
 from rightsizer.ports import AccessCheck, ClusterReader
 from rightsizer.services.snapshot import DRA_READ_CHECKS, READ_CHECKS
-from rightsizer.testing.k8s_double import KubernetesDouble, RecordedRequest
+from rightsizer.testing.k8s import KubernetesDouble, RecordedRequest
 from rightsizer.testing.moto_eks import BuiltCluster, MotoServer
 from rightsizer.wiring import build_cluster_reader
 from tests.builders import gpu_node, pdb, pod

@@ -31,7 +31,7 @@ from rightsizer.services.snapshot import (
     observe,
     write_snapshot,
 )
-from rightsizer.testing.k8s_double import KubernetesDouble
+from rightsizer.testing.k8s import KubernetesDouble
 from rightsizer.testing.moto_eks import BuiltCluster, MotoServer
 from tests.builders import AT, STEP, WINDOW, gpu_node, pdb, pod, rfc
 

@@ -32,7 +32,7 @@ from rightsizer.domain.errors import PermanentError, StalePlan, TransientError
 from rightsizer.domain.model import ANN_CORDONED_AT, ANN_CORDONED_BY
 from rightsizer.ports import AccessCheck, ClusterWriter, EvictionOutcome, NodeScaler
 from rightsizer.testing.fakes import FakeClock, FakeClusterWriter, FakeNodeScaler
-from rightsizer.testing.k8s_double import KubernetesDouble, RecordedRequest
+from rightsizer.testing.k8s import KubernetesDouble, RecordedRequest
 from rightsizer.testing.moto_eks import BuiltCluster, record_calls
 from tests.builders import gpu_node, pod
 

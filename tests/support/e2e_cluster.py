@@ -37,7 +37,7 @@ import yaml
 
 from rightsizer.adapters.aws import AwsClients, make_clients
 from rightsizer.testing.dynamodb_table import create_state_table
-from rightsizer.testing.k8s_double import KubernetesDouble
+from rightsizer.testing.k8s import KubernetesDouble
 from rightsizer.testing.moto_eks import (
     BuiltCluster,
     MotoServer,

@@ -7,7 +7,7 @@ demo, ``rightsizer/data/examples/demo``):
 - a moto server with the snapshot's EKS cluster, one managed node group per ``nodegroups.json`` entry
   (names, min/desired/max, instance type) backed by a real Auto Scaling group, the standalone and
   Karpenter instances of ``instances.json``, and the DynamoDB state table;
-- a :class:`~rightsizer.testing.k8s_double.KubernetesDouble` loaded with the snapshot's nodes, pods, PDBs
+- a :class:`~rightsizer.testing.k8s.KubernetesDouble` loaded with the snapshot's nodes, pods, PDBs
   and the DaemonSets its pods name, every Node's ``spec.providerID`` pointing at the moto instance that
   plays it (a node group's nodes by name ↔ its instances in launch order);
 - :class:`SnapshotMetrics`, a ``MetricsRangeReader`` answering the range queries of
@@ -50,7 +50,7 @@ from rightsizer.config import AwsConfig, ClusterConfig, Config, OffhoursConfig, 
 from rightsizer.domain.policy import Policy
 from rightsizer.domain.usage import ENERGY, FB_USED, GPU_UTIL
 from rightsizer.testing.dynamodb_table import create_state_table
-from rightsizer.testing.k8s_double import KubernetesDouble
+from rightsizer.testing.k8s import KubernetesDouble
 from rightsizer.testing.moto_eks import (
     BuiltCluster,
     MotoServer,

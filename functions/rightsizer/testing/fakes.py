@@ -2,7 +2,7 @@
 
 Both are held to the contract suite ``tests/integration/test_writer_contract.py``, which runs every test
 on the fake and on the real adapter — :class:`rightsizer.adapters.kubernetes.KubernetesCluster` against
-:class:`rightsizer.testing.k8s_double.KubernetesDouble` over HTTP, and
+:class:`rightsizer.testing.k8s.KubernetesDouble` over HTTP, and
 :class:`rightsizer.adapters.asg_scaler.AsgNodeScaler` against a moto server — so the fakes cannot drift.
 
 :class:`FakeClusterWriter` keeps nodes, pods and PodDisruptionBudgets in memory and answers like the API
@@ -35,7 +35,7 @@ from rightsizer.adapters.kubernetes import EVENT_COMPONENT, EVENT_NAMESPACE, Kub
 from rightsizer.domain.errors import StalePlan, TransientError
 from rightsizer.domain.model import ANN_CORDONED_AT, ANN_CORDONED_BY
 from rightsizer.ports import JSON, AccessCheck, EvictionOutcome
-from rightsizer.testing.k8s_double import DEFAULT_GRACE_SECONDS, label_selector_matches, rfc3339
+from rightsizer.testing.k8s import DEFAULT_GRACE_SECONDS, label_selector_matches, rfc3339
 
 __all__ = ["FakeClock", "FakeClusterWriter", "FakeNodeScaler"]
 
