@@ -17,7 +17,7 @@ NODE_KEYS = {
 }  # fmt: skip
 ACTION_KEYS = {
     "action_id", "kind", "node", "node_group", "instance_id", "from", "to", "reason",
-    "hourly_savings_usd", "monthly_savings_usd", "manifests",
+    "hourly_savings_usd", "monthly_savings_usd", "manifests", "expected_slowdown_pct", "why_safe",
 }  # fmt: skip
 
 
@@ -55,6 +55,7 @@ def test_plan_json_follows_the_contract(snap_dir: Path, capsys: pytest.CaptureFi
     assert (action["kind"], action["node"], action["from"], action["to"]) == ("scale_in", "idle-1", 3, 2)
     assert action["action_id"] == action_id("scale_in", "idle-1", 2)
     assert action["hourly_savings_usd"] == pytest.approx(5.672)
+    assert action["expected_slowdown_pct"] == 0 and "idle for the whole" in action["why_safe"]
     assert doc["savings"] == {"hourly_usd": pytest.approx(5.672), "monthly_usd": pytest.approx(5.672 * 730)}
 
 

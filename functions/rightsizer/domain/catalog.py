@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import csv
 import io
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 
@@ -44,15 +44,42 @@ class InstanceType:
 
 
 @dataclass(frozen=True, slots=True)
+class GpuPerformance:
+    """Published per-GPU figures of one GPU model (``gpu-models.csv``, sources in its ``source`` column).
+
+    Units: ``tensor_tflops`` dense (no sparsity) BF16 tensor TFLOPS, FP16 where the model has no BF16,
+    None when the vendor publishes no dense figure; ``memory_bandwidth_gbps`` GB/s; ``nvlink`` whether the
+    model's multi-GPU instances connect their GPUs with NVLink/NVSwitch; ``mig`` Multi-Instance GPU support.
+    """
+
+    gpu_model: str
+    gpu_memory_mib: int
+    tensor_tflops: float | None
+    memory_bandwidth_gbps: float | None
+    nvlink: bool
+    mig: bool
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
 class Catalog:
-    """Instance types by name and idle power ceilings (W) by ``gpu_model``."""
+    """Instance types by name, idle power ceilings (W) by ``gpu_model``, GPU performance by model and memory."""
 
     types: dict[str, InstanceType]
     idle_power_w: dict[str, float]
+    performance: dict[tuple[str, int], GpuPerformance] = field(default_factory=dict)
 
     def get(self, name: str | None) -> InstanceType | None:
         """The catalog row for ``name`` (e.g. ``"g5.12xlarge"``), or None."""
         return self.types.get(name) if name else None
+
+    def performance_of(self, row: InstanceType) -> GpuPerformance | None:
+        """The published figures of ``row``'s GPU (model and memory size must both match), or None.
+
+        Fractional-GPU types (``g6f``: an eighth of an L4) match no row: their share of the GPU is not
+        a published figure, so they are never judged by throughput.
+        """
+        return self.performance.get((row.gpu_model, row.gpu_memory_mib))
 
 
 def _opt_float(text: str) -> float | None:
@@ -95,6 +122,34 @@ def parse_idle_power(csv_text: str) -> dict[str, float]:
     return {row["gpu_model"]: float(row["idle_power_max_w"]) for row in csv.DictReader(io.StringIO(csv_text))}
 
 
+def _bool(text: str, column: str) -> bool:
+    value = text.strip().lower()
+    if value not in ("true", "false"):
+        raise ValueError(f"gpu-models.csv: {column} must be true or false, not {text!r}")
+    return value == "true"
+
+
+def parse_gpu_models(csv_text: str) -> dict[tuple[str, int], GpuPerformance]:
+    """Parse ``gpu-models.csv`` text into figures keyed by (``gpu_model``, MiB per GPU).
+
+    Raises:
+        ValueError: a non-numeric figure or a boolean column that is not ``true``/``false``.
+    """
+    out: dict[tuple[str, int], GpuPerformance] = {}
+    for row in csv.DictReader(io.StringIO(csv_text)):
+        memory = int(row["gpu_memory_mib_per_gpu"])
+        out[(row["gpu_model"], memory)] = GpuPerformance(
+            gpu_model=row["gpu_model"],
+            gpu_memory_mib=memory,
+            tensor_tflops=_opt_float(row["dense_bf16_tflops"]) or _opt_float(row["dense_fp16_tflops"]),
+            memory_bandwidth_gbps=_opt_float(row["memory_bandwidth_gbps"]),
+            nvlink=_bool(row["nvlink"], "nvlink"),
+            mig=_bool(row["mig"], "mig"),
+            source=row["source"],
+        )
+    return out
+
+
 @cache
 def load_catalog() -> Catalog:
     """The packaged catalog (``rightsizer/data``), parsed once per process."""
@@ -102,4 +157,5 @@ def load_catalog() -> Catalog:
     return Catalog(
         types=parse_catalog((data / "ec2-gpu-instances.csv").read_text(encoding="utf-8")),
         idle_power_w=parse_idle_power((data / "idle_power.csv").read_text(encoding="utf-8")),
+        performance=parse_gpu_models((data / "gpu-models.csv").read_text(encoding="utf-8")),
     )

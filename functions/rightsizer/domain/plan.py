@@ -45,7 +45,13 @@ class NodeReport(_Out):
 
 
 class Action(_Out):
-    """A proposed action. ``from``/``to`` depend on ``kind`` (design §5); ``reason`` says why."""
+    """A proposed action. ``from``/``to`` depend on ``kind`` (design §5); ``reason`` says why.
+
+    ``hourly_savings_usd`` is set only for an action the rightsizer will execute and that stops paying for
+    an instance (USD per hour); a recommendation states what it would save in ``reason``.
+    ``expected_slowdown_pct`` is the slowdown the workloads should expect (percent, 0 when none) and
+    ``why_safe`` the evidence for it.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -60,6 +66,8 @@ class Action(_Out):
     hourly_savings_usd: float | None
     monthly_savings_usd: float | None
     manifests: list[str] = Field(default_factory=list)
+    expected_slowdown_pct: float = 0.0
+    why_safe: str = ""
 
 
 class UnmappedReport(_Out):

@@ -338,6 +338,8 @@ def _choose(decisions: list[NodeDecision], policy: Policy) -> list[Action]:
                 f"{_human_duration(policy.idle_window)} window",
                 hourly_savings_usd=hourly,
                 monthly_savings_usd=None if hourly is None else hourly * HOURS_PER_MONTH,
+                why_safe=f"every GPU idle for the whole {_human_duration(policy.idle_window)} window; the "
+                "drain evicts only what PodDisruptionBudgets allow and uncordons on failure",
             )
         )
     for d in decisions:

@@ -147,6 +147,13 @@ class Policy(BaseModel):
     fb_headroom: float = Field(
         0.2, ge=0, le=10, description="Framebuffer headroom for recommendations (ratio)."
     )
+    throughput_headroom: float = Field(
+        0.2,
+        ge=0,
+        le=10,
+        description="Compute and memory-bandwidth headroom (ratio) a different GPU model must leave over "
+        "a busy node's observed peak.",
+    )
     allow_resize: bool = Field(False, description="Resize opted-in standalone instances in place.")
     resize_allow_instance_store_loss: bool = Field(
         False, description="Allow resizing instance-store types (their local NVMe data is lost on stop)."

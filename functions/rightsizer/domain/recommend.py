@@ -1,10 +1,12 @@
 """Rightsizing and GPU-sharing recommendations (design §3 "Recommendations").
 
-For a busy node: the cheapest catalog type that fits the observed peak (GPU count, framebuffer with
-headroom, compute capability, CPU/memory requests; same GPU model preferred); if none, a MIG profile
+For a busy node: the cheapest catalog type that serves the observed peak without slowing it down
+(``domain.throughput``: same GPU model first; another model only when it covers the peak's compute and
+memory bandwidth with headroom and keeps NVLink for multi-GPU pods); if none, a MIG profile
 (A100, H100, H200) or time-slicing replicas that pack the active workloads onto fewer GPUs, with the
 manifests to apply. For an idle node held by GPU pods: who holds it and how to scale it to zero. For an
-idle standalone instance: stop it. Pure; prices are catalog on-demand USD per hour.
+idle standalone instance: stop it. Pure; prices are catalog on-demand USD per hour. Only an action the
+rightsizer executes carries USD savings; a recommendation states in words what it would save.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from rightsizer.domain.plan import Action, ActionKind, action_id
 from rightsizer.domain.pods import PodClassification
 from rightsizer.domain.policy import Policy
 from rightsizer.domain.quantity import parse_cpu_millis, parse_memory_mib
+from rightsizer.domain.throughput import Demand, cheapest_fit
 from rightsizer.domain.verdicts import Verdict
 
 MIB_PER_GB = 1e9 / 2**20  # MIG profile names count decimal GB
@@ -106,6 +109,9 @@ def _action(
     reason: str,
     hourly: float | None,
     manifests: list[str] | None = None,
+    *,
+    slowdown_pct: float = 0.0,
+    why_safe: str = "",
 ) -> Action:
     return Action(
         action_id=action_id(kind, node.name, to),
@@ -119,6 +125,8 @@ def _action(
         hourly_savings_usd=hourly,
         monthly_savings_usd=None if hourly is None else hourly * HOURS_PER_MONTH,
         manifests=manifests or [],
+        expected_slowdown_pct=slowdown_pct,
+        why_safe=why_safe,
     )
 
 
@@ -134,43 +142,6 @@ def _shape(
         "mig_instances": mig_instances,
         "time_slicing_replicas": replicas,
     }
-
-
-def cheapest_fit(
-    row: InstanceType,
-    catalog: Catalog,
-    *,
-    gpus: int,
-    fb_per_gpu_mib: float,
-    cpu_m: int,
-    memory_mib: float,
-) -> InstanceType | None:
-    """The cheapest catalog type cheaper than ``row`` that fits, same ``gpu_model`` first.
-
-    Fits: ≥ ``gpus`` GPUs, ≥ ``fb_per_gpu_mib`` MiB per GPU, a known compute capability not older than the
-    current one, allocatable CPU (millicores) and memory (MiB) ≥ the pods' requests, same architecture.
-    Rows without a price or a compute capability are never chosen; ties go by name.
-    """
-    if row.hourly_usd is None or row.compute_capability is None:
-        return None
-    fits: list[InstanceType] = []
-    for cand in catalog.types.values():
-        if (
-            cand.hourly_usd is None
-            or cand.compute_capability is None
-            or cand.hourly_usd >= row.hourly_usd
-            or cand.arch != row.arch
-            or cand.gpu_count < gpus
-            or cand.gpu_memory_mib < fb_per_gpu_mib
-            or cand.compute_capability < row.compute_capability
-            or (cand.allocatable_cpu_m is not None and cand.allocatable_cpu_m < cpu_m)
-            or (cand.allocatable_memory_mib is not None and cand.allocatable_memory_mib < memory_mib)
-        ):
-            continue
-        fits.append(cand)
-    same = [c for c in fits if c.gpu_model == row.gpu_model]
-    pool = same or fits
-    return min(pool, key=lambda c: (c.hourly_usd, c.name)) if pool else None
 
 
 def time_slicing_manifest(replicas: int) -> str:
@@ -203,10 +174,22 @@ def mig_manifests(profile: str, node: str) -> list[str]:
     return [config, label, dra]
 
 
+def _freed(row: InstanceType, workloads: int, needed: int, hourly: float | None) -> str:
+    cost = f"{hourly:g} USD/h" if hourly is not None else "an unpriced amount"
+    return (
+        f"; frees {workloads - needed} of {row.gpu_count} GPUs for other pods, but the instance keeps "
+        f"costing {cost}: no USD is saved until packing frees whole instances"
+    )
+
+
 def _sharing(
     row: InstanceType, assessment: GpuAssessment, policy: Policy, hourly: float | None
-) -> tuple[dict[str, Any], list[str], float | None, str] | None:
-    """MIG profile or time-slicing replicas that put the active workloads on fewer GPUs."""
+) -> tuple[dict[str, Any], list[str], str, str] | None:
+    """MIG profile or time-slicing replicas that put the active workloads on fewer GPUs.
+
+    Returns ``(to, manifests, reason, why_safe)``. Freed GPUs are capacity, not savings: the instance is
+    still paid for, so no USD figure is attached (issue 17 "Honest savings").
+    """
     workloads = [
         d
         for d in assessment.devices
@@ -217,7 +200,6 @@ def _sharing(
         return None
     peak_fb = max((d.fb_used_max_mib or 0.0) for d in workloads) * (1 + policy.fb_headroom)
     peak_act = max((d.activity_max_pct or 0.0) for d in workloads)
-    per_gpu = hourly / row.gpu_count if hourly is not None else None
     family = _mig_family(row)
     if family is not None:
         for profile, slices, per in MIG_PROFILES[family]:
@@ -225,12 +207,16 @@ def _sharing(
                 needed = math.ceil(len(workloads) / per)
                 if needed >= len(workloads):
                     return None
-                saved = None if per_gpu is None else per_gpu * (len(workloads) - needed)
                 why = (
                     f"{len(workloads)} workloads each fit MIG {profile} (peak {peak_fb:.0f} MiB with headroom, "
                     f"{peak_act:.0f}% activity): {needed} GPU(s) instead of {len(workloads)}"
                 )
-                return _shape(mig_profile=profile, mig_instances=len(workloads)), [], saved, why
+                safe = (
+                    f"a {profile} slice has {slices}/7 of the GPU's compute ({100.0 * slices / 7:.0f}% >= the "
+                    f"{peak_act:.0f}% peak activity) and {_profile_mib(profile):.0f} MiB >= {peak_fb:.0f} MiB"
+                )
+                shape = _shape(mig_profile=profile, mig_instances=len(workloads))
+                return shape, [], why + _freed(row, len(workloads), needed, hourly), safe
         return None
     if peak_act <= 0 or peak_fb <= 0:
         return None
@@ -240,12 +226,17 @@ def _sharing(
     needed = math.ceil(len(workloads) / replicas)
     if needed >= len(workloads):
         return None
-    saved = None if per_gpu is None else per_gpu * (len(workloads) - needed)
     why = (
         f"{len(workloads)} workloads peak at {peak_act:.0f}% activity and {peak_fb:.0f} MiB with headroom: "
         f"time-slicing x{replicas} serves them on {needed} GPU(s)"
     )
-    return _shape(replicas=replicas), [time_slicing_manifest(replicas)], saved, why
+    safe = (
+        f"{replicas} replicas x {peak_act:.0f}% peak activity <= 100% of one GPU and {replicas} x "
+        f"{peak_fb:.0f} MiB <= {row.gpu_memory_mib} MiB (time-slicing isolates no memory: a replica that "
+        "outgrows its share can starve the others)"
+    )
+    manifests = [time_slicing_manifest(replicas)]
+    return _shape(replicas=replicas), manifests, why + _freed(row, len(workloads), needed, hourly), safe
 
 
 def recommend_for_node(
@@ -277,16 +268,18 @@ def recommend_for_node(
         )
         return Recommendation(
             False,
-            _action("recommend", node, group, _shape(), node.instance_type, reason, hourly),
+            _action("recommend", node, group, _shape(), node.instance_type, reason, None),
             frozenset({"protected"}),
         )
     if assessment.idle and standalone:
+        cost = f"{hourly:g} USD/h" if hourly is not None else "an unpriced amount"
         reason = (
-            "idle standalone instance (not in an Auto Scaling group): drain it, then stop or terminate it"
+            "idle standalone instance (not in an Auto Scaling group): drain it, then stop or terminate it; "
+            f"it costs {cost} while running"
         )
         return Recommendation(
             False,
-            _action("recommend", node, group, _shape(), node.instance_type, reason, hourly),
+            _action("recommend", node, group, _shape(), node.instance_type, reason, None),
             frozenset({"idle"}),
         )
     if not assessment.busy or row is None or row.gpu_count == 0:
@@ -294,16 +287,20 @@ def recommend_for_node(
     cpu_m, mem_mib, pod_gpus = _pod_requests(pods)
     gpus = max(assessment.peak_active_devices, pod_gpus, 1)
     fb_peak = max((d.fb_used_max_mib or 0.0) for d in assessment.devices) if assessment.devices else 0.0
-    fit = cheapest_fit(
-        row,
-        catalog,
+    demand = Demand(
         gpus=gpus,
         fb_per_gpu_mib=fb_peak * (1 + policy.fb_headroom),
+        activity_pct=assessment.activity_max_pct,
+        pod_gpus=pod_gpus,
         cpu_m=cpu_m,
         memory_mib=mem_mib,
+        mig=any(d.is_mig for d in assessment.devices),
+        headroom=policy.throughput_headroom,
     )
-    if fit is not None and row.hourly_usd is not None and fit.hourly_usd is not None:
-        saved = row.hourly_usd - fit.hourly_usd
+    fit = cheapest_fit(row, catalog, demand)
+    if fit is not None and row.hourly_usd is not None and fit.row.hourly_usd is not None:
+        target = fit.row
+        saved = row.hourly_usd - fit.row.hourly_usd
         peak = (
             f"peak {gpus} GPU(s) busy at once, {fb_peak:.0f} MiB framebuffer (+{policy.fb_headroom:.0%} headroom), "
             f"pods request {cpu_m}m CPU / {mem_mib:.0f} MiB"
@@ -319,19 +316,30 @@ def recommend_for_node(
             return Recommendation(
                 True,
                 _action(
-                    "resize_instance", node, group, fit.name, row.name, f"{fit.name} fits: {peak}", saved
+                    "resize_instance",
+                    node,
+                    group,
+                    target.name,
+                    row.name,
+                    f"{target.name} fits: {peak}",
+                    saved,
+                    slowdown_pct=fit.expected_slowdown_pct,
+                    why_safe=fit.why_safe,
                 ),
                 frozenset({"underutilized"}),
             )
         if group is not None and group.nodegroup:
             how = (
                 f"managed node group {group.nodegroup} cannot change its instance type in place: create a new "
-                f"node group (e.g. {group.nodegroup}-{fit.name.replace('.', '-')}) with the same labels and taints, "
-                "wait until its GPUs are allocatable, drain the old nodes, scale the old group to 0, then delete "
-                "it; or publish a new launch template version with the new type and UpdateNodegroupVersion"
+                f"node group (e.g. {group.nodegroup}-{target.name.replace('.', '-')}) with the same labels and "
+                "taints, wait until its GPUs are allocatable, drain the old nodes, scale the old group to 0, then "
+                "delete it; or publish a new launch template version with the new type and UpdateNodegroupVersion"
             )
         elif group is not None:
-            how = f"Auto Scaling group {group.name}: new launch template version with {fit.name}, then an instance refresh"
+            how = (
+                f"Auto Scaling group {group.name}: new launch template version with {target.name}, "
+                "then an instance refresh"
+            )
         else:
             why_not = "tag rightsizer.io/resize=allowed and allow_resize: true enable an in-place resize"
             if row.local_nvme_gb and not policy.resize_allow_instance_store_loss:
@@ -343,21 +351,23 @@ def recommend_for_node(
                 "recommend",
                 node,
                 group,
-                _shape(instance_type=fit.name),
+                _shape(instance_type=target.name),
                 row.name,
-                f"{fit.name} fits: {peak}; {how}",
-                saved,
+                f"{target.name} fits: {peak}; would save {saved:.4g} USD/h once applied; {how}",
+                None,
+                slowdown_pct=fit.expected_slowdown_pct,
+                why_safe=fit.why_safe,
             ),
             frozenset({"underutilized"}),
         )
     sharing = _sharing(row, assessment, policy, hourly)
     if sharing is None:
         return None
-    to, manifests, shared_saving, why = sharing
+    to, manifests, why, safe = sharing
     if to["mig_profile"]:
         manifests = mig_manifests(to["mig_profile"], node.name)
     return Recommendation(
         True,
-        _action("recommend", node, group, to, row.name, why, shared_saving, manifests),
+        _action("recommend", node, group, to, row.name, why, None, manifests, why_safe=safe),
         frozenset({"underutilized"}),
     )
