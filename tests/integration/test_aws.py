@@ -462,7 +462,8 @@ def test_inventory_matches_the_snapshot_contract(
     assert json.loads(json.dumps(doc)) == doc
 
     instances = inventory.describe_instances([standalone, "i-00000000000000dead"])
-    assert set(instances) == {"Reservations"}
+    assert set(instances) == {"Reservations", "SpotPriceHistory"}
+    assert instances["SpotPriceHistory"] == []  # no spot instance: no DescribeSpotPriceHistory call
     found = [i["InstanceId"] for r in instances["Reservations"] for i in r["Instances"]]
     assert found == [standalone]
     assert json.loads(json.dumps(instances)) == instances

@@ -373,10 +373,16 @@ class AwsInventory:
         }
 
     def describe_instances(self, instance_ids: Sequence[str]) -> dict[str, Any]:
-        """Return ``{"Reservations": [...]}`` (the ``instances.json`` document) for these instance ids.
+        """Return the ``instances.json`` document for these instance ids.
 
         Calls EC2 DescribeInstances with an ``instance-id`` filter, paginated, so that an id that no
-        longer exists is simply absent instead of failing the whole call (``InvalidInstanceID.NotFound``).
+        longer exists is simply absent instead of failing the whole call (``InvalidInstanceID.NotFound``);
+        then, when any is a spot instance (``InstanceLifecycle == "spot"``), DescribeSpotPriceHistory for
+        their types and zones (``Linux/UNIX``, the price in effect now).
+
+        Returns:
+            ``{"Reservations": [...], "SpotPriceHistory": [...]}`` as AWS returns them (datetimes as
+            RFC 3339 strings); ``SpotPriceHistory`` is empty without spot instances.
         """
         reservations: list[Any] = []
         paginator = self._ec2.get_paginator("describe_instances")
@@ -384,7 +390,30 @@ class AwsInventory:
             with aws_errors("DescribeInstances"):
                 for page in paginator.paginate(Filters=[{"Name": "instance-id", "Values": batch}]):
                     reservations.extend(page.get("Reservations", []))
-        return {"Reservations": json_safe(reservations)}
+        spot = [
+            i for r in reservations for i in r.get("Instances", []) if i.get("InstanceLifecycle") == "spot"
+        ]
+        return {
+            "Reservations": json_safe(reservations),
+            "SpotPriceHistory": json_safe(self._spot_prices(spot)),
+        }
+
+    def _spot_prices(self, instances: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+        if not instances:
+            return []
+        types = _unique(str(i["InstanceType"]) for i in instances)
+        zones = _unique(str(i.get("Placement", {}).get("AvailabilityZone", "")) for i in instances)
+        history: list[Mapping[str, Any]] = []
+        with aws_errors("DescribeSpotPriceHistory"):
+            pages = self._ec2.get_paginator("describe_spot_price_history").paginate(
+                InstanceTypes=types,  # type: ignore[arg-type]
+                ProductDescriptions=["Linux/UNIX", "Linux/UNIX (Amazon VPC)"],
+                StartTime=datetime.now(UTC),
+                Filters=[{"Name": "availability-zone", "Values": [z for z in zones if z]}],
+            )
+            for page in pages:
+                history.extend(page.get("SpotPriceHistory", []))
+        return history
 
     def _nodegroups(self, cluster: str) -> list[Mapping[str, Any]]:
         names: list[str] = []

@@ -230,6 +230,9 @@ class _Ec2Instance(BaseModel):
     RootDeviceType: str = "ebs"
     Tags: list[_Tag] = Field(default_factory=list)
     State: dict[str, Any] = Field(default_factory=dict)
+    InstanceLifecycle: str = ""
+    CapacityReservationId: str | None = None
+    Placement: dict[str, Any] = Field(default_factory=dict)
 
 
 class _Reservation(BaseModel):
@@ -237,9 +240,30 @@ class _Reservation(BaseModel):
     Instances: list[_Ec2Instance] = Field(default_factory=list)
 
 
+class _SpotPrice(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    InstanceType: str
+    AvailabilityZone: str
+    SpotPrice: float
+    Timestamp: AwareDatetime
+
+
 class _InstancesFile(BaseModel):
+    """DescribeInstances ``Reservations`` plus our ``SpotPriceHistory`` (DescribeSpotPriceHistory, Linux)."""
+
     model_config = ConfigDict(extra="ignore")
     Reservations: list[_Reservation] = Field(default_factory=list)
+    SpotPriceHistory: list[_SpotPrice] = Field(default_factory=list)
+
+
+def _spot_prices(history: list[_SpotPrice]) -> dict[tuple[str, str], float]:
+    """The newest price per (type, zone): DescribeSpotPriceHistory answers newest first, but not always."""
+    newest: dict[tuple[str, str], _SpotPrice] = {}
+    for item in history:
+        key = (item.InstanceType, item.AvailabilityZone)
+        if key not in newest or item.Timestamp > newest[key].Timestamp:
+            newest[key] = item
+    return {key: item.SpotPrice for key, item in newest.items()}
 
 
 def _inventory(path: Path, data: Any, instances_path: Path, instances_data: Any) -> Inventory:
@@ -286,11 +310,19 @@ def _inventory(path: Path, data: Any, instances_path: Path, instances_data: Any)
                 tags={t.Key: t.Value for t in i.Tags},
                 root_device_type=i.RootDeviceType,
                 state=str(i.State.get("Name", "")),
+                lifecycle=i.InstanceLifecycle,
+                capacity_reservation_id=i.CapacityReservationId,
+                availability_zone=str(i.Placement.get("AvailabilityZone", "")),
             )
             for r in inst_file.Reservations
             for i in r.Instances
         }
-    return Inventory(known=True, groups=groups, asg_of_instance=membership, instances=instances)
+        spot = _spot_prices(inst_file.SpotPriceHistory)
+    else:
+        spot = {}
+    return Inventory(
+        known=True, groups=groups, asg_of_instance=membership, instances=instances, spot_prices=spot
+    )
 
 
 REQUIRED_FILES = ("snapshot.json", "nodes.json", "pods.json")

@@ -415,13 +415,21 @@ class AsgInfo:
 
 @dataclass(frozen=True, slots=True)
 class Ec2Instance:
-    """An EC2 instance (DescribeInstances): type, tags and root device type."""
+    """An EC2 instance (DescribeInstances): type, tags, root device type and how it is paid for.
+
+    ``lifecycle`` is DescribeInstances ``InstanceLifecycle`` (``"spot"``, ``"capacity-block"``, ``""`` for
+    on-demand); ``capacity_reservation_id`` is set when the instance runs in an On-Demand Capacity
+    Reservation or a Capacity Block; ``availability_zone`` is ``Placement.AvailabilityZone``.
+    """
 
     instance_id: str
     instance_type: str
     tags: dict[str, str]
     root_device_type: str
     state: str
+    lifecycle: str = ""
+    capacity_reservation_id: str | None = None
+    availability_zone: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -437,6 +445,7 @@ class Inventory:
     groups: dict[str, AsgInfo] = field(default_factory=dict)
     asg_of_instance: dict[str, str] = field(default_factory=dict)
     instances: dict[str, Ec2Instance] | None = None
+    spot_prices: dict[tuple[str, str], float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ from rightsizer.domain.model import (
     ANN_DO_NOT_DISRUPT,
     AsgInfo,
     ClusterSnapshot,
+    Ec2Instance,
     Node,
     Pod,
     ResourceClaim,
@@ -70,21 +71,42 @@ def _rfc3339(value: datetime) -> str:
     return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
-def _price(node: Node, row: InstanceType | None, region: str) -> tuple[float | None, list[str]]:
-    """On-demand USD/hour for the node and the pricing reasons (design §3 "Pricing")."""
-    if row is None or row.hourly_usd is None:
-        return None, [f"price_unknown:{node.instance_type or 'no_instance_type'}"]
+def _price(
+    node: Node,
+    row: InstanceType | None,
+    region: str,
+    instance: Ec2Instance | None,
+    spot: dict[tuple[str, str], float],
+) -> tuple[float | None, list[str]]:
+    """USD/hour the node costs and the pricing reasons (design §3 "Pricing", issue 17 "Honest savings").
+
+    On-demand from the packaged catalog (us-east-1, see ``CATALOG_PRICES_DATE``); a spot instance at its
+    zone's current spot price (EC2 DescribeSpotPriceHistory, carried in the snapshot) when known, else at
+    the on-demand price with ``spot_priced_on_demand``. An instance in an On-Demand Capacity Reservation or
+    a Capacity Block is flagged ``capacity_reserved``: the reservation is paid for whether it runs or not.
+    """
     reasons: list[str] = []
+    if instance is not None and instance.capacity_reservation_id:
+        kind = "capacity_block" if instance.lifecycle == "capacity-block" else "odcr"
+        reasons.append(f"capacity_reserved:{kind}:{instance.capacity_reservation_id}")
+    if row is None or row.hourly_usd is None:
+        return None, [*reasons, f"price_unknown:{node.instance_type or 'no_instance_type'}"]
     node_region = node.labels.get("topology.kubernetes.io/region") or region
-    if node_region != CATALOG_REGION:
-        reasons.append(f"price_region_fallback:{node_region}")
     capacity_type = (
         node.labels.get("eks.amazonaws.com/capacityType")
         or node.labels.get("karpenter.sh/capacity-type")
         or ""
     )
-    if capacity_type.lower() == "spot":
+    if capacity_type.lower() == "spot" or (instance is not None and instance.lifecycle == "spot"):
+        zone = (instance.availability_zone if instance else "") or node.labels.get(
+            "topology.kubernetes.io/zone", ""
+        )
+        price = spot.get((row.name, zone))
+        if price is not None:
+            return price, [*reasons, f"priced_spot:{zone}"]
         reasons.append("spot_priced_on_demand")
+    if node_region != CATALOG_REGION:
+        reasons.append(f"price_region_fallback:{node_region}")
     return row.hourly_usd, reasons
 
 
@@ -242,7 +264,8 @@ def plan(
         if wanted:
             reasons.append(f"pending_gpu_pods:{wanted}")
         reasons.extend(_node_protections(node))
-        hourly, price_reasons = _price(node, row, snapshot.meta.region)
+        ec2 = inventory.instances.get(instance or "") if inventory.instances is not None else None
+        hourly, price_reasons = _price(node, row, snapshot.meta.region, ec2, inventory.spot_prices)
         decision = NodeDecision(node, group, standalone, row, assessment, classified, reasons, hourly)
         decision.recommendation = recommend_for_node(
             node=node,
@@ -288,6 +311,14 @@ def _apply_group_rules(
             d.reasons.append("outside_disruption_window")
 
 
+def _reservation(reasons: Sequence[str]) -> str | None:
+    """The reservation id of a ``capacity_reserved:<kind>:<id>`` reason, or None."""
+    for reason in reasons:
+        if reason.startswith("capacity_reserved:"):
+            return reason.rsplit(":", 1)[1]
+    return None
+
+
 def _choose(decisions: list[NodeDecision], policy: Policy) -> list[Action]:
     """Pick ``scale_in`` candidates among idle nodes under the disruption budget (design §3)."""
     in_flight_total = sum(1 for d in decisions if ANN_CORDONED_BY in d.node.metadata.annotations)
@@ -324,7 +355,8 @@ def _choose(decisions: list[NodeDecision], policy: Policy) -> list[Action]:
         chosen_group[group.name] = chosen_group.get(group.name, 0) + 1
         run_slots -= 1
         d.reasons.append("idle_window_clean")
-        hourly = d.hourly_usd
+        reserved = _reservation(d.reasons)
+        hourly = None if reserved else d.hourly_usd
         actions.append(
             Action(
                 action_id=action_id("scale_in", d.node.name, before - 1),
@@ -335,7 +367,12 @@ def _choose(decisions: list[NodeDecision], policy: Policy) -> list[Action]:
                 from_=before,
                 to=before - 1,
                 reason=f"all {d.assessment.expected.total} GPU devices idle for the whole "
-                f"{_human_duration(policy.idle_window)} window",
+                f"{_human_duration(policy.idle_window)} window"
+                + (
+                    f"; runs in reservation {reserved}: removal saves nothing while it is held"
+                    if reserved
+                    else ""
+                ),
                 hourly_savings_usd=hourly,
                 monthly_savings_usd=None if hourly is None else hourly * HOURS_PER_MONTH,
                 why_safe=f"every GPU idle for the whole {_human_duration(policy.idle_window)} window; the "
@@ -363,7 +400,19 @@ def _assemble(
         reasons = order_reasons(d.reasons)
         verdict = verdict_of(reasons, cheaper_shape_fits=rec is not None and rec.cheaper_fits)
         if rec is not None and rec.action is not None and verdict in rec.for_verdicts:
-            actions.append(rec.action)
+            reserved = _reservation(reasons)
+            if reserved and rec.action.hourly_savings_usd is not None:
+                note = f"; runs in reservation {reserved}: the change saves nothing while it is held"
+                rec_action = rec.action.model_copy(
+                    update={
+                        "hourly_savings_usd": None,
+                        "monthly_savings_usd": None,
+                        "reason": rec.action.reason + note,
+                    }
+                )
+                actions.append(rec_action)
+            else:
+                actions.append(rec.action)
         a = d.assessment
         reports.append(
             NodeReport(

@@ -53,6 +53,8 @@ REASON_CODES: tuple[str, ...] = (
     "price_region_fallback",
     "spot_priced_on_demand",
     "price_unknown",
+    "priced_spot",
+    "capacity_reserved",
 )
 """Every reason code in contract order. Extend, never rename. ``in_flight`` (a node we already cordoned)
 is our extension."""
