@@ -17,6 +17,8 @@ workflow starter needs (``states:StartExecution`` for Step Functions). No EKS ac
 
 from __future__ import annotations
 
+from typing import Any
+
 from rightsizer.services.webhook import WebhookIntake
 from rightsizer.webhook_handler import function_url_handler, logger
 
@@ -41,4 +43,10 @@ def _current_intake() -> WebhookIntake:
     return _intake
 
 
-lambda_handler = function_url_handler(_current_intake)
+_handler = function_url_handler(_current_intake)
+
+
+def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    """Function URL (payload format 2.0) event in, ``{statusCode, headers, body}`` out (401 bad token, 413
+    body over 1 MiB, 400 malformed, 202 started or cancelled, 200 nothing to do, 503 retry later)."""
+    return _handler(event, context)
