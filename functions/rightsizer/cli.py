@@ -202,6 +202,45 @@ def cmd_apply(args: argparse.Namespace) -> int:
     return EXIT_FAILED if failed else EXIT_OK
 
 
+def cmd_savings(args: argparse.Namespace) -> int:
+    """``rightsizer savings --config FILE [--json]``: realized savings read back from the ledger (state
+    table ``aws.table``) — instance-hours actually avoided and USD per UTC day and node group
+    (``rightsizer.services.realized``). Never acts."""
+    from rightsizer import wiring
+    from rightsizer.services.realized import realized_savings
+
+    config = load_config(args.config)
+    now = datetime.now(UTC)
+    rows = realized_savings(wiring.build_state(config).entries(), now)
+    if args.json:
+        _emit_json(
+            {
+                "at": now.isoformat().replace("+00:00", "Z"),
+                "days": [
+                    {
+                        "day": r.day.isoformat(),
+                        "node_group": r.node_group,
+                        "instance_hours": r.instance_hours,
+                        "usd": r.usd,
+                        "removals": r.removals,
+                    }
+                    for r in rows
+                ],
+                "total_usd": sum(r.usd for r in rows),
+            }
+        )
+        return EXIT_OK
+    print(f"{'day':<11} {'node group':<28} {'instance-hours':>14} {'USD':>10}  removals")
+    for r in rows:
+        print(
+            f"{r.day.isoformat():<11} {r.node_group:<28} {r.instance_hours:>14.3f} {r.usd:>10.2f}  {r.removals}"
+        )
+    print(
+        f"total: {sum(r.instance_hours for r in rows):.3f} instance-hours, {sum(r.usd for r in rows):,.2f} USD"
+    )
+    return EXIT_OK
+
+
 def _print_progress(result: StepResult) -> None:
     print(
         f"drain {result.execution_id}: {result.step} -> {result.next_step or result.status} {result.message}",
@@ -482,6 +521,15 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--execute", action="store_true", help="act for real (also needs dry_run: false)")
     ap.add_argument("--json", action="store_true", help="print the outcome as one JSON document")
     ap.set_defaults(func=cmd_apply)
+
+    sv = sub.add_parser(
+        "savings", help="realized savings from the ledger, per day and node group (never acts)"
+    )
+    sv.add_argument(
+        "--config", metavar="FILE", required=True, help="the config file (README: 'Configuration file')"
+    )
+    sv.add_argument("--json", action="store_true", help="print the report as one JSON document")
+    sv.set_defaults(func=cmd_savings)
 
     w = sub.add_parser("serve", help="the webhook handler behind a local HTTP server (127.0.0.1)")
     w.add_argument(

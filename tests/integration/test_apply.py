@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -68,10 +69,15 @@ def config_file(
 
 def apply(config: Path, *extra: str) -> tuple[int, dict[str, Any], str]:
     """Run ``rightsizer apply --config FILE --json [extra]``; (exit code, stdout JSON, stderr)."""
+    return run_cli("apply", "--config", str(config), "--json", *extra)
+
+
+def run_cli(*args: str) -> tuple[int, dict[str, Any], str]:
+    """Run ``rightsizer ARGS`` as a user would; (exit code, stdout JSON, stderr)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_") and k != "KUBECONFIG"}
     env.update(AWS_ENV)
     done = subprocess.run(
-        [sys.executable, "-m", "rightsizer.cli", "apply", "--config", str(config), "--json", *extra],
+        [sys.executable, "-m", "rightsizer.cli", *args],
         capture_output=True,
         text=True,
         timeout=180,
@@ -166,3 +172,11 @@ def test_apply_execute_drains_and_removes_exactly_the_idle_node(
     assert final.hourly_savings_usd == pytest.approx(1.212)
     assert final.monthly_savings_usd == pytest.approx(1.212 * 730)
     assert state(cluster).get(idle.name) is None
+    # AND `rightsizer savings` reads the realized saving back: the hours since removal x 1.212 USD/h
+    code, report, err = run_cli("savings", "--config", str(config_file), "--json")
+    assert code == 0, err[-3000:]
+    [day] = report["days"]
+    assert day["node_group"] == final.node_group and day["removals"] == 1
+    hours_since = (datetime.fromisoformat(report["at"]) - final.at).total_seconds() / 3600
+    assert day["instance_hours"] == pytest.approx(hours_since, abs=1e-6)
+    assert day["usd"] == pytest.approx(hours_since * 1.212, abs=1e-6)

@@ -365,3 +365,25 @@ def test_retry_after_of_a_blocked_eviction_is_honoured() -> None:
     runner.start(DrainRequest("gpu-1", "exec-1"))
     assert world.state.load("exec-1").status == "succeeded"
     assert waits[0] == 20.0
+
+
+def test_a_node_in_a_capacity_reservation_is_drained_but_books_no_savings() -> None:
+    """Issue 17: removing an instance of an ODCR / Capacity Block saves nothing while it is held."""
+    import dataclasses
+
+    from rightsizer.domain.model import Ec2Instance
+
+    class ReservedWorld(World):
+        def observe(self, now: datetime) -> ClusterSnapshot:
+            snap = super().observe(now)
+            reserved = Ec2Instance("i-1", "g5.xlarge", {}, "ebs", "running", "", "cr-0abc", "us-east-1a")
+            return dataclasses.replace(
+                snap, inventory=dataclasses.replace(snap.inventory, instances={"i-1": reserved})
+            )
+
+    base = make_world()
+    world = ReservedWorld(base.clock, base.writer, base.scaler, base.state, base.policy, base.metrics)
+    record = world.drain()
+    assert record.status == "succeeded" and world.scaler.terminated == ["i-1"]
+    [entry] = world.state.entries(execution_id="exec-1")
+    assert (entry.result, entry.hourly_savings_usd) == ("applied", None)

@@ -1,0 +1,74 @@
+"""Realized savings from the ledger: instance-hours actually avoided per UTC day and node group (issue 17)."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, timedelta
+
+import pytest
+
+from rightsizer.services.realized import RealizedSavings, realized_savings
+from rightsizer.state import LedgerEntry, LedgerResult
+
+T0 = datetime(2026, 11, 2, 22, 0, tzinfo=UTC)
+
+
+def entry(
+    eid: str,
+    at: datetime,
+    *,
+    group: str = "gpu-a10g",
+    kind: str = "scale_in",
+    step: str = "terminate",
+    result: LedgerResult = "applied",
+    hourly: float | None = 5.672,
+    node: str | None = "n1",
+) -> LedgerEntry:
+    return LedgerEntry(
+        execution_id=eid, node=node, instance_id=None, node_group=group, kind=kind, step=step, result=result,
+        reason="", hourly_savings_usd=hourly, monthly_savings_usd=None, at=at,
+    )  # fmt: skip
+
+
+def test_an_open_removal_counts_until_now_split_at_utc_midnight() -> None:
+    rows = realized_savings([entry("e1", T0)], T0 + timedelta(hours=5))
+    assert rows == [
+        RealizedSavings(date(2026, 11, 2), "gpu-a10g", 2.0, pytest.approx(2 * 5.672), 1),  # type: ignore[arg-type]
+        RealizedSavings(date(2026, 11, 3), "gpu-a10g", 3.0, pytest.approx(3 * 5.672), 0),  # type: ignore[arg-type]
+    ]
+
+
+def test_an_off_hours_restore_of_the_group_ends_the_avoidance() -> None:
+    restore = entry(
+        "r1", T0 + timedelta(hours=1), kind="scale_node_group", step="restored", hourly=None, node=None
+    )
+    other_group = entry(
+        "r2", T0 + timedelta(minutes=30), group="gpu-l4", kind="scale_node_group", step="restored"
+    )
+    rows = realized_savings([entry("e1", T0), restore, other_group], T0 + timedelta(hours=10))
+    assert [(r.node_group, r.instance_hours) for r in rows] == [("gpu-a10g", 1.0)]
+
+
+def test_only_applied_priced_removals_count() -> None:
+    ignored = [
+        entry("d1", T0, result="dry_run"),
+        entry("f1", T0, result="rolled_back"),
+        entry("u1", T0, hourly=None),  # unpriced or reserved capacity: nothing saved
+        entry("o1", T0, kind="scale_node_group", step="desired_zero", node=None),
+    ]
+    assert realized_savings(ignored, T0 + timedelta(hours=1)) == []
+
+
+def test_groups_and_days_are_reported_separately_and_in_order() -> None:
+    rows = realized_savings(
+        [entry("e1", T0, group="b"), entry("e2", T0 + timedelta(minutes=30), group="a", hourly=1.0)],
+        T0 + timedelta(hours=1),
+    )
+    assert [(r.day.isoformat(), r.node_group, r.instance_hours, r.usd) for r in rows] == [
+        ("2026-11-02", "a", 0.5, 0.5),
+        ("2026-11-02", "b", 1.0, pytest.approx(5.672)),
+    ]
+
+
+def test_naive_now_is_refused() -> None:
+    with pytest.raises(ValueError, match="aware"):
+        realized_savings([], datetime(2026, 11, 2))  # noqa: DTZ001
