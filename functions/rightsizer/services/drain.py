@@ -337,8 +337,10 @@ class DrainWorkflow:
         if blocking:
             return self._end(record, "abandoned", "protected:" + ",".join(blocking), step="validate")
         hourly = record.details.get("hourly_savings_usd")
-        if hourly is None and report is not None and not any(
-            r.startswith("capacity_reserved:") for r in report.reasons
+        if (
+            hourly is None
+            and report is not None
+            and not any(r.startswith("capacity_reserved:") for r in report.reasons)
         ):
             # A node in a Capacity Reservation or Capacity Block saves nothing while the reservation is held.
             hourly = report.hourly_usd
