@@ -63,6 +63,12 @@ class PrometheusConfig(_Section):
     node_label: str | None = Field(None, description="Series label carrying the Kubernetes node name.")
     step: Seconds = Field(60, gt=0, description="Query step in seconds (≤ idle_window).")
     timeout: Seconds = Field(30, gt=0, description="Read timeout per query in seconds.")
+    deadline: Seconds = Field(
+        90,
+        gt=0,
+        description="Total time in seconds for all queries of one cycle; past it the cycle ends as "
+        "'Prometheus unavailable' (keep it well under the Lambda timeouts: drain 120 s, assess 300 s).",
+    )
     ca_bundle: str | None = Field(None, description="CA bundle path for TLS.")
     job: str | None = Field(None, description="Restrict series to this scrape job (label 'job').")
 

@@ -192,8 +192,12 @@ def build_metrics_reader(config: Config) -> PrometheusClient:
 def live_signals(
     config: Config, policy: Policy, snapshot: ClusterSnapshot, client: PrometheusClient
 ) -> ClusterSnapshot:
-    """``snapshot`` with ``signals`` computed in Prometheus for the window ending at ``taken_at``
-    (``collect_live``: a constant number of queries whatever the node count, design §8)."""
+    """``snapshot`` with ``signals`` read from Prometheus for the window ending at ``taken_at``
+    (``collect_live``: the snapshot's queries, a constant number whatever the node count, design §8).
+
+    Raises:
+        PrometheusUnavailable: ``prometheus.deadline`` passed with queries unanswered.
+    """
     from rightsizer.adapters.prometheus import collect_live
     from rightsizer.domain.join import NodeJoiner
     from rightsizer.domain.usage import Window
@@ -201,7 +205,15 @@ def live_signals(
     node_label = config.prometheus.node_label
     window = Window.ending(snapshot.meta.taken_at, policy.idle_window, snapshot.meta.step_seconds)
     joiner = NodeJoiner(snapshot.nodes, snapshot.pods, node_label)
-    signals = collect_live(client, joiner, window, policy, node_label, job=config.prometheus.job)
+    signals = collect_live(
+        client,
+        joiner,
+        window,
+        policy,
+        node_label,
+        job=config.prometheus.job,
+        deadline_seconds=float(config.prometheus.deadline),
+    )
     return dataclasses.replace(snapshot, signals=signals)
 
 

@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from rightsizer.adapters.prometheus import PrometheusClient, collect_live, live_queries
+from rightsizer.adapters.prometheus import PrometheusClient, collect_live, plan_queries
 from rightsizer.adapters.secrets import resolve_secret
-from rightsizer.adapters.snapshot_dir import _parse_matrix
+from rightsizer.adapters.snapshot_dir import _metric_target, _parse_matrix
 from rightsizer.domain.join import NodeJoiner
-from rightsizer.domain.model import ClusterSnapshot, MetricData
+from rightsizer.domain.model import ClusterSnapshot
 from rightsizer.domain.planner import plan
 from rightsizer.domain.policy import Policy
 from rightsizer.domain.usage import (
@@ -31,10 +31,12 @@ from rightsizer.domain.usage import (
     FB_FREE,
     FB_USED,
     GPU_UTIL,
+    METRICS_FORMAT,
     POWER,
     PROF_ACTIVE,
     UP,
     Window,
+    observation_queries,
 )
 from tests.builders import AT, STEP, WINDOW, exporter_pod, gpu_node, pod, snapshot
 
@@ -292,18 +294,27 @@ def build_cluster() -> Cluster:
 
 
 def snapshot_path(server: PrometheusServer, base: ClusterSnapshot) -> ClusterSnapshot:
-    """What ``rightsizer snapshot`` would record: query_range of every metric (+ timestamp files)."""
-    metrics: dict[str, MetricData] = {}
-    timestamps: dict[str, MetricData] = {}
+    """What ``rightsizer snapshot`` records (``observation_queries``, format 2), decoded as ``plan --snapshot``
+    decodes a directory."""
+    docs: dict[str, Any] = {}
     with PrometheusClient(server.url) as client:
-        for name in (GPU_UTIL, PROF_ACTIVE, FB_USED, FB_FREE, POWER, ENERGY, UP):
-            raw = client.query_range_raw(name, END - WINDOW, END, STEP)
-            metrics[name] = _parse_matrix(name, json.loads(raw))
-        for name in (GPU_UTIL, PROF_ACTIVE):
-            raw = client.query_range_raw(f"timestamp({name})", END - WINDOW, END, STEP)
-            timestamps[name] = _parse_matrix(name, json.loads(raw))
-    assert not [m.problem for m in (*metrics.values(), *timestamps.values()) if m.problem]
-    return dataclasses.replace(base, metrics=metrics, timestamps=timestamps)
+        for q in observation_queries():
+            start, end = q.span(END, WINDOW, STEP)
+            docs[q.path] = json.loads(client.query_range_raw(q.expr(STEP, WINDOW), start, end, STEP))
+    files = {"metrics": {}, "timestamps": {}, "nonfinite": {}}
+    for path, doc in docs.items():
+        kind, stem = _metric_target(path.removeprefix("metrics/").removesuffix(".json"))
+        files[kind][stem] = _parse_matrix(stem, doc)
+    problems = [m.problem for kind in files.values() for m in kind.values() if m.problem]
+    assert not problems
+    meta = dataclasses.replace(base.meta, metrics_format=METRICS_FORMAT)
+    return dataclasses.replace(
+        base,
+        meta=meta,
+        metrics=files["metrics"],
+        timestamps=files["timestamps"],
+        nonfinite=files["nonfinite"],
+    )
 
 
 def node_rows(p: Any) -> dict[str, tuple[str, list[str], float, float | None, float | None]]:
@@ -379,7 +390,15 @@ def test_live_devices_match_snapshot_devices_field_by_field(
     snap = snapshot_path(server, base)
     window = Window.ending(AT, policy.idle_window, STEP)
     joiner = NodeJoiner(base.nodes, base.pods)
-    expected = collect_signals(snap.metrics, snap.timestamps, joiner, window, policy.gpu_activity_max_pct)
+    expected = collect_signals(
+        snap.metrics,
+        snap.timestamps,
+        joiner,
+        window,
+        policy.gpu_activity_max_pct,
+        nonfinite=snap.nonfinite,
+        metrics_format=METRICS_FORMAT,
+    )
     live, _ = live_snapshot(server, base, policy)
     got = live.signals
     assert got.problems == expected.problems == ()
@@ -387,14 +406,7 @@ def test_live_devices_match_snapshot_devices_field_by_field(
     assert got.up_coverage == expected.up_coverage
     assert sorted(got.devices) == sorted(expected.devices)
     for node, devices in expected.devices.items():
-        # One documented difference: a device with +Inf samples has no live maximum for that metric
-        # (max_over_time returns +Inf) where the snapshot reports the finite maximum; either way the
-        # device carries non_finite and its node is unknown.
-        live_devices = got.devices[node]
-        for d in devices:
-            if POWER in d.non_finite:
-                d.power_max_w = None
-        assert live_devices == devices, node
+        assert got.devices[node] == devices, node
 
 
 def test_query_count_does_not_grow_with_nodes(prometheus_factory: Any) -> None:
@@ -413,9 +425,9 @@ def test_query_count_does_not_grow_with_nodes(prometheus_factory: Any) -> None:
         live, requests = live_snapshot(server, base_snapshot(c), policy)
         assert len(live.signals.devices) == n
         counts.append(requests)
-    # THEN it sends the same number of requests (one per live query, no retries)
+    # THEN it sends the same number of requests (one per planned query, no retries)
     window = Window.ending(AT, policy.idle_window, STEP)
-    assert counts == [len(live_queries(window, policy.gpu_activity_max_pct))] * 2
+    assert counts == [len(plan_queries(window))] * 2
 
 
 def test_a_server_refusing_queries_makes_metrics_problems_not_holes(

@@ -33,16 +33,23 @@ from rightsizer.adapters.prometheus import (
     answer_problem,
     build_client,
     collect_live,
-    live_queries,
-    range_points,
-    subquery_range,
+    plan_queries,
 )
 from rightsizer.adapters.secrets import resolve_secret
 from rightsizer.domain.errors import ConfigError
 from rightsizer.domain.join import NodeJoiner
 from rightsizer.domain.planner import plan
 from rightsizer.domain.policy import Policy
-from rightsizer.domain.usage import FB_USED, GPU_UTIL, POWER, Window
+from rightsizer.domain.usage import (
+    ENERGY,
+    FB_FREE,
+    FB_USED,
+    GPU_UTIL,
+    POWER,
+    UP,
+    Window,
+    observation_queries,
+)
 from tests.builders import AT, STEP, WINDOW, gpu_node, snapshot
 
 AKID = "AKIDEXAMPLE"
@@ -163,9 +170,8 @@ def test_query_posts_a_form_with_partial_response_false(
     }
 
 
-def test_503_timeout_body_is_retried_with_backoff_then_unavailable(
-    prom: tuple[str, Script], sleeps: list[float]
-) -> None:
+def test_503_timeout_body_is_not_retried(prom: tuple[str, Script], sleeps: list[float]) -> None:
+    # GIVEN a server that gave up on the query (errorType timeout): the same query would time out again
     url, script = prom
     script.queue = [error(503, "timeout", "query timed out in expression evaluation")] * 4
     with (
@@ -173,7 +179,23 @@ def test_503_timeout_body_is_retried_with_backoff_then_unavailable(
         pytest.raises(PrometheusUnavailable) as err,
     ):
         client.query("up", 0)
+    # THEN one attempt, no back-off
     assert err.value.status_code == 503 and err.value.error_type == "timeout"
+    assert len(script.seen) == 1
+    assert sleeps == []
+
+
+def test_503_unavailable_is_retried_with_backoff_then_unavailable(
+    prom: tuple[str, Script], sleeps: list[float]
+) -> None:
+    url, script = prom
+    script.queue = [error(503, "unavailable", "too many concurrent queries")] * 4
+    with (
+        client_for(url, sleeps, retries=3, backoff=0.5, max_backoff=8) as client,
+        pytest.raises(PrometheusUnavailable) as err,
+    ):
+        client.query("up", 0)
+    assert err.value.status_code == 503
     assert len(script.seen) == 4
     assert sleeps == [0.5, 1.0, 2.0]
 
@@ -196,7 +218,7 @@ def test_429_then_success_honours_retry_after(prom: tuple[str, Script], sleeps: 
     assert sleeps == [3.0]
 
 
-def test_read_timeout_is_retried_then_unavailable(prom: tuple[str, Script], sleeps: list[float]) -> None:
+def test_read_timeout_is_not_retried(prom: tuple[str, Script], sleeps: list[float]) -> None:
     url, script = prom
     script.queue = [(*ok([])[:3], 1.0), (*ok([])[:3], 1.0)]
     with (
@@ -205,7 +227,21 @@ def test_read_timeout_is_retried_then_unavailable(prom: tuple[str, Script], slee
     ):
         client.query("up", 0)
     assert err.value.error_type == "timeout"
-    assert sleeps == [0.5]
+    assert len(script.seen) == 1 and sleeps == []
+
+
+def test_a_budget_bounds_the_call_and_is_sent_as_the_query_timeout(
+    prom: tuple[str, Script], sleeps: list[float]
+) -> None:
+    # GIVEN a server slower than the caller's remaining budget
+    url, script = prom
+    script.queue = [(*ok([], "matrix")[:3], 2.0)]
+    started = time.monotonic()
+    with client_for(url, sleeps, timeout=30) as client, pytest.raises(PrometheusUnavailable):
+        client.query_range("up", 0, 60, 15, budget=0.5)
+    # THEN the call ends at the budget, and the server was told to give up by then too
+    assert time.monotonic() - started < 1.5
+    assert float(script.seen[0].form["timeout"].rstrip("s")) <= 0.5
 
 
 def test_connection_refused_is_unavailable(sleeps: list[float]) -> None:
@@ -351,8 +387,9 @@ def test_sigv4_signs_exactly_what_reaches_the_server(
     monkeypatch.setattr(botocore.auth, "get_current_datetime", lambda: FROZEN)
     url, script = prom
     creds = Credentials(AKID, SECRET, token="session-token")
-    window = Window(end=AT.timestamp(), seconds=WINDOW, step=STEP)
-    long_expr = live_queries(window, 5.0)[-1].expr
+    long_expr = (
+        'max by (node, UUID) (max_over_time(DCGM_FI_DEV_GPU_UTIL{job="gpu-operator/dcgm"}[59999ms]))' * 40
+    )
     with PrometheusClient(url, auth=SigV4Auth(creds, "eu-west-1"), sleep=sleeps.append) as client:
         client.query(long_expr, 1440938160)
     # THEN recomputing the signature from the received method, path, headers and body gives the same value
@@ -384,59 +421,76 @@ def test_sigv4_signs_exactly_what_reaches_the_server(
 # ----------------------------------------------------------------------------------- live path
 
 
-def test_subquery_range_drops_the_left_end_and_range_points_align() -> None:
+def test_plan_queries_split_the_window_exactly_and_do_not_depend_on_the_fleet() -> None:
     window = Window(end=1793613600.0, seconds=1800, step=60)
-    assert subquery_range(window) == "[1799999ms:60s]"
-    assert range_points(window) == (1793611860.0, 1793613600.0)
-    # not aligned: the multiples of the step in (end − W, end]
-    assert range_points(Window(end=1793613630.5, seconds=1800, step=60)) == (1793611860.0, 1793613630.5)
-
-
-def test_query_count_is_a_constant() -> None:
-    small = live_queries(Window(0, 1800, 60), 5.0)
-    large = live_queries(Window(0, 3600, 15), 5.0, node_label="k8s_node", job="dcgm")
-    assert len(small) == len(large) == 20
-    assert sum(q.range for q in small) == 1
-    with pytest.raises(ConfigError):
-        live_queries(Window(0, 1800, 60), 5.0, node_label="bad-label")
+    tasks = plan_queries(window, split_seconds=900)
+    assert len(tasks) == 2 + 13 * 2
+    assert len(plan_queries(window, job="dcgm", split_seconds=900)) == len(tasks)
+    assert len(plan_queries(window, split_seconds=1800)) == 15
+    # every step point of (end − W, end] is asked exactly once per per-step query
+    util = [t for t in tasks if t.query.path == f"metrics/{GPU_UTIL}.json"]
+    points = sorted(p for t in util for p in range(int(t.span(60)[0]), int(t.span(60)[1]) + 1, 60))
+    assert points == [int(window.end) - 60 * k for k in range(29, -1, -1)]
+    # and the non-finite sub-windows tile the window
+    nonfinite = [t for t in tasks if t.query.kind == "nonfinite" and t.query.metric == GPU_UTIL]
+    assert sorted((t.end - t.seconds, t.end) for t in nonfinite) == [
+        (window.end - 1800, window.end - 900),
+        (window.end - 900, window.end),
+    ]
+    assert nonfinite[0].query.expr(60, 900) == "(sum_over_time(DCGM_FI_DEV_GPU_UTIL[899999ms]) * 0) != 0"
+    assert util[0].query.expr(60, 900) == "max_over_time(DCGM_FI_DEV_GPU_UTIL[59999ms])"
 
 
 NODE = "gpu-a"
+END = AT.timestamp()
 
 
 def _dev(g: int, **extra: str) -> dict[str, str]:
     return {"node": NODE, "gpu": str(g), "UUID": f"GPU-{g}", "instance": "10.1.0.1:9400", **extra}
 
 
-def _vector(rows: list[tuple[dict[str, str], str]]) -> Reply:
-    return ok([{"metric": labels, "value": [AT.timestamp(), v]} for labels, v in rows])
+def _matrix(rows: list[tuple[dict[str, str], list[tuple[float, str]]]]) -> Reply:
+    return ok(
+        [{"metric": labels, "values": [[t, v] for t, v in points]} for labels, points in rows], "matrix"
+    )
 
 
-def idle_answers(window: Window, policy: Policy) -> dict[str, Reply]:
-    """What a healthy Prometheus answers for one idle 4-GPU node."""
-    q = {x.key: x.expr for x in live_queries(window, policy.gpu_activity_max_pct)}
+def _steps(value: str, first: int = 0, last: int = 29) -> list[tuple[float, str]]:
+    return [(END - STEP * k, value) for k in range(last, first - 1, -1)]
+
+
+def _query(metric: str, kind: str) -> str:
+    q = next(x for x in observation_queries() if x.metric == metric and x.kind == kind)
+    return q.expr(STEP, WINDOW)
+
+
+def idle_answers() -> dict[str, Reply]:
+    """What a healthy Prometheus answers for one idle 4-GPU node (one sub-window: the whole window)."""
     devs = [_dev(g) for g in range(4)]
-    now = str(AT.timestamp() - 10)
-    return {
-        q["max:DCGM_FI_DEV_GPU_UTIL"]: _vector([(d, "0") for d in devs]),
-        q["max:DCGM_FI_DEV_FB_USED"]: _vector([(d, "300") for d in devs]),
-        q["max:DCGM_FI_DEV_FB_FREE"]: _vector([(d, "22700") for d in devs]),
-        q["max:DCGM_FI_DEV_POWER_USAGE"]: _vector([(d, "27") for d in devs]),
-        q["newest:DCGM_FI_DEV_GPU_UTIL"]: _vector([(d, now) for d in devs]),
-        q["coverage"]: _vector([(d, "30") for d in devs]),
-        q["fb_total"]: _vector([(d, "23000") for d in devs]),
-        q["liveness:energy"]: _vector([(d, "1.5e6") for d in devs]),
-        q["liveness:power"]: _vector([(d, "0.8") for d in devs]),
-        q["up"]: _vector([({"instance": "10.1.0.1:9400"}, "30")]),
-    }
+    values = {GPU_UTIL: "0", FB_USED: "300", FB_FREE: "22700", POWER: "27"}
+    answers = {_query(m, "step"): _matrix([(d, _steps(v)) for d in devs]) for m, v in values.items()}
+    answers[_query(ENERGY, "step")] = _matrix(
+        [(d, [(END - STEP * k, str(9.8e10 - k * 1e6)) for k in range(29, -1, -1)]) for d in devs]
+    )
+    answers[_query(UP, "step")] = _matrix([({"instance": "10.1.0.1:9400"}, _steps("1"))])
+    answers[_query(GPU_UTIL, "timestamp")] = _matrix([(d, [(END, str(END - 10))]) for d in devs])
+    return answers
 
 
-def run_plan(url: str, sleeps: list[float], answers: dict[str, Reply]) -> Any:
+def run_plan(url: str, sleeps: list[float], answers: dict[str, Reply], **kw: Any) -> Any:
     policy = Policy()
     window = Window.ending(AT, policy.idle_window, STEP)
     base = snapshot([gpu_node(NODE, ip="10.0.0.5")], [])
     with client_for(url, sleeps, retries=1) as client:
-        signals = collect_live(client, NodeJoiner(base.nodes, base.pods), window, policy, max_workers=1)
+        signals = collect_live(
+            client,
+            NodeJoiner(base.nodes, base.pods),
+            window,
+            policy,
+            max_workers=1,
+            split_seconds=WINDOW,
+            **kw,
+        )
     from dataclasses import replace
 
     return signals, plan(replace(base, signals=signals), policy)
@@ -444,34 +498,41 @@ def run_plan(url: str, sleeps: list[float], answers: dict[str, Reply]) -> Any:
 
 def test_healthy_answers_make_an_idle_node(prom: tuple[str, Script], sleeps: list[float]) -> None:
     url, script = prom
-    policy = Policy()
-    script.by_query = idle_answers(Window.ending(AT, policy.idle_window, STEP), policy)
+    script.by_query = idle_answers()
     signals, p = run_plan(url, sleeps, script.by_query)
     assert signals.problems == ()
     assert [(n.verdict, n.reasons) for n in p.nodes] == [("idle", ["idle_window_clean"])]
-    assert len(script.seen) == 20
+    assert len(script.seen) == 15
+    assert {s.path for s in script.seen} == {"/api/v1/query_range"}
 
 
 @pytest.mark.parametrize(
-    ("key", "labels", "value", "reason"),
+    ("path", "labels", "points", "reason"),
     [
-        ("nonfinite:DCGM_FI_DEV_GPU_UTIL", _dev(1), "2", f"non_finite:{GPU_UTIL}"),
-        ("nonfinite:DCGM_FI_DEV_POWER_USAGE", _dev(3), "1", f"non_finite:{POWER}"),
-        ("max:DCGM_FI_DEV_FB_USED", _dev(2), "+Inf", f"non_finite:{FB_USED}"),
-        ("max:DCGM_FI_DEV_GPU_UTIL", _dev(0), "NaN", f"non_finite:{GPU_UTIL}"),
+        (_query(GPU_UTIL, "nonfinite"), _dev(1), [(END, "NaN")], f"non_finite:{GPU_UTIL}"),
+        (_query(POWER, "nonfinite"), _dev(3), [(END, "NaN")], f"non_finite:{POWER}"),
+        (_query(FB_USED, "step"), _dev(2), _steps("+Inf", 3, 3), f"non_finite:{FB_USED}"),
+        (_query(GPU_UTIL, "step"), _dev(0), _steps("NaN", 7, 7), f"non_finite:{GPU_UTIL}"),
     ],
 )
 def test_non_finite_values_make_the_node_unknown(
-    prom: tuple[str, Script], sleeps: list[float], key: str, labels: dict[str, str], value: str, reason: str
+    prom: tuple[str, Script],
+    sleeps: list[float],
+    path: str,
+    labels: dict[str, str],
+    points: list[tuple[float, str]],
+    reason: str,
 ) -> None:
     url, script = prom
-    policy = Policy()
-    window = Window.ending(AT, policy.idle_window, STEP)
-    answers = idle_answers(window, policy)
-    expr = next(q.expr for q in live_queries(window, policy.gpu_activity_max_pct) if q.key == key)
-    rows = json.loads(answers[expr][2])["data"]["result"] if expr in answers else []
-    rows = [r for r in rows if r["metric"] != labels] + [{"metric": labels, "value": [AT.timestamp(), value]}]
-    answers[expr] = ok(rows)
+    answers = idle_answers()
+    rows = json.loads(answers[path][2])["data"]["result"] if path in answers else []
+    mine = next((r for r in rows if r["metric"] == labels), None)
+    if mine is None:
+        rows.append({"metric": labels, "values": [[t, v] for t, v in points]})
+    else:
+        at = {t for t, _ in points}
+        mine["values"] = sorted([p for p in mine["values"] if p[0] not in at] + [[t, v] for t, v in points])
+    answers[path] = ok(rows, "matrix")
     script.by_query = answers
     _, p = run_plan(url, sleeps, answers)
     assert p.nodes[0].verdict == "unknown"
@@ -479,38 +540,58 @@ def test_non_finite_values_make_the_node_unknown(
 
 
 @pytest.mark.parametrize(
-    ("reply", "metrics"),
+    "reply",
     [
-        (error(503, "timeout", "query timed out"), {GPU_UTIL}),
-        (error(422, "execution", "many-to-many matching not allowed"), {GPU_UTIL}),
-        (ok([], warnings=["partial response"]), {GPU_UTIL}),
-        (ok([], "matrix"), {GPU_UTIL}),
+        error(503, "timeout", "query timed out"),
+        error(422, "execution", "query processing would load too many samples into memory"),
+        ok([], "matrix", warnings=["partial response"]),
+        ok([], "vector"),
     ],
 )
 def test_one_unusable_answer_makes_its_metric_a_problem(
-    prom: tuple[str, Script], sleeps: list[float], reply: Reply, metrics: set[str]
+    prom: tuple[str, Script], sleeps: list[float], reply: Reply
 ) -> None:
     url, script = prom
-    policy = Policy()
-    window = Window.ending(AT, policy.idle_window, STEP)
-    answers = idle_answers(window, policy)
-    answers[next(q.expr for q in live_queries(window, 5.0) if q.key == "max:DCGM_FI_DEV_GPU_UTIL")] = reply
+    answers = idle_answers()
+    answers[_query(GPU_UTIL, "nonfinite")] = reply
     script.by_query = answers
     signals, p = run_plan(url, sleeps, answers)
-    assert set(signals.problems) == metrics
+    assert set(signals.problems) == {GPU_UTIL}
     assert p.nodes[0].verdict == "unknown"
     assert f"partial_response:{GPU_UTIL}" in p.nodes[0].reasons
+    # a timeout is not asked again
+    assert sum(s.form["query"] == _query(GPU_UTIL, "nonfinite") for s in script.seen) == 1
+
+
+def test_a_hanging_prometheus_ends_the_cycle_at_its_deadline(
+    prom: tuple[str, Script], sleeps: list[float]
+) -> None:
+    # GIVEN a Prometheus that takes 3 s per answer and a cycle deadline of 1 s
+    url, script = prom
+    script.by_query = {k: (*v[:3], 3.0) for k, v in idle_answers().items()}
+    started = time.monotonic()
+    # WHEN the live path collects THEN it stops at the deadline as "Prometheus unavailable"
+    with pytest.raises(PrometheusUnavailable, match="Prometheus unavailable"):
+        run_plan(url, sleeps, script.by_query, deadline_seconds=1.0)
+    assert time.monotonic() - started < 2.5
+    assert len(script.seen) == 1  # nothing started after the deadline
+
+
+def test_a_bad_node_label_is_a_config_error(prom: tuple[str, Script], sleeps: list[float]) -> None:
+    url, _ = prom
+    with client_for(url, sleeps) as client, pytest.raises(ConfigError, match="node_label"):
+        collect_live(client, NodeJoiner([], []), Window(END, WINDOW, STEP), Policy(), "bad-label")
 
 
 def test_workload_label_variants_of_one_device_merge(prom: tuple[str, Script], sleeps: list[float]) -> None:
     url, script = prom
-    policy = Policy()
-    window = Window.ending(AT, policy.idle_window, STEP)
-    answers = idle_answers(window, policy)
-    q = {x.key: x.expr for x in live_queries(window, policy.gpu_activity_max_pct)}
-    rows = [(_dev(g), "0") for g in range(1, 4)]
-    rows += [(_dev(0, namespace="ml", pod="a"), "3"), (_dev(0, namespace="ml", pod="b"), "4")]
-    answers[q["max:DCGM_FI_DEV_GPU_UTIL"]] = _vector(rows)
+    answers = idle_answers()
+    rows = [(_dev(g), _steps("0")) for g in range(1, 4)]
+    rows += [
+        (_dev(0, namespace="ml", pod="a"), _steps("3", 15, 29)),
+        (_dev(0, namespace="ml", pod="b"), _steps("4", 0, 14)),
+    ]
+    answers[_query(GPU_UTIL, "step")] = _matrix(rows)
     script.by_query = answers
     signals, p = run_plan(url, sleeps, answers)
     devs = {d.device: d for d in signals.devices[NODE]}

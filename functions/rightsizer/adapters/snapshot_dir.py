@@ -42,6 +42,7 @@ class _SnapshotFile(BaseModel):
     step_seconds: int = Field(gt=0)
     cluster: str
     region: str
+    metrics_format: int = Field(1, ge=1, le=2)
 
 
 def _read_json(path: Path, *, required: bool) -> Any:
@@ -109,24 +110,34 @@ def _parse_matrix(name: str, data: Any) -> MetricData:
     return MetricData(name, tuple(series))
 
 
-def _load_metrics(directory: Path) -> tuple[dict[str, MetricData], dict[str, MetricData]]:
-    metrics: dict[str, MetricData] = {}
-    timestamps: dict[str, MetricData] = {}
+#: Metrics file suffix (``metrics/<metric><suffix>.json``) → which dict of ``MetricFiles`` it fills.
+_SUFFIXES = {".timestamp": "timestamps", ".nonfinite": "nonfinite"}
+
+MetricFiles = dict[str, dict[str, MetricData]]
+"""``metrics`` / ``timestamps`` / ``nonfinite`` → metric name → its answer."""
+
+
+def _metric_target(stem: str) -> tuple[str, str]:
+    """(kind, metric name) of a metrics file stem (``DCGM_FI_DEV_GPU_UTIL.timestamp`` → timestamps)."""
+    for suffix, kind in _SUFFIXES.items():
+        if stem.endswith(suffix):
+            return kind, stem.removesuffix(suffix)
+    return "metrics", stem
+
+
+def _load_metrics(directory: Path) -> MetricFiles:
+    files: MetricFiles = {"metrics": {}, "timestamps": {}, "nonfinite": {}}
     if not directory.is_dir():
-        return metrics, timestamps
+        return files
     for path in sorted(directory.glob("*.json")):
-        stem = path.name.removesuffix(".json")
-        target = metrics
-        if stem.endswith(".timestamp"):
-            stem = stem.removesuffix(".timestamp")
-            target = timestamps
+        kind, stem = _metric_target(path.name.removesuffix(".json"))
         try:
             data = orjson.loads(path.read_bytes())
         except (OSError, orjson.JSONDecodeError):
-            target[stem] = MetricData(stem, problem="invalid_json")
+            files[kind][stem] = MetricData(stem, problem="invalid_json")
             continue
-        target[stem] = _parse_matrix(stem, data)
-    return metrics, timestamps
+        files[kind][stem] = _parse_matrix(stem, data)
+    return files
 
 
 def _node_selector_names(allocation: dict[str, Any]) -> set[str]:
@@ -340,14 +351,13 @@ def snapshot_from_documents(
     *,
     root: Path,
     node_label: str | None = None,
-    metrics: dict[str, MetricData] | None = None,
-    timestamps: dict[str, MetricData] | None = None,
+    metric_files: MetricFiles | None = None,
 ) -> ClusterSnapshot:
     """Decode the documents of a snapshot directory (relative path → parsed JSON) into a ``ClusterSnapshot``.
 
     The one decoder of both paths: ``load_snapshot`` (files on disk) and the live ``plan --config``
-    (documents in memory), so the two cannot drift. ``metrics``/``timestamps``, when given, replace the
-    decoding of ``metrics/*.json`` documents; ``node_label`` defaults to the one ``snapshot.json`` records.
+    (documents in memory), so the two cannot drift. ``metric_files``, when given, replaces the decoding
+    of ``metrics/*.json`` documents; ``node_label`` defaults to the one ``snapshot.json`` records.
 
     Raises:
         SnapshotError: a required document is missing, or a document does not match its schema (names the
@@ -375,14 +385,11 @@ def snapshot_from_documents(
         root / "instances.json",
         docs.get("instances.json"),
     )
-    if metrics is None or timestamps is None:
-        metrics, timestamps = {}, {}
+    if metric_files is None:
+        metric_files = {"metrics": {}, "timestamps": {}, "nonfinite": {}}
         for path in sorted(p for p in docs if p.startswith("metrics/") and p.endswith(".json")):
-            stem = path.removeprefix("metrics/").removesuffix(".json")
-            target = metrics
-            if stem.endswith(".timestamp"):
-                stem, target = stem.removesuffix(".timestamp"), timestamps
-            target[stem] = _parse_matrix(stem, docs[path])
+            kind, stem = _metric_target(path.removeprefix("metrics/").removesuffix(".json"))
+            metric_files[kind][stem] = _parse_matrix(stem, docs[path])
     recorded = docs["snapshot.json"].get("node_label") if isinstance(docs["snapshot.json"], dict) else None
     return ClusterSnapshot(
         meta=SnapshotMeta(
@@ -391,14 +398,16 @@ def snapshot_from_documents(
             step_seconds=meta.step_seconds,
             cluster=meta.cluster,
             region=meta.region,
+            metrics_format=meta.metrics_format,
         ),
         nodes=tuple(nodes),
         pods=tuple(pods),
         pdbs=tuple(pdbs),
         resource_claims=tuple(claims),
         inventory=inventory,
-        metrics=metrics,
-        timestamps=timestamps,
+        metrics=metric_files["metrics"],
+        timestamps=metric_files["timestamps"],
+        nonfinite=metric_files["nonfinite"],
         node_label=node_label or (str(recorded) if recorded else None),
     )
 
@@ -424,9 +433,8 @@ def load_snapshot(directory: str | Path, *, node_label: str | None = None) -> Cl
         raise SnapshotError("not a directory", source=str(root))
     docs = {name: _read_json(root / name, required=True) for name in REQUIRED_FILES}
     docs.update({name: _read_json(root / name, required=False) for name in OPTIONAL_FILES})
-    metrics, timestamps = _load_metrics(root / "metrics")
     snapshot = snapshot_from_documents(
-        docs, root=root, node_label=node_label, metrics=metrics, timestamps=timestamps
+        docs, root=root, node_label=node_label, metric_files=_load_metrics(root / "metrics")
     )
     # A loaded snapshot is long-lived and holds millions of sample tuples; freezing them keeps the cyclic
     # GC from rescanning them on every later allocation (plan time grew superlinearly without it).

@@ -8,6 +8,7 @@ DescribeAutoScalingGroups / DescribeAutoScalingInstances / DescribeNodegroup sha
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
@@ -374,12 +375,13 @@ class ResourceClaim:
 class Series:
     """One Prometheus series of a ``query_range`` matrix: labels and parallel time/value arrays.
 
-    ``times`` are Unix seconds; ``values`` floats (NaN and ±Inf kept as Prometheus sent them).
+    ``times`` are Unix seconds; ``values`` floats (NaN and ±Inf kept as Prometheus sent them). Either
+    tuples or compact ``array('d')`` (8 bytes a value; the live path parses into those).
     """
 
     labels: dict[str, str]
-    times: tuple[float, ...]
-    values: tuple[float, ...]
+    times: Sequence[float]
+    values: Sequence[float]
 
 
 @dataclass(frozen=True, slots=True)
@@ -457,6 +459,9 @@ class SnapshotMeta:
     step_seconds: int
     cluster: str
     region: str
+    metrics_format: int = 1
+    """1: a matrix point is the raw sample Prometheus' lookback shows at the step point (snapshots before
+    format 2); 2: a point is the maximum of every raw sample in (t − step, t] (``domain.usage``)."""
 
 
 @dataclass(frozen=True)
@@ -475,6 +480,8 @@ class ClusterSnapshot:
     inventory: Inventory = field(default_factory=Inventory)
     metrics: dict[str, MetricData] = field(default_factory=dict)
     timestamps: dict[str, MetricData] = field(default_factory=dict)
+    nonfinite: dict[str, MetricData] = field(default_factory=dict)
+    """Format 2: metric name → the series with a NaN/±Inf raw sample in the window."""
     node_label: str | None = None
     source: Literal["snapshot", "live"] = "snapshot"
     signals: Any = None

@@ -194,7 +194,13 @@ def plan(
         snapshot.signals
         if isinstance(snapshot.signals, CollectedSignals)
         else collect_signals(
-            snapshot.metrics, snapshot.timestamps, joiner, window, policy.gpu_activity_max_pct
+            snapshot.metrics,
+            snapshot.timestamps,
+            joiner,
+            window,
+            policy.gpu_activity_max_pct,
+            nonfinite=snapshot.nonfinite,
+            metrics_format=snapshot.meta.metrics_format,
         )
     )
     ambiguous: dict[str, set[str]] = {}

@@ -26,7 +26,12 @@ from typing import Any, Final
 
 from rightsizer.domain.errors import ConfigError, PermanentError
 from rightsizer.domain.model import Node
-from rightsizer.domain.usage import ENERGY, FB_FREE, FB_USED, GPU_UTIL, POWER, PROF_ACTIVE, UP
+from rightsizer.domain.usage import (
+    ACTIVITY_METRICS,
+    METRICS_FORMAT,
+    STEP_METRICS,
+    observation_queries,
+)
 from rightsizer.ports import JSON, AccessCheck, ClusterReader, MetricsRangeReader, NodeGroupInventory
 
 __all__ = [
@@ -45,10 +50,10 @@ __all__ = [
     "write_snapshot",
 ]
 
-#: Every range query of a snapshot, in file order (design §5 "metrics/<METRIC_NAME>.json").
-METRICS: Final = (GPU_UTIL, PROF_ACTIVE, FB_USED, FB_FREE, POWER, ENERGY, UP)
-#: Activity metrics whose raw sample times are recorded too (``timestamp(<metric>)``, sample age).
-TIMESTAMPED_METRICS: Final = (GPU_UTIL, PROF_ACTIVE)
+#: Every metric with a per-step matrix in a snapshot, in file order (design §5 "metrics/<METRIC_NAME>.json").
+METRICS: Final = STEP_METRICS
+#: Activity metrics whose newest raw sample time is recorded too (``<metric>.timestamp.json``, sample age).
+TIMESTAMPED_METRICS: Final = ACTIVITY_METRICS
 #: Env values a snapshot keeps: they say which GPUs a container sees, and carry no secrets.
 KEEP_ENV: Final = frozenset({"NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES"})
 REDACTED: Final = "<redacted>"
@@ -110,24 +115,15 @@ def _rfc3339(value: datetime) -> str:
     return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
-def _selector(job: str | None) -> str:
-    if not job:
-        return ""
-    escaped = job.replace("\\", "\\\\").replace('"', '\\"')
-    return f'{{job="{escaped}"}}'
+def metric_queries(
+    job: str | None = None, *, step_seconds: int = 60, window_seconds: int = 1800
+) -> dict[str, str]:
+    """Relative snapshot path → PromQL, for every metrics file of a format-2 snapshot (design §5).
 
-
-def metric_queries(job: str | None = None) -> dict[str, str]:
-    """Relative snapshot path → PromQL, for every metric and timestamp file (design §5).
-
-    With ``job`` every series selector gets ``{job="<job>"}``: a second exporter of the same GPUs (or
-    ``up`` of every other scrape target) would otherwise be read as more devices.
+    The queries are ``rightsizer.domain.usage.observation_queries`` (the live plan asks the same); with
+    ``job`` every series selector gets ``{job="<job>"}``.
     """
-    sel = _selector(job)
-    queries = {f"metrics/{name}.json": f"{name}{sel}" for name in METRICS}
-    for name in TIMESTAMPED_METRICS:
-        queries[f"metrics/{name}.timestamp.json"] = f"timestamp({name}{sel})"
-    return queries
+    return {q.path: q.expr(step_seconds, window_seconds) for q in observation_queries(job)}
 
 
 def kubectl_list(items: Iterable[JSON]) -> JSON:
@@ -186,7 +182,8 @@ def observe(
 
     Order: discovery (is ``resource.k8s.io`` served?), one ``SelfSubjectAccessReview`` per read
     permission, then the Kubernetes lists (⌈N/page⌉ calls each), the AWS inventory for the nodes'
-    instances, and 7 + 2 range queries over (at − W, at] at the configured step.
+    instances, and the 15 ``observation_queries`` (metrics format 2: per-step maxima of every raw sample,
+    newest sample times, non-finite samples) over (at − W, at] at the configured step.
 
     Returns:
         Documents ``snapshot.json``, ``nodes.json``, ``pods.json``, ``pdbs.json`` (kubectl ``List``),
@@ -219,6 +216,7 @@ def observe(
             "step_seconds": request.step_seconds,
             "cluster": request.cluster,
             "region": request.region,
+            "metrics_format": METRICS_FORMAT,
         },
         "nodes.json": kubectl_list(redact(n) for n in nodes),
         "pods.json": kubectl_list(redact(p) for p in cluster.list_pods()),
@@ -236,11 +234,11 @@ def observe(
         documents["instances.json"] = inventory.describe_instances(ids)
     if metrics is not None:
         end = float(int(request.at.timestamp()))
-        # Prometheus includes both ends of [start, end]; the window (at − W, at] excludes its left end.
-        start = end - request.window_seconds + request.step_seconds
-        for path, expr in metric_queries(request.job).items():
-            answer = metrics.query_range_raw(expr, start, end, float(request.step_seconds))
-            documents[path] = json.loads(answer) if isinstance(answer, bytes | bytearray) else answer
+        for query in observation_queries(request.job):
+            start, stop = query.span(end, request.window_seconds, request.step_seconds)
+            expr = query.expr(request.step_seconds, request.window_seconds)
+            answer = metrics.query_range_raw(expr, start, stop, float(request.step_seconds))
+            documents[query.path] = json.loads(answer) if isinstance(answer, bytes | bytearray) else answer
     return Observation(documents)
 
 

@@ -148,6 +148,8 @@ def _load(path: Path) -> Any:
 
 def _format_value(value: float) -> str:
     """A sample value as Prometheus writes it (Go ``FormatFloat(v, 'f', -1, 64)``: no exponent)."""
+    if not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("+Inf" if value > 0 else "-Inf")
     if math.isfinite(value) and value == int(value) and abs(value) < 2**53:
         return str(int(value))
     text = repr(value)
@@ -210,6 +212,20 @@ class _Series:
             return None
         return index, at
 
+    def samples_in(self, lo_ms: int, hi_ms: int) -> list[int]:
+        """Indices of the raw samples (point time − ``lag_ms``) in (lo_ms, hi_ms], oldest first."""
+        first = max(0, (lo_ms + self.lag_ms - self.origin_ms) // self.step_ms + 1)
+        last = (hi_ms + self.lag_ms - self.origin_ms) // self.step_ms
+        if not self.extendable:
+            last = min(last, len(self.values) - 1 - self.index_offset)
+        if self.stops_ms != math.inf:
+            last = min(last, int((self.stops_ms + self.lag_ms - self.origin_ms) // self.step_ms))
+        return list(range(first, last + 1))
+
+    def value(self, index: int) -> float:
+        """Point ``index``'s value."""
+        return self.base_value(index + self.index_offset) + self.value_offset
+
     def text(self, index: int) -> str:
         """Point ``index``'s value as a string (the snapshot's own text where it is unchanged)."""
         base = index + self.index_offset
@@ -221,16 +237,35 @@ class _Series:
 _SELECTOR = re.compile(r"^\s*([A-Za-z_:][A-Za-z0-9_:]*)\s*(?:\{(.*)\})?\s*$")
 _MATCHER = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_]*)\s*(=|!=)\s*"((?:[^"\\]|\\.)*)"\s*(?:,|$)')
 _TIMESTAMP = re.compile(r"^\s*timestamp\s*\((.*)\)\s*$")
+_MAX_OVER_TIME = re.compile(r"^\s*max_over_time\s*\((.*)\[(\d+)ms\]\s*\)\s*$")
+_NONFINITE = re.compile(r"^\s*\(\s*sum_over_time\s*\((.*)\[(\d+)ms\]\s*\)\s*\*\s*0\s*\)\s*!=\s*0\s*$")
 
 
-def _parse_query(expr: str) -> tuple[bool, str, list[tuple[str, bool, str]]]:
-    """(``timestamp()`` wrapped?, metric name, [(label, equal?, value)]) of a supported expression.
+@dataclass(frozen=True)
+class _Query:
+    """A parsed expression: ``kind`` (``plain``, ``timestamp``, ``max``, ``nonfinite``), the metric,
+    the label matchers and the range in ms of ``max_over_time`` / ``sum_over_time``."""
+
+    kind: str
+    name: str
+    matchers: list[tuple[str, bool, str]]
+    range_ms: int = 0
+
+
+def _parse_query(expr: str) -> _Query:
+    """The supported expression ``expr`` is (``domain.usage.MetricQuery`` and format-1 snapshots).
 
     Raises:
-        ValueError: anything but ``name``, ``name{l="v", l!="v"}`` or ``timestamp(<one of those>)``.
+        ValueError: anything but ``name``, ``name{l="v", l!="v"}``, ``timestamp(<sel>)``,
+            ``max_over_time(<sel>[<n>ms])`` or ``(sum_over_time(<sel>[<n>ms]) * 0) != 0``.
     """
-    stamped = _TIMESTAMP.match(expr)
-    inner = stamped.group(1) if stamped else expr
+    kind, inner, range_ms = "plain", expr, 0
+    for pattern, name in ((_TIMESTAMP, "timestamp"), (_MAX_OVER_TIME, "max"), (_NONFINITE, "nonfinite")):
+        found = pattern.match(expr)
+        if found is not None:
+            kind, inner = name, found.group(1)
+            range_ms = int(found.group(2)) if found.lastindex and found.lastindex > 1 else 0
+            break
     selector = _SELECTOR.match(inner)
     if selector is None:
         raise ValueError(f"unsupported expression {expr!r}: SnapshotMetrics answers plain selectors")
@@ -244,17 +279,20 @@ def _parse_query(expr: str) -> tuple[bool, str, list[tuple[str, bool, str]]]:
         value = re.sub(r"\\(.)", r"\1", found.group(3))
         matchers.append((found.group(1), found.group(2) == "=", value))
         pos = found.end()
-    return stamped is not None, selector.group(1), matchers
+    return _Query(kind, selector.group(1), matchers, range_ms)
 
 
 class SnapshotMetrics:
     """A ``MetricsRangeReader`` over a snapshot directory's ``metrics/*.json``, moved to the present.
 
-    Answers what :func:`rightsizer.services.snapshot.observe` asks (``metric_queries``): plain metric names,
-    ``timestamp(<metric>)`` and ``up``, each optionally with ``{label="value"}`` / ``{label!="value"}``
-    matchers (``job`` in practice). Evaluation follows Prometheus: at each step the newest sample at most
-    5 minutes old, nothing after a target went away (stale markers), ``__name__`` dropped by
-    ``timestamp()``. Anything else answers ``status: error`` (``bad_data``), as Prometheus would.
+    Answers what :func:`rightsizer.services.snapshot.observe` asks (``metric_queries``, format 2):
+    ``max_over_time(<sel>[<n>ms])``, ``(sum_over_time(<sel>[<n>ms]) * 0) != 0``, ``timestamp(<sel>)``, and
+    plain selectors, each optionally with ``{label="value"}`` / ``{label!="value"}`` matchers (``job`` in
+    practice). Each snapshot point is one raw sample, scraped ``lag`` before its point (from the
+    ``timestamp`` files). Evaluation follows Prometheus: a selector shows the newest point at most 5
+    minutes old, range functions see the raw samples in (t − n, t], nothing after a target went away
+    (stale markers), ``__name__`` dropped by functions. Anything else answers ``status: error``
+    (``bad_data``), as Prometheus would.
 
     Every sample is shifted by ``shift_seconds`` = ⌊(now − taken_at) / step⌋ × step, so the snapshot's
     last point lands in the last step before "now" and stays on the snapshot's step grid. Series that
@@ -289,7 +327,7 @@ class SnapshotMetrics:
         lags = self._lags(root / "metrics")
         self._series: list[_Series] = []
         for path in sorted((root / "metrics").glob("*.json")):
-            if path.name.endswith(".timestamp.json"):
+            if path.name.endswith((".timestamp.json", ".nonfinite.json")):
                 continue
             doc = _load(path)
             for item in doc.get("data", {}).get("result", []):
@@ -337,7 +375,7 @@ class SnapshotMetrics:
             ``{"status": "error", "errorType": "bad_data", "error"}`` for an expression it does not answer.
         """
         try:
-            stamped, name, matchers = _parse_query(expr)
+            query = _parse_query(expr)
         except ValueError as exc:
             return {"status": "error", "errorType": "bad_data", "error": str(exc)}
         if step <= 0 or end < start:
@@ -348,21 +386,17 @@ class SnapshotMetrics:
             chosen = [
                 s
                 for s in self._series
-                if s.metric == name and all((s.labels.get(k, "") == v) == eq for k, eq, v in matchers)
+                if s.metric == query.name
+                and all((s.labels.get(k, "") == v) == eq for k, eq, v in query.matchers)
             ]
         result: list[JSON] = []
         for series in chosen:
-            values: list[list[Any]] = []
-            for at in evals:
-                found = series.point_at(at)
-                if found is None:
-                    continue
-                index, point_ms = found
-                text = _format_value((point_ms - series.lag_ms) / 1000) if stamped else series.text(index)
-                values.append([_json_time(at), text])
+            values = [
+                [_json_time(at), text] for at in evals if (text := _evaluate(series, query, at)) is not None
+            ]
             if values:
                 labels = dict(series.labels)
-                if stamped:
+                if query.kind != "plain":
                     labels.pop("__name__", None)
                 result.append({"metric": labels, "values": values})
         result.sort(key=lambda item: sorted(item["metric"].items()))
@@ -458,6 +492,35 @@ class SnapshotMetrics:
                 )
             self._series.extend(added)
         return len(added)
+
+
+def _evaluate(series: _Series, query: _Query, at: int) -> str | None:
+    """``query``'s value for ``series`` at ``at`` (ms) as Prometheus would print it, or None (no point).
+
+    Raw samples sit ``lag_ms`` before their grid point; ``max_over_time`` keeps NaN only when every
+    sample is NaN (Prometheus 2.x), ``sum_over_time(…) * 0 != 0`` keeps only non-finite sums.
+    """
+    if query.kind in ("plain", "timestamp"):
+        found = series.point_at(at)
+        if found is None:
+            return None
+        index, point_ms = found
+        return (
+            _format_value((point_ms - series.lag_ms) / 1000)
+            if query.kind == "timestamp"
+            else series.text(index)
+        )
+    samples = [series.value(i) for i in series.samples_in(at - query.range_ms, at)]
+    if not samples:
+        return None
+    if query.kind == "max":
+        top = samples[0]
+        for v in samples:
+            if v > top or math.isnan(top):
+                top = v
+        return _format_value(top)
+    total = math.fsum(samples) if all(math.isfinite(v) for v in samples) else sum(samples)
+    return None if math.isfinite(total) else "NaN"
 
 
 def _uuid4(rng: random.Random) -> str:
