@@ -102,12 +102,17 @@ def dcgm_families() -> dict[str, list[tuple[dict[str, str], list[Sample]]]]:
             "instance": f"{node_ip(index)}:9400",
             "job": JOB,
         }
-        busy = util > 0
+        # The busy GPU works 40 s of every minute and is quiet the 20 s around the minute: the scrape
+        # just before every step point (at :52) is quiet, so reading one sample per step would call it
+        # idle (issue 11). Every sample counts: it must read busy on every path.
+        def busy(t: float, working: bool = util > 0) -> bool:
+            return working and 10 <= t % 60 < 50
+
         values = {
-            "DCGM_FI_DEV_GPU_UTIL": lambda _t, u=util: u,
-            "DCGM_FI_DEV_FB_USED": lambda _t, b=busy: 15000.0 if b else 300.0,
-            "DCGM_FI_DEV_FB_FREE": lambda _t, b=busy: 7000.0 if b else 21700.0,
-            "DCGM_FI_DEV_POWER_USAGE": lambda _t, b=busy: 180.0 if b else 27.0,
+            "DCGM_FI_DEV_GPU_UTIL": lambda t, u=util, b=busy: u if b(t) else 0.0,
+            "DCGM_FI_DEV_FB_USED": lambda t, b=busy: 15000.0 if b(t) else 300.0,
+            "DCGM_FI_DEV_FB_FREE": lambda t, b=busy: 7000.0 if b(t) else 21700.0,
+            "DCGM_FI_DEV_POWER_USAGE": lambda t, b=busy: 180.0 if b(t) else 27.0,
             "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": lambda t: 9.8e10 + (t - RAW_TIMES[0]) * 27_000.0,
         }
         for metric, value in values.items():
@@ -197,7 +202,9 @@ def test_snapshot_then_plan_reproduces_the_live_plan(
     assert {r["node_group"] for r in rows.values()} == {"gpu-a10g"}
     assert rows["gpu-idle-2"]["verdict"] == "idle", rows["gpu-idle-2"]
     assert rows["gpu-busy"]["gpu_activity_max_pct"] == 85.0
+    assert rows["gpu-busy"]["fb_used_max_mib"] == 15000.0
     assert rows["gpu-busy"]["verdict"] != "idle"
+    assert rows["gpu-busy"]["coverage"] == 1.0
     assert any(a["kind"] == "scale_in" and a["node"] == "gpu-idle-2" for a in live_doc["actions"])
 
     # AND the directory is the design §5 layout
@@ -220,6 +227,7 @@ def test_snapshot_then_plan_reproduces_the_live_plan(
         "step_seconds": STEP,
         "cluster": gpu_cluster.cluster,
         "region": "us-east-1",
+        "metrics_format": 2,
     }
     nodes = json.loads((out / "nodes.json").read_text())
     assert (nodes["kind"], nodes["apiVersion"]) == ("List", "v1")
@@ -390,18 +398,23 @@ class _NoMetrics:
     """A metrics port that answers every query with an empty matrix."""
 
     def query_range_raw(self, expr: str, start: float, end: float, step: float) -> dict[str, Any]:
-        assert expr.split("{")[0].removeprefix("timestamp(").rstrip(")") in METRICS
+        assert expr in metric_queries(step_seconds=int(step), window_seconds=WINDOW).values()
         return {"status": "success", "data": {"resultType": "matrix", "result": []}}
 
 
 def test_metric_queries_filter_by_job_and_cover_the_contract() -> None:
-    queries = metric_queries('gpu "ops"')
-    assert queries["metrics/up.json"] == 'up{job="gpu \\"ops\\""}'
+    queries = metric_queries('gpu "ops"', step_seconds=60, window_seconds=1800)
+    assert queries["metrics/up.json"] == 'max_over_time(up{job="gpu \\"ops\\""}[59999ms])'
     assert (
         queries["metrics/DCGM_FI_DEV_GPU_UTIL.timestamp.json"]
         == 'timestamp(DCGM_FI_DEV_GPU_UTIL{job="gpu \\"ops\\""})'
     )
+    assert (
+        queries["metrics/DCGM_FI_DEV_POWER_USAGE.nonfinite.json"]
+        == '(sum_over_time(DCGM_FI_DEV_POWER_USAGE{job="gpu \\"ops\\""}[1799999ms]) * 0) != 0'
+    )
     assert set(metric_queries()) == {f"metrics/{m}.json" for m in METRICS} | {
         "metrics/DCGM_FI_DEV_GPU_UTIL.timestamp.json",
         "metrics/DCGM_FI_PROF_GR_ENGINE_ACTIVE.timestamp.json",
+        *(f"metrics/{m}.nonfinite.json" for m in METRICS if m != "up"),
     }
