@@ -209,14 +209,33 @@ def test_metrics_are_moved_to_the_present_on_the_snapshot_grid(env: DemoEnvironm
         assert "__name__" not in series["metric"]
         for at, raw in series["values"]:
             assert 0 < at - float(raw) < STEP + 15  # the newest raw scrape behind each step
-    # Every query observe() issues is answered, with and without a job filter.
+    # Every query observe() issues is answered, with and without a job filter (non-finite answers hold
+    # only the series with a NaN/±Inf sample: none in the demo snapshot).
     for job in (None, "nvidia-dcgm-exporter"):
-        for expr in metric_queries(job).values():
-            assert metrics.query_range_raw(expr, start, end, STEP)["data"]["result"], expr
+        for path, expr in metric_queries(job, step_seconds=STEP, window_seconds=end - start + STEP).items():
+            answer = metrics.query_range_raw(expr, start, end, STEP)
+            assert answer["status"] == "success", expr
+            assert bool(answer["data"]["result"]) != path.endswith(".nonfinite.json"), expr
+    # On the snapshot's step grid, a per-step maximum sees the one raw scrape of each step: the
+    # snapshot's own values.
+    end = metrics.taken_at.timestamp()
+    start = end - 1800 + STEP
+    stepped = metrics.query_range_raw(f"max_over_time({GPU_UTIL}[{STEP * 1000 - 1}ms])", start, end, STEP)
+    plain = {
+        tuple(sorted((k, v) for k, v in s["metric"].items() if k != "__name__")): s["values"]
+        for s in answer_of(metrics, GPU_UTIL, start, end)
+    }
+    for series in stepped["data"]["result"]:
+        assert series["values"] == plain[tuple(sorted(series["metric"].items()))]
     assert metrics.query_range_raw(f'{GPU_UTIL}{{job="other"}}', start, end, STEP)["data"]["result"] == []
     refused = metrics.query_range_raw(f"rate({ENERGY}[5m])", start, end, STEP)
     assert refused["status"] == "error"
     assert refused["errorType"] == "bad_data"
+
+
+def answer_of(metrics: SnapshotMetrics, expr: str, start: float, end: float) -> list[dict[str, Any]]:
+    result: list[dict[str, Any]] = metrics.query_range_raw(expr, start, end, STEP)["data"]["result"]
+    return result
 
 
 def test_series_continue_past_the_snapshot_with_growing_energy() -> None:

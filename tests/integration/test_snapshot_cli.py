@@ -102,6 +102,7 @@ def dcgm_families() -> dict[str, list[tuple[dict[str, str], list[Sample]]]]:
             "instance": f"{node_ip(index)}:9400",
             "job": JOB,
         }
+
         # The busy GPU works 40 s of every minute and is quiet the 20 s around the minute: the scrape
         # just before every step point (at :52) is quiet, so reading one sample per step would call it
         # idle (issue 11). Every sample counts: it must read busy on every path.
