@@ -1,56 +1,15 @@
-"""infra/: the alert rules under promtool, the Alertmanager receiver under amtool, RBAC and CRD shapes."""
+"""infra/: RBAC verbs, the dashboard's and the KEDA example's PromQL (the cluster package as a whole:
+``test_cluster_package.py``, the alert route: ``test_alert_route.py``, KEDA scaling: ``test_keda.py``)."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.support.binaries import require_binary
-
 INFRA = Path(__file__).resolve().parents[2] / "infra"
 pytestmark = pytest.mark.integration
-
-
-def run(*args: str, cwd: Path) -> str:
-    proc = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=60, check=False)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return proc.stdout + proc.stderr
-
-
-def test_alert_rules_pass_promtool_unit_tests() -> None:
-    promtool = require_binary("promtool")
-    out = run(promtool, "test", "rules", "gpu-idle-rules.test.yaml", cwd=INFRA / "prometheus")
-    assert "SUCCESS" in out
-
-
-def test_prometheusrule_carries_the_same_groups_and_checks(tmp_path: Path) -> None:
-    promtool = require_binary("promtool")
-    plain = yaml.safe_load((INFRA / "prometheus" / "gpu-idle-rules.yaml").read_text())
-    crd = yaml.safe_load((INFRA / "prometheus" / "prometheusrule.yaml").read_text())
-    assert crd["kind"] == "PrometheusRule" and crd["apiVersion"] == "monitoring.coreos.com/v1"
-    assert crd["spec"] == plain
-    extracted = tmp_path / "rules.yaml"
-    extracted.write_text(yaml.safe_dump(crd["spec"]))
-    assert "SUCCESS: 3 rules found" in run(promtool, "check", "rules", str(extracted), cwd=tmp_path)
-
-
-def test_alert_for_matches_default_idle_window_and_carries_node() -> None:
-    rules = yaml.safe_load((INFRA / "prometheus" / "gpu-idle-rules.yaml").read_text())
-    [alert] = [r for g in rules["groups"] for r in g["rules"] if "alert" in r]
-    assert alert["for"] == "30m"
-    assert "node" in alert["annotations"]["summary"]
-
-
-def test_alertmanager_receiver_checks_with_amtool() -> None:
-    amtool = require_binary("amtool")
-    assert "SUCCESS" in run(amtool, "check-config", "receiver.yaml", cwd=INFRA / "alertmanager")
-    cfg = yaml.safe_load((INFRA / "alertmanager" / "receiver.yaml").read_text())
-    hook = cfg["receivers"][1]["webhook_configs"][0]
-    assert hook["send_resolved"] is True
-    assert hook["http_config"]["authorization"]["type"] == "Bearer"
 
 
 def test_rbac_grants_exactly_the_documented_verbs() -> None:
@@ -106,7 +65,7 @@ def test_dashboard_and_keda_promql_evaluate_on_prometheus(prometheus_factory: ob
     server = prometheus_factory({"DCGM_FI_DEV_GPU_UTIL": sample, "DCGM_FI_DEV_FB_USED": sample})  # type: ignore[operator]
     panels = _dashboard()["panels"]
     exprs = [t["expr"] for p in panels for t in p["targets"] if "expr" in t]  # type: ignore[attr-defined]
-    keda = yaml.safe_load((INFRA / "keda" / "scaledobject-gpu-inference.yaml").read_text())
+    keda = yaml.safe_load((INFRA / "k8s" / "components" / "keda-example" / "scaledobject.yaml").read_text())
     exprs += [t["metadata"]["query"] for t in keda["spec"]["triggers"]]
     assert len(exprs) >= 10
     assert [e for e in exprs if not _valid_promql(server.url, e)] == []
@@ -121,6 +80,6 @@ def test_dashboard_cloudwatch_panels_use_metrics_the_functions_emit() -> None:
 
 
 def keda_min_replicas() -> int:
-    keda = yaml.safe_load((INFRA / "keda" / "scaledobject-gpu-inference.yaml").read_text())
+    keda = yaml.safe_load((INFRA / "k8s" / "components" / "keda-example" / "scaledobject.yaml").read_text())
     assert keda["apiVersion"] == "keda.sh/v1alpha1" and keda["kind"] == "ScaledObject"
     return int(keda["spec"]["minReplicaCount"])

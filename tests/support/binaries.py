@@ -12,6 +12,8 @@ import shutil
 import pytest
 
 ALIASES = {"alertmanager": ("prometheus-alertmanager", "alertmanager")}
+#: Where each binary comes from (Debian packages; ``.ci/run`` installs them).
+PACKAGES = {"kubectl": "kubernetes-client"}
 
 
 def require_binary(name: str) -> str:
@@ -20,7 +22,8 @@ def require_binary(name: str) -> str:
         path = shutil.which(candidate)
         if path:
             return path
-    message = f"{name} not found on PATH (Debian: apt-get install prometheus prometheus-alertmanager)"
+    package = PACKAGES.get(name, "prometheus prometheus-alertmanager")
+    message = f"{name} not found on PATH (Debian: apt-get install {package})"
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(message)
     pytest.skip(message)

@@ -48,6 +48,7 @@ from rightsizer.testing.moto_eks import (
 )
 from rightsizer.testing.periodic import Periodic
 from tests.builders import gpu_node, pod
+from tests.support.cluster_package import plain_files, rules_with_window
 
 ROOT = Path(__file__).resolve().parents[2]
 POLICY_FILE = ROOT / "tests" / "e2e" / "policy.yaml"
@@ -585,23 +586,18 @@ def start_process(name: str, argv: Sequence[str], port: int, log: Path) -> Proce
 
 
 def render_rules(path: Path, idle_window: str) -> Path:
-    """The checked-in rules (``infra/prometheus/gpu-idle-rules.yaml``) with the alert's ``for`` set to
-    the test policy's ``idle_window``, exactly as the production rule's ``for`` equals the default 30 m
-    window; expressions and labels unchanged."""
-    rules = yaml.safe_load((ROOT / "infra" / "prometheus" / "gpu-idle-rules.yaml").read_text())
-    [alert] = [r for g in rules["groups"] for r in g["rules"] if r.get("alert") == "GPUNodeIdle"]
-    assert alert["for"] == "30m", "the checked-in rule changed: re-read this helper"
-    alert["for"] = idle_window
-    alert["annotations"]["summary"] = alert["annotations"]["summary"].replace("30m", idle_window)
-    path.write_text(yaml.safe_dump(rules, sort_keys=False), encoding="utf-8")
+    """The rules file users install — ``gpu-idle-rules.yaml`` from the ConfigMap ``kubectl kustomize
+    infra/overlays/plain-prometheus`` renders — with the alert's ``for`` set to ``idle_window`` (shipped:
+    the default 30 m window); expressions and labels unchanged."""
+    path.write_text(rules_with_window(plain_files()["gpu-idle-rules.yaml"], idle_window), encoding="utf-8")
     return path
 
 
 def render_alertmanager(path: Path, webhook_url: str, token_file: Path) -> Path:
-    """The checked-in route and receiver (``infra/alertmanager/receiver.yaml``) pointing at ``webhook_url``
-    with the bearer token from ``token_file``, and notifications without delay (``group_wait: 0s``,
-    ``group_interval: 1s``); grouping, ``send_resolved`` and the receiver shape unchanged."""
-    config = yaml.safe_load((ROOT / "infra" / "alertmanager" / "receiver.yaml").read_text())
+    """The route and receiver users install (``alertmanager-route.yaml`` from the same overlay) pointing at
+    ``webhook_url`` with the bearer token from ``token_file``, and notifications without delay
+    (``group_wait: 0s``, ``group_interval: 1s``); grouping, ``send_resolved`` and the receiver unchanged."""
+    config = yaml.safe_load(plain_files()["alertmanager-route.yaml"])
     [route] = config["route"]["routes"]
     route.update({"group_wait": "0s", "group_interval": "1s", "repeat_interval": "1h"})
     [hook] = next(r for r in config["receivers"] if r["name"] == route["receiver"])["webhook_configs"]
