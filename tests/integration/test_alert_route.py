@@ -15,10 +15,7 @@ from __future__ import annotations
 
 import json
 import subprocess
-import threading
 import time
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -29,18 +26,14 @@ import yaml
 from tests.support.binaries import require_binary
 from tests.support.cluster_package import KUBE_PROMETHEUS_STACK, alert_rule, find, kustomize, plain_files
 from tests.support.e2e_cluster import start_alertmanager
-from tests.support.operator_route import STRATEGIES, generate
+from tests.support.operator_route import STRATEGIES, generate, kube_prometheus_stack_config
+from tests.support.webhook_sink import WebhookSink
 
 pytestmark = pytest.mark.integration
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "kube-prometheus-stack"
 RECEIVER = "monitoring/gpu-rightsizer/gpu-rightsizer"
 TOKEN = "route-test-token-8d1e"
-
-
-def kps_base() -> dict[str, Any]:
-    loaded: dict[str, Any] = yaml.safe_load((FIXTURES / "alertmanager.yaml").read_text())
-    return loaded
 
 
 def rendered() -> tuple[dict[str, Any], dict[str, str]]:
@@ -150,7 +143,9 @@ def test_generated_route_sends_the_alert_to_the_webhook(
 ) -> None:
     amtool = require_binary("amtool")
     amc, labels = rendered()
-    config = generate(kps_base(), [amc], secrets(), strategy=strategy, alertmanager_namespace=am_namespace)
+    config = kube_prometheus_stack_config(
+        [amc], secrets(), strategy=strategy, alertmanager_namespace=am_namespace
+    )
     path = tmp_path / "alertmanager.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     assert "SUCCESS" in run(amtool, "check-config", str(path))
@@ -167,80 +162,47 @@ def test_generated_route_sends_the_alert_to_the_webhook(
 # --- a real Alertmanager delivers, InfoInhibitor or not -------------------------------------------------
 
 
-class Webhook:
-    """A local webhook receiver recording (Authorization header, payload) of every POST."""
-
-    def __init__(self) -> None:
-        self.received: list[tuple[str, dict[str, Any]]] = []
-        hook = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                hook.received.append((self.headers.get("Authorization", ""), json.loads(body)))
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/"
-        self.thread = threading.Thread(
-            target=self.server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True
-        )
-
-    def nodes(self) -> set[str]:
-        return {a["labels"].get("node", "") for _, p in self.received for a in p["alerts"]}
-
-
-@pytest.fixture
-def webhook() -> Iterator[Webhook]:
-    hook = Webhook()
-    hook.thread.start()
-    yield hook
-    hook.server.shutdown()
-    hook.server.server_close()
-
-
 @pytest.mark.slow
-def test_real_alertmanager_delivers_while_info_inhibitor_fires(webhook: Webhook, tmp_path: Path) -> None:
+def test_real_alertmanager_delivers_while_info_inhibitor_fires(
+    tmp_path: Path,
+) -> None:
     binary = require_binary("alertmanager")
-    amc, labels = rendered()
-    config = generate(kps_base(), [amc], secrets(webhook.url))
-    # the generated route waits 30 s before the first notification; nothing else changes
-    config["route"]["routes"][0].update({"group_wait": "0s", "group_interval": "1s"})
-    path = tmp_path / "alertmanager.yaml"
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    alertmanager = start_alertmanager(binary, tmp_path / "am", path)
-    try:
-        info_labels = {**labels, "severity": "info", "node": "ip-10-0-9-9.ec2.internal"}
-        inhibitor = {"alertname": "InfoInhibitor", "namespace": "monitoring", "severity": "none"}
-        api = f"{alertmanager.url}/api/v2/alerts"
-        # InfoInhibitor fires first (as in a cluster, where it is always firing in a namespace with info alerts)
-        httpx.post(api, json=[{"labels": inhibitor}], timeout=10).raise_for_status()
-        deadline = time.monotonic() + 30
-        while not httpx.get(api, timeout=10).json() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        time.sleep(1)  # the inhibitor's cache subscribes to the alert store asynchronously
-        httpx.post(api, json=[{"labels": labels}, {"labels": info_labels}], timeout=10).raise_for_status()
-        while labels["node"] not in webhook.nodes() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        states = {
-            a["labels"].get("node", a["labels"]["alertname"]): a["status"]["state"]
-            for a in httpx.get(api, timeout=10).json()
-        }
-        assert states == {
-            "InfoInhibitor": "suppressed",  # the chart's last inhibit rule silences InfoInhibitor itself
-            labels["node"]: "active",
-            info_labels["node"]: "suppressed",  # the control: a severity=info GPUNodeIdle is inhibited
-        }, alertmanager.log_tail()
-        assert webhook.nodes() == {labels["node"]}, alertmanager.log_tail()
-        authorization, payload = webhook.received[0]
-        assert authorization == f"Bearer {TOKEN}"
-        assert payload["receiver"] == RECEIVER and payload["status"] == "firing"
-    finally:
-        alertmanager.stop()
+    with WebhookSink() as webhook_sink:
+        amc, labels = rendered()
+        config = kube_prometheus_stack_config([amc], secrets(webhook_sink.url))
+        # the generated route waits 30 s before the first notification; nothing else changes
+        config["route"]["routes"][0].update({"group_wait": "0s", "group_interval": "1s"})
+        path = tmp_path / "alertmanager.yaml"
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        alertmanager = start_alertmanager(binary, tmp_path / "am", path)
+        try:
+            info_labels = {**labels, "severity": "info", "node": "ip-10-0-9-9.ec2.internal"}
+            inhibitor = {"alertname": "InfoInhibitor", "namespace": "monitoring", "severity": "none"}
+            api = f"{alertmanager.url}/api/v2/alerts"
+            # InfoInhibitor fires first (as in a cluster, where it is always firing in a namespace with info alerts)
+            httpx.post(api, json=[{"labels": inhibitor}], timeout=10).raise_for_status()
+            deadline = time.monotonic() + 30
+            while not httpx.get(api, timeout=10).json() and time.monotonic() < deadline:
+                time.sleep(0.2)
+            time.sleep(1)  # the inhibitor's cache subscribes to the alert store asynchronously
+            httpx.post(api, json=[{"labels": labels}, {"labels": info_labels}], timeout=10).raise_for_status()
+            while labels["node"] not in webhook_sink.nodes() and time.monotonic() < deadline:
+                time.sleep(0.2)
+            states = {
+                a["labels"].get("node", a["labels"]["alertname"]): a["status"]["state"]
+                for a in httpx.get(api, timeout=10).json()
+            }
+            assert states == {
+                "InfoInhibitor": "suppressed",  # the chart's last inhibit rule silences InfoInhibitor itself
+                labels["node"]: "active",
+                info_labels["node"]: "suppressed",  # the control: a severity=info GPUNodeIdle is inhibited
+            }, alertmanager.log_tail()
+            assert webhook_sink.nodes() == {labels["node"]}, alertmanager.log_tail()
+            authorization, payload = webhook_sink.received[0]
+            assert authorization == f"Bearer {TOKEN}"
+            assert payload["receiver"] == RECEIVER and payload["status"] == "firing"
+        finally:
+            alertmanager.stop()
 
 
 def test_the_rule_does_not_make_info_inhibitor_fire(tmp_path: Path) -> None:

@@ -24,7 +24,10 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 #: (namespace, secret name, key) -> value: the Secrets the operator would read.
 Secrets = Mapping[tuple[str, str, str], str]
@@ -149,3 +152,21 @@ def generate(
     out["route"]["routes"] = sub_routes + list(out["route"].get("routes") or [])
     out["receivers"] = list(out.get("receivers") or []) + receivers
     return out
+
+
+#: kube-prometheus-stack's default Alertmanager configuration (chart values ``alertmanager.config``).
+KUBE_PROMETHEUS_STACK_BASE = (
+    Path(__file__).resolve().parents[1] / "fixtures" / "kube-prometheus-stack" / "alertmanager.yaml"
+)
+
+
+def kube_prometheus_stack_config(
+    configs: Sequence[Mapping[str, Any]],
+    secrets: Secrets,
+    *,
+    strategy: str = "OnNamespace",
+    alertmanager_namespace: str = "monitoring",
+) -> dict[str, Any]:
+    """:func:`generate` over kube-prometheus-stack's default configuration (what a fresh install runs)."""
+    base = yaml.safe_load(KUBE_PROMETHEUS_STACK_BASE.read_text(encoding="utf-8"))
+    return generate(base, configs, secrets, strategy=strategy, alertmanager_namespace=alertmanager_namespace)
