@@ -360,6 +360,9 @@ class DrainRequestModel(BaseModel):
     trigger: str = "schedule"
     hourly_savings_usd: float | None = None
     offhours: bool = False
+    target_type: str | None = Field(
+        None, min_length=1, description="Set for a resize of a standalone instance (issue 17)."
+    )
 
 
 class StartTask(BaseModel):
@@ -428,10 +431,16 @@ def run_drain_task(workflow: DrainWorkflow, task: StartTask | StepTask | Rollbac
             subclass the adapter raised; the record is unchanged, so the retry runs the same step.
     """
     from rightsizer.services.drain import FINAL_STATUSES, DrainRequest, StepResult
+    from rightsizer.services.resize import ResizeRequest
 
     try:
         if isinstance(task, StartTask):
-            record = workflow.start(DrainRequest(**task.request.model_dump()))
+            fields = task.request.model_dump()
+            target = fields.pop("target_type")
+            request = (
+                DrainRequest(**fields) if target is None else ResizeRequest(**fields, target_type=target)
+            )
+            record = workflow.start(request)
             running = record.status not in FINAL_STATUSES
             nxt = record.step if running else None
             return _output(StepResult(record.execution_id, "start", nxt, record.status, 0.0, "started"))

@@ -196,6 +196,42 @@ class NodeScaler(Protocol):
         ...
 
 
+class InstanceFacts(NamedTuple):
+    """What EC2 DescribeInstances says about one instance: ``state`` (``running``, ``stopped`` ...),
+    ``instance_type``, ``tags`` and ``lifecycle`` (``InstanceLifecycle``: ``spot``, ``capacity-block``, ``""``)."""
+
+    state: str
+    instance_type: str
+    tags: dict[str, str]
+    lifecycle: str
+
+
+class InstanceTypeChanger(Protocol):
+    """Step-sized EC2 calls of a standalone instance's type change (issue 17); none of them waits."""
+
+    def describe(self, instance_id: str) -> InstanceFacts:
+        """The instance's state, type and tags (DescribeInstances); StalePlan when it is gone."""
+        ...
+
+    def preflight(self, instance_id: str, target_type: str, *, allow_instance_store_loss: bool) -> None:
+        """Refuse (``ActionRefusedError`` naming every failed check) an incompatible change before anything
+        is touched: Auto Scaling membership, EBS root, spot, instance-store loss, architecture, GPUs and
+        their vendor (driver family), ENA, NVMe, EFA (DescribeAutoScalingInstances, DescribeInstanceTypes)."""
+        ...
+
+    def stop(self, instance_id: str) -> None:
+        """StopInstances (a stopping or stopped instance is left as it is)."""
+        ...
+
+    def set_type(self, instance_id: str, instance_type: str) -> None:
+        """ModifyInstanceAttribute ``InstanceType`` (only that attribute) of a stopped instance."""
+        ...
+
+    def start(self, instance_id: str) -> None:
+        """StartInstances; ``InsufficientInstanceCapacity`` and friends surface as the taxonomy's errors."""
+        ...
+
+
 class Assessor(Protocol):
     """A fresh decision about one node, from live data (used by validate and revalidate)."""
 

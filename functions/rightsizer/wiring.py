@@ -24,6 +24,7 @@ from rightsizer.domain.policy import Policy
 from rightsizer.ports import (
     ClusterReader,
     ClusterWriter,
+    InstanceTypeChanger,
     NodeGroupInventory,
     NodeGroupSizer,
     NodeScaler,
@@ -381,7 +382,8 @@ def build_act_deps(config: Config, *, dry_run: bool, page_size: int = 500) -> Ac
     Raises:
         ConfigError: no ``cluster.name`` (the node scaler needs the EKS cluster), no ``aws.table``.
     """
-    from rightsizer.services.drain import DrainDeps, DrainWorkflow
+    from rightsizer.services.drain import DrainDeps
+    from rightsizer.services.resize import ResizeWorkflow
 
     if not config.cluster.name:
         raise ConfigError("acting needs the EKS cluster name", field="cluster.name")
@@ -395,7 +397,7 @@ def build_act_deps(config: Config, *, dry_run: bool, page_size: int = 500) -> Ac
     effective_dry_run = dry_run or policy.dry_run
     scaler = build_node_scaler(config)
     state = build_state(config)
-    workflow = DrainWorkflow(
+    workflow = ResizeWorkflow(
         DrainDeps(
             cluster=writer,
             scaler=scaler,
@@ -403,9 +405,17 @@ def build_act_deps(config: Config, *, dry_run: bool, page_size: int = 500) -> Ac
             state=state,
             policy=policy,
             dry_run=effective_dry_run,
-        )
+        ),
+        build_instance_type_changer(config),
     )
     return ActDeps(config, policy, observers, writer, scaler, state, workflow, effective_dry_run)
+
+
+def build_instance_type_changer(config: Config) -> InstanceTypeChanger:
+    """The EC2 calls of a standalone instance's type change (``rightsizer.adapters.aws.Ec2Resizer``)."""
+    from rightsizer.adapters.aws import Ec2Resizer
+
+    return Ec2Resizer(_aws_client(config, "ec2"), _aws_client(config, "autoscaling"))
 
 
 def build_node_scaler(config: Config) -> NodeScaler:

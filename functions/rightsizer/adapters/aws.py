@@ -47,6 +47,7 @@ from rightsizer.domain.errors import (
     StalePlan,
     TransientError,
 )
+from rightsizer.ports import InstanceFacts
 
 if TYPE_CHECKING:
     from mypy_boto3_autoscaling.client import AutoScalingClient
@@ -901,6 +902,44 @@ class Ec2Resizer:
 
     def _state(self, instance_id: str) -> str:
         return str(self._describe(instance_id)["State"]["Name"])
+
+    # Step-sized calls (``rightsizer.ports.InstanceTypeChanger``): the resize workflow waits between them
+    # in the state machine, never in Lambda.
+
+    def describe(self, instance_id: str) -> InstanceFacts:
+        """State, type, tags and lifecycle of the instance (DescribeInstances); StalePlan when gone."""
+        instance = self._describe(instance_id)
+        return InstanceFacts(
+            state=str(instance["State"]["Name"]),
+            instance_type=str(instance["InstanceType"]),
+            tags={str(t["Key"]): str(t.get("Value", "")) for t in instance.get("Tags", [])},
+            lifecycle=str(instance.get("InstanceLifecycle", "")),
+        )
+
+    def preflight(self, instance_id: str, target_type: str, *, allow_instance_store_loss: bool) -> None:
+        """The compatibility checks of :meth:`resize`, alone; raises ``ActionRefusedError``."""
+        self._preflight(self._describe(instance_id), target_type, allow_instance_store_loss)
+
+    def stop(self, instance_id: str) -> None:
+        """StopInstances, unless the instance is already stopping or stopped."""
+        if self.describe(instance_id).state in ("stopping", "stopped"):
+            return
+        with aws_errors("StopInstances"):
+            self._ec2.stop_instances(InstanceIds=[instance_id])
+
+    def set_type(self, instance_id: str, instance_type: str) -> None:
+        """ModifyInstanceAttribute ``InstanceType`` of the stopped instance (no call when already that type)."""
+        if self.describe(instance_id).instance_type == instance_type:
+            return
+        with aws_errors("ModifyInstanceAttribute"):
+            self._ec2.modify_instance_attribute(InstanceId=instance_id, InstanceType={"Value": instance_type})
+
+    def start(self, instance_id: str) -> None:
+        """StartInstances (a running or pending instance is left as it is)."""
+        if self.describe(instance_id).state in ("pending", "running"):
+            return
+        with aws_errors("StartInstances"):
+            self._ec2.start_instances(InstanceIds=[instance_id])
 
     def _roll_back(self, instance_id: str, original: str, target: str, cause: RightsizerError) -> NoReturn:
         code = _error_code(cause) or type(cause).__name__

@@ -155,6 +155,12 @@ class Policy(BaseModel):
         "a busy node's observed peak.",
     )
     allow_resize: bool = Field(False, description="Resize opted-in standalone instances in place.")
+    resize_timeout: Seconds = Field(
+        1800,
+        gt=0,
+        description="Seconds from stopping an instance to resize it until its Node must be Ready with the "
+        "new type's GPUs; past it the original type is restored.",
+    )
     resize_allow_instance_store_loss: bool = Field(
         False, description="Allow resizing instance-store types (their local NVMe data is lost on stop)."
     )

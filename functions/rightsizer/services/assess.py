@@ -18,6 +18,7 @@ from rightsizer.domain.planner import plan
 from rightsizer.domain.policy import Policy
 from rightsizer.ports import ClusterWriter, WorkflowStarter
 from rightsizer.services.drain import DrainRequest, heal_expired_leases
+from rightsizer.services.resize import ResizeRequest
 from rightsizer.state import StateStore
 
 
@@ -112,7 +113,8 @@ class AssessmentSummary:
 def run_assessment(
     deps: AssessmentDeps, now: datetime, tick_id: str, *, clock: Callable[[], float] = time.monotonic
 ) -> AssessmentSummary:
-    """Heal expired leases, plan the cluster at ``now``, start a drain per ``scale_in`` action.
+    """Heal expired leases, plan the cluster at ``now``, start a drain per ``scale_in`` action and a resize
+    workflow per ``resize_instance`` action (issue 17).
 
     Healing comes first so a node whose drain died is uncordoned before it is judged again; the plan
     then never picks a node in flight (our cordon counts), and the workflow's validate step re-checks
@@ -131,13 +133,15 @@ def run_assessment(
     result = plan(deps.observe(now), deps.policy, now, node_label=deps.node_label)
     started = []
     for action in result.actions:
-        if action.kind != "scale_in" or action.node is None:
+        if action.kind not in ("scale_in", "resize_instance") or action.node is None:
             continue
-        request = DrainRequest(
-            node=action.node,
-            execution_id=drain_execution_id(deps.cluster_name, tick_id, action),
-            trigger="schedule",
-            hourly_savings_usd=action.hourly_savings_usd,
+        execution_id = drain_execution_id(deps.cluster_name, tick_id, action)
+        request = (
+            ResizeRequest(
+                action.node, execution_id, "schedule", action.hourly_savings_usd, target_type=str(action.to)
+            )
+            if action.kind == "resize_instance"
+            else DrainRequest(action.node, execution_id, "schedule", action.hourly_savings_usd)
         )
         started.append(deps.starter.start(request))
     verdicts = Counter(report.verdict for report in result.nodes)

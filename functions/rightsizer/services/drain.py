@@ -143,7 +143,7 @@ class DrainWorkflow:
                 node=record.node,
                 instance_id=record.instance_id,
                 node_group=record.details.get("node_group"),
-                kind="scale_in",
+                kind=str(record.details.get("kind", "scale_in")),
                 step=step,
                 result=result,  # type: ignore[arg-type]
                 reason=reason,
@@ -192,6 +192,14 @@ class DrainWorkflow:
     ) -> StepResult:
         self._save(record, step=nxt, **changes)
         return StepResult(record.execution_id, step, nxt, "running", wait, message)
+
+    def _still_candidate(self, record: WorkflowRecord, report: NodeReport | None) -> tuple[bool, list[str]]:
+        """Whether a fresh report still allows this workflow to go on (a hook: resize judges differently)."""
+        return is_candidate(report, record.execution_id, offhours=bool(record.details.get("offhours")))
+
+    def _after_drain(self, record: WorkflowRecord) -> str:
+        """The step that follows a drained node (a hook: resize stops the instance instead)."""
+        return "remove"
 
     def _classify(
         self, pods: Sequence[dict[str, Any]], pdbs: Sequence[dict[str, Any]]
@@ -393,11 +401,7 @@ class DrainWorkflow:
         if blocking:
             return self.rollback(record.execution_id, "protected:" + ",".join(blocking), step="revalidate")
         if (now - record.started_at).total_seconds() > deps.policy.max_decision_age:
-            ok, reasons = is_candidate(
-                deps.assessor.assess_node(record.node, now),
-                record.execution_id,
-                offhours=bool(record.details.get("offhours")),
-            )
+            ok, reasons = self._still_candidate(record, deps.assessor.assess_node(record.node, now))
             if not ok:
                 return self.rollback(
                     record.execution_id, "not_idle_anymore:" + ",".join(reasons), step="revalidate"
@@ -511,7 +515,7 @@ class DrainWorkflow:
         evicted_uids = {p.uid for p in record.evicted}
         if [p for p in pods if p.metadata.uid not in evicted_uids]:
             return self._next(record, "wait", "evict", message="pods left to evict")
-        return self._next(record, "wait", "remove", message="drained")
+        return self._next(record, "wait", self._after_drain(record), message="drained")
 
     def _step_remove(self, record: WorkflowRecord) -> StepResult:
         self._renew(record)

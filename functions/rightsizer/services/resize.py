@@ -1,0 +1,394 @@
+"""Resize of an opted-in standalone instance (issue 17): the drain's steps, then a type change.
+
+validate → cordon → revalidate → evict → wait (the drain's own steps, leases, budget slots and ledger)
+→ stop → stopped → set_type → start → ready → uncordon. Each step is idempotent and persisted before its
+side effect, and no step waits: the state machine (the same ``drain.asl.json``) or the in-process runner
+waits between them, so EC2's minutes-long stop and start never sit inside one Lambda invocation.
+
+Safety: nothing is cordoned before the compatibility preflight passed (Auto Scaling membership, EBS root,
+spot, instance-store loss, architecture, GPUs and their driver family, ENA, NVMe, EFA) and the instance
+carries ``rightsizer.io/resize=allowed`` with policy ``allow_resize: true``. Once the instance was
+stopped, every failure — insufficient capacity or an unsupported type on start, the instance falling back
+to stopped, the Node not Ready with the new type's GPUs allocatable by the deadline — restores: the
+original type is set and started, and the workflow ends ``rolled_back`` once the Node is Ready again and
+uncordoned. Savings (old minus new on-demand USD per hour) are booked only when the new type serves.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from rightsizer.domain.catalog import Catalog, load_catalog
+from rightsizer.domain.errors import PermanentError, RightsizerError, TransientError
+from rightsizer.domain.model import ANN_CORDONED_BY, GPU_RESOURCE, TAG_RESIZE, Node
+from rightsizer.domain.plan import NodeReport
+from rightsizer.domain.verdicts import EXCLUDED_CODES, PROTECTED_CODES, UNKNOWN_CODES, code_of
+from rightsizer.ports import InstanceTypeChanger
+from rightsizer.services.drain import POLL_S, DrainDeps, DrainRequest, DrainWorkflow, StepResult
+from rightsizer.state import WorkflowRecord
+
+log = logging.getLogger(__name__)
+
+KIND = "resize_instance"
+RESIZE_STEPS = ("stop", "stopped", "set_type", "start", "ready", "uncordon")
+STANDALONE_GROUP = "standalone"
+
+
+@dataclass(frozen=True)
+class ResizeRequest(DrainRequest):
+    """Resize the standalone instance behind ``node`` to ``target_type`` (the plan's ``resize_instance``).
+
+    ``hourly_savings_usd`` is what the plan priced (USD per hour); the catalog difference when None.
+    """
+
+    target_type: str = ""
+
+
+def resize_blockers(report: NodeReport | None, execution_id: str) -> list[str]:
+    """Reasons a fresh report forbids resizing: not a GPU node, excluded, unknown metrics (never act on
+    missing data), a protection other than our own cordon, or no cheaper shape fitting any more
+    (verdict other than ``underutilized``). Busy reasons are what a resize is for, so they pass."""
+    if report is None:
+        return ["not_a_gpu_node"]
+    blocking = []
+    for reason in report.reasons:
+        code = code_of(reason)
+        if code == "in_flight":
+            if not reason.endswith(f":{execution_id}"):
+                blocking.append(reason)
+        elif (
+            code in EXCLUDED_CODES
+            or code in UNKNOWN_CODES
+            or (code in PROTECTED_CODES and code not in ("disruption_budget_exhausted",))
+        ):
+            blocking.append(reason)
+    if not blocking and report.verdict != "underutilized":
+        blocking.append(f"no_cheaper_shape:{report.verdict}")
+    return blocking
+
+
+class ResizeWorkflow(DrainWorkflow):
+    """The drain workflow that also resizes: records started from a :class:`ResizeRequest` run the resize
+    steps, every other record runs the drain exactly as :class:`DrainWorkflow` does.
+
+    Args:
+        deps: the drain's dependencies (cluster, scaler, assessor, state, policy, dry run, clock).
+        changer: the EC2 calls; None leaves resizes refused (``resize_not_configured``).
+        catalog: instance types (GPU counts, prices); the packaged one by default.
+    """
+
+    def __init__(
+        self, deps: DrainDeps, changer: InstanceTypeChanger | None, catalog: Catalog | None = None
+    ) -> None:
+        super().__init__(deps)
+        self.changer = changer
+        self.catalog = catalog or load_catalog()
+
+    # ------------------------------------------------------------------------------------ hooks
+
+    @staticmethod
+    def _is_resize(record: WorkflowRecord) -> bool:
+        return record.details.get("kind") == KIND
+
+    def _still_candidate(self, record: WorkflowRecord, report: NodeReport | None) -> tuple[bool, list[str]]:
+        if not self._is_resize(record):
+            return super()._still_candidate(record, report)
+        blocking = resize_blockers(report, record.execution_id)
+        return not blocking, blocking
+
+    def _after_drain(self, record: WorkflowRecord) -> str:
+        return "stop" if self._is_resize(record) else super()._after_drain(record)
+
+    def _changer(self) -> InstanceTypeChanger:
+        if self.changer is None:
+            raise PermanentError("resize_not_configured")
+        return self.changer
+
+    # ------------------------------------------------------------------------------------ entry
+
+    def start(self, request: DrainRequest) -> WorkflowRecord:
+        """Create the record; a :class:`ResizeRequest` makes a resize record (idempotent like the drain's)."""
+        if not isinstance(request, ResizeRequest):
+            return super().start(request)
+        existing = self.deps.state.load(request.execution_id)
+        if existing is not None:
+            return existing
+        now = self._now()
+        record = WorkflowRecord(
+            execution_id=request.execution_id,
+            node=request.node,
+            instance_id=None,
+            step="validate",
+            status="running",
+            started_at=now,
+            deadline=now + timedelta(seconds=self.deps.policy.drain_timeout),
+            details={
+                "kind": KIND,
+                "trigger": request.trigger,
+                "offhours": False,
+                "dry_run": self.deps.dry_run,
+                "hourly_savings_usd": request.hourly_savings_usd,
+                "target_type": request.target_type,
+            },
+        )
+        return self.deps.state.save(record, expected_version=0)
+
+    def rollback(
+        self, execution_id: str, reason: str, *, status: str = "rolled_back", step: str = "rollback"
+    ) -> StepResult:
+        """Before the instance was touched: the drain's rollback (uncordon, release). After: restore the
+        original type and start it, then uncordon once its Node is Ready (the workflow goes on)."""
+        record = self.deps.state.load(execution_id)
+        if record is None or not self._is_resize(record) or not record.details.get("stopping"):
+            return super().rollback(execution_id, reason, status=status, step=step)
+        if record.status != "running":
+            return StepResult(execution_id, step, None, record.status, 0.0, "already finished")
+        if record.details.get("restoring"):
+            # A failure while restoring: keep trying the restore from where it stands, bounded by its deadline.
+            if self._now() > self._deadline(record) + timedelta(seconds=self.deps.policy.resize_timeout):
+                return self._give_up(record, f"restore failed: {reason}")
+            return self._next(record, step, "stopped", wait=POLL_S, message=f"restoring after: {reason}")
+        return self._restore(record, reason, step=step)
+
+    # ------------------------------------------------------------------------------------ steps
+
+    def _step_validate(self, record: WorkflowRecord) -> StepResult:
+        if not self._is_resize(record):
+            return super()._step_validate(record)
+        deps, now, policy = self.deps, self._now(), self.deps.policy
+        node_obj = deps.cluster.get_node(record.node)
+        if node_obj is None:
+            return self._end(record, "abandoned", "node_not_found", step="validate")
+        node = Node.model_validate(node_obj)
+        lease = deps.state.acquire(record.node, record.execution_id, now, self._ttl)
+        if lease is None:
+            return self._end(record, "abandoned", "lease_held_by_other", step="validate")
+        record = self._save(record, lease_epoch=lease.epoch, instance_id=node.instance_id)
+        if node.spec.unschedulable and node.metadata.annotations.get(ANN_CORDONED_BY) != record.execution_id:
+            return self._end(record, "abandoned", "cordoned_by_other", step="validate")
+        if not policy.allow_resize:
+            return self._end(record, "abandoned", "resize_not_allowed:allow_resize", step="validate")
+        if node.instance_id is None:
+            return self._end(record, "abandoned", "node_group_unknown:no_provider_id", step="validate")
+        if self.changer is None:
+            return self._end(record, "abandoned", "resize_not_configured", step="validate")
+        if deps.scaler.find_group(node.instance_id) is not None:
+            return self._end(record, "abandoned", "in_auto_scaling_group", step="validate")
+        blocking = resize_blockers(deps.assessor.assess_node(record.node, now), record.execution_id)
+        if blocking:
+            return self._end(record, "abandoned", "not_a_candidate:" + ",".join(blocking), step="validate")
+        facts = self.changer.describe(node.instance_id)
+        target = str(record.details["target_type"])
+        if facts.tags.get(TAG_RESIZE) != "allowed":
+            return self._end(record, "abandoned", f"not_opted_in:{TAG_RESIZE}", step="validate")
+        if facts.state != "running":
+            return self._end(record, "abandoned", f"instance_{facts.state}", step="validate")
+        if facts.instance_type == target:
+            return self._end(record, "abandoned", f"already_{target}", step="validate")
+        current_row, target_row = self.catalog.get(facts.instance_type), self.catalog.get(target)
+        if target_row is None or target_row.gpu_count < 1:
+            return self._end(record, "abandoned", f"unknown_target_type:{target}", step="validate")
+        try:
+            self.changer.preflight(
+                node.instance_id, target, allow_instance_store_loss=policy.resize_allow_instance_store_loss
+            )
+        except TransientError:
+            raise
+        except PermanentError as exc:
+            return self._end(record, "abandoned", f"preflight:{exc}", step="validate")
+        slot = deps.state.take_slot(
+            STANDALONE_GROUP,
+            record.node,
+            record.execution_id,
+            now,
+            max_per_run=policy.max_nodes_per_run,
+            max_per_group=max(1, policy.max_nodes_per_run),
+            desired=1,
+            min_size=0,
+        )
+        if not hasattr(slot, "taken_at"):
+            return self._end(
+                record, "abandoned", getattr(slot, "reason", "disruption_budget_exhausted"), step="validate"
+            )
+        pods, blocked = self._classify(deps.cluster.list_pods_on_node(record.node), deps.cluster.list_pdbs())
+        if blocked:
+            return self._end(record, "abandoned", "protected:" + ",".join(blocked), step="validate")
+        hourly = record.details.get("hourly_savings_usd")
+        if hourly is None and current_row and current_row.hourly_usd and target_row.hourly_usd:
+            hourly = current_row.hourly_usd - target_row.hourly_usd
+        details = {
+            **record.details,
+            "asg": None,
+            "node_group": None,
+            "original_type": facts.instance_type,
+            "want_type": target,
+            "validated_pods": sorted(p.metadata.uid for p in pods),
+            "hourly_savings_usd": hourly,
+        }
+        record = self._save(record, details=details)
+        if record.details.get("dry_run"):
+            message = (
+                f"dry run: would cordon {record.node}, evict {len(pods)} pod(s), stop {node.instance_id}, "
+                f"change its type {facts.instance_type} -> {target} and start it"
+            )
+            return self._end(record, "dry_run", message, step="validate")
+        return self._next(record, "validate", "cordon", message=f"validated; {len(pods)} pod(s) to evict")
+
+    def _step_stop(self, record: WorkflowRecord) -> StepResult:
+        self._renew(record)
+        deps = self.deps
+        node_obj = deps.cluster.get_node(record.node)
+        if node_obj is not None:
+            node = Node.model_validate(node_obj)
+            if node.metadata.annotations.get(ANN_CORDONED_BY) != record.execution_id:
+                return self.rollback(record.execution_id, "our cordon is gone; refusing to stop", step="stop")
+            pods, _ = self._classify(deps.cluster.list_pods_on_node(record.node), deps.cluster.list_pdbs())
+            if pods:
+                return self._next(record, "stop", "evict", message="pods appeared; evicting again")
+        instance = record.instance_id
+        assert instance is not None
+        deadline = self._now() + timedelta(seconds=deps.policy.resize_timeout)
+        # Persisted before the call: from here on every failure restores the original type.
+        record = self._save(
+            record, details={**record.details, "stopping": True, "resize_deadline": deadline.isoformat()}
+        )
+        self._changer().stop(instance)
+        deps.cluster.emit_event(
+            record.node, "Resizing", f"rightsizer stopped {record.instance_id} to resize it"
+        )
+        return self._next(record, "stop", "stopped", wait=POLL_S, message=f"stopping {record.instance_id}")
+
+    def _step_stopped(self, record: WorkflowRecord) -> StepResult:
+        self._renew(record)
+        assert record.instance_id is not None
+        state = self._changer().describe(record.instance_id).state
+        if state == "stopped":
+            return self._next(record, "stopped", "set_type", message=f"{record.instance_id} stopped")
+        if state in ("running", "pending") and record.details.get("restoring"):
+            return self._next(record, "stopped", "ready", wait=POLL_S, message="running again")
+        if state == "running":
+            self._changer().stop(record.instance_id)
+        if self._now() > self._deadline(record) and not record.details.get("restoring"):
+            return self._restore(record, f"deadline: still {state}", step="stopped")
+        return self._next(record, "stopped", "stopped", wait=POLL_S, message=f"waiting: {state}")
+
+    def _step_set_type(self, record: WorkflowRecord) -> StepResult:
+        self._renew(record)
+        assert record.instance_id is not None
+        want = str(record.details["want_type"])
+        try:
+            self._changer().set_type(record.instance_id, want)
+        except TransientError:
+            raise
+        except PermanentError as exc:
+            if record.details.get("restoring"):
+                raise
+            return self._restore(record, f"modify refused: {exc}", step="set_type")
+        return self._next(record, "set_type", "start", message=f"type set to {want}")
+
+    def _step_start(self, record: WorkflowRecord) -> StepResult:
+        self._renew(record)
+        assert record.instance_id is not None
+        try:
+            self._changer().start(record.instance_id)
+        except RightsizerError as exc:
+            if record.details.get("restoring"):
+                raise  # retried by the runner / the state machine; the rollback keeps restoring
+            return self._restore(record, f"start failed: {exc}", step="start")
+        want = record.details["want_type"]
+        return self._next(record, "start", "ready", wait=POLL_S, message=f"starting as {want}")
+
+    def _step_ready(self, record: WorkflowRecord) -> StepResult:
+        """The Node is back: Ready, labelled with the wanted type, that type's GPUs allocatable."""
+        self._renew(record)
+        assert record.instance_id is not None
+        want = str(record.details["want_type"])
+        restoring = bool(record.details.get("restoring"))
+        facts = self._changer().describe(record.instance_id)
+        if facts.state in ("stopping", "stopped"):
+            if restoring:
+                return self._next(record, "ready", "stopped", wait=POLL_S, message="fell back to stopped")
+            return self._restore(record, f"instance {facts.state} after start (capacity)", step="ready")
+        missing = self._node_not_ready(record.node, want)
+        if not missing:
+            return self._next(
+                record, "ready", "uncordon", message=f"Node Ready as {want} with GPUs allocatable"
+            )
+        now, deadline = self._now(), self._deadline(record)
+        if now > deadline and not restoring:
+            return self._restore(record, f"deadline: {missing}", step="ready")
+        if restoring and now > deadline + timedelta(seconds=self.deps.policy.resize_timeout):
+            return self._give_up(record, f"restored to {want} but {missing}")
+        return self._next(record, "ready", "ready", wait=POLL_S, message=f"waiting: {missing}")
+
+    def _step_uncordon(self, record: WorkflowRecord) -> StepResult:
+        self._renew(record)
+        deps = self.deps
+        # A Node that re-registered carries no cordon of ours: nothing to undo then.
+        deps.cluster.uncordon(record.node, record.execution_id)
+        original, want = record.details["original_type"], record.details["want_type"]
+        reason = record.details.get("restoring")
+        if reason:
+            deps.cluster.emit_event(
+                record.node, "RolledBack", f"rightsizer restored {original}: {reason}", warning=True
+            )
+            return self._end(record, "rolled_back", f"restored {original}: {reason}", step="uncordon")
+        deps.cluster.emit_event(
+            record.node, "Resized", f"rightsizer resized {record.instance_id} {original} -> {want}"
+        )
+        return self._end(
+            record, "succeeded", f"resized {record.instance_id} {original} -> {want}", step="uncordon"
+        )
+
+    # ------------------------------------------------------------------------------------ helpers
+
+    def _deadline(self, record: WorkflowRecord) -> datetime:
+        text = record.details.get("resize_deadline")
+        return datetime.fromisoformat(text) if text else record.deadline
+
+    def _restore(self, record: WorkflowRecord, reason: str, *, step: str) -> StepResult:
+        """Go back to the original type: stop (if it runs), set the type, start, wait for the Node."""
+        log.warning("resize %s of %s restores %s: %s", record.execution_id, record.node,
+                    record.details.get("original_type"), reason)  # fmt: skip
+        deadline = self._now() + timedelta(seconds=self.deps.policy.resize_timeout)
+        details: dict[str, Any] = {
+            **record.details,
+            "restoring": reason,
+            "want_type": record.details["original_type"],
+            "resize_deadline": deadline.isoformat(),
+        }
+        assert record.instance_id is not None
+        if self._changer().describe(record.instance_id).state in ("running", "pending"):
+            self._changer().stop(record.instance_id)
+        return self._next(
+            record, step, "stopped", wait=POLL_S, details=details, message=f"restoring: {reason}"
+        )
+
+    def _give_up(self, record: WorkflowRecord, reason: str) -> StepResult:
+        """The restore did not finish: uncordon if it is ours, record ``failed`` (an operator must look)."""
+        try:
+            self.deps.cluster.uncordon(record.node, record.execution_id)
+        except RightsizerError as exc:
+            log.error("uncordon of %s failed: %s", record.node, exc)
+        self.deps.cluster.emit_event(record.node, "ResizeFailed", f"rightsizer: {reason}", warning=True)
+        return self._end(record, "failed", reason, step="ready")
+
+    def _node_not_ready(self, name: str, want: str) -> str:
+        """What is still missing on the Node (empty when it is Ready as ``want`` with its GPUs)."""
+        node_obj = self.deps.cluster.get_node(name)
+        if node_obj is None:
+            return "Node not registered"
+        node = Node.model_validate(node_obj)
+        if node.instance_type != want:
+            return f"Node is {node.instance_type}, not {want}"
+        ready = any(c.type == "Ready" and c.status == "True" for c in node.status.conditions)
+        if not ready:
+            return "Node not Ready"
+        row = self.catalog.get(want)
+        gpus = row.gpu_count if row else 1
+        if node.allocatable_count(GPU_RESOURCE) < gpus:
+            return f"{node.allocatable_count(GPU_RESOURCE)}/{gpus} GPUs allocatable"
+        return ""
