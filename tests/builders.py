@@ -13,6 +13,8 @@ from rightsizer.domain.model import (
     Inventory,
     MetricData,
     Node,
+    PersistentVolume,
+    PersistentVolumeClaim,
     Pod,
     PodDisruptionBudget,
     Series,
@@ -255,6 +257,46 @@ def asg(
     )
 
 
+def pvc(name: str, volume: str | None, *, namespace: str = "default") -> dict[str, Any]:
+    """A PersistentVolumeClaim bound to PersistentVolume ``volume`` (None: still Pending)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name, "namespace": namespace, "uid": f"uid-pvc-{namespace}-{name}"},
+        "spec": {"volumeName": volume or "", "storageClassName": "standard"},
+        "status": {"phase": "Bound" if volume else "Pending"},
+    }
+
+
+def pv(
+    name: str,
+    *,
+    local_path: str | None = None,
+    host_path: str | None = None,
+    affinity: Mapping[str, list[str]] | None = None,
+) -> dict[str, Any]:
+    """A PersistentVolume: ``local`` or ``hostPath`` source, or a CSI volume; ``affinity`` is a required
+    node affinity {label key: allowed values} (``metadata.name`` goes to matchFields)."""
+    spec: dict[str, Any] = {"capacity": {"storage": "100Gi"}, "storageClassName": "standard"}
+    if local_path:
+        spec["local"] = {"path": local_path}
+    elif host_path:
+        spec["hostPath"] = {"path": host_path}
+    else:
+        spec["csi"] = {"driver": "ebs.csi.aws.com", "volumeHandle": f"vol-{name}"}
+    if affinity:
+        exprs = [{"key": k, "operator": "In", "values": v} for k, v in affinity.items() if k != "metadata.name"]
+        fields = [{"key": k, "operator": "In", "values": v} for k, v in affinity.items() if k == "metadata.name"]
+        term = {**({"matchExpressions": exprs} if exprs else {}), **({"matchFields": fields} if fields else {})}
+        spec["nodeAffinity"] = {"required": {"nodeSelectorTerms": [term]}}
+    return {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name}, "spec": spec}
+
+
+def claim_volume(claim: str, name: str = "data") -> dict[str, Any]:
+    """A pod volume mounting PersistentVolumeClaim ``claim``."""
+    return {"name": name, "persistentVolumeClaim": {"claimName": claim}}
+
+
 def snapshot(
     nodes: list[dict[str, Any]],
     pods: list[dict[str, Any]] | None = None,
@@ -267,6 +309,9 @@ def snapshot(
     problems: Mapping[str, str] | None = None,
     timestamps: Mapping[str, list[Series]] | None = None,
     at: datetime = AT,
+    pvcs: list[dict[str, Any]] | None = None,
+    pvs: list[dict[str, Any]] | None = None,
+    volumes_known: bool = True,
 ) -> ClusterSnapshot:
     """A validated ClusterSnapshot. Without ``groups`` every node is put in one ASG per nodegroup label."""
     node_objs = tuple(Node.model_validate(n) for n in nodes)
@@ -288,6 +333,9 @@ def snapshot(
         nodes=node_objs,
         pods=tuple(Pod.model_validate(p) for p in (pods or [])),
         pdbs=tuple(PodDisruptionBudget.model_validate(p) for p in (pdbs or [])),
+        pvcs=tuple(PersistentVolumeClaim.model_validate(p) for p in (pvcs or [])),
+        pvs=tuple(PersistentVolume.model_validate(p) for p in (pvs or [])),
+        volumes_known=volumes_known,
         inventory=Inventory(
             known=inventory_known, groups={g.name: g for g in groups}, asg_of_instance=membership
         ),

@@ -181,7 +181,7 @@ def run_demo(*, json_output: bool = False, out: TextIO | None = None, err: TextI
             cluster=env.cluster_name,
             config=offhours,
             policy=policy,
-            nodes=writer,  # type: ignore[arg-type]
+            nodes=writer,
             sizer=groups,
             scaler=scaler,
             assessor=assessor,

@@ -67,6 +67,14 @@ class ClusterReader(Protocol):
         """policy/v1 PodDisruptionBudgets of all namespaces."""
         ...
 
+    def list_persistent_volume_claims(self) -> list[JSON]:
+        """core/v1 PersistentVolumeClaims of all namespaces (where pods' claimed data lives)."""
+        ...
+
+    def list_persistent_volumes(self) -> list[JSON]:
+        """core/v1 PersistentVolumes (``spec.local``, ``spec.hostPath``, ``spec.nodeAffinity``)."""
+        ...
+
     def served_resource_api(self) -> str | None:
         """The newest served ``resource.k8s.io`` group version among v1, v1beta2, v1beta1
         (``"resource.k8s.io/v1"``), or None when DRA is not served (normal on most clusters)."""
@@ -142,6 +150,18 @@ class ClusterWriter(Protocol):
 
     def get_node(self, name: str) -> JSON | None:
         """The Node named exactly ``name`` (uncached GET), or None when it does not exist."""
+        ...
+
+    def list_nodes(self) -> list[JSON]:
+        """core/v1 Nodes (uncached): where else a node-affine PersistentVolume could be reached from."""
+        ...
+
+    def get_persistent_volume_claim(self, namespace: str, name: str) -> JSON | None:
+        """The PersistentVolumeClaim (uncached GET), or None on 404."""
+        ...
+
+    def get_persistent_volume(self, name: str) -> JSON | None:
+        """The PersistentVolume (uncached GET), or None on 404."""
         ...
 
     def list_pods_on_node(self, node: str) -> list[JSON]:

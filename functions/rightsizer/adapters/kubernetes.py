@@ -20,6 +20,7 @@ RBAC verbs needed (design §5 "Names", ``infra/k8s/rbac.yaml``). Reading (``Clus
 ``rightsizer-read``, the assess function):
 
 - ``get``, ``list`` on ``nodes``, ``pods`` and ``poddisruptionbudgets.policy``;
+- ``list`` on ``persistentvolumeclaims`` and ``persistentvolumes`` (where the pods' data lives);
 - ``get``, ``list`` on ``resourceclaims`` and ``resourceslices`` in ``resource.k8s.io`` (when served);
 - ``create`` on ``selfsubjectaccessreviews.authorization.k8s.io`` (the preflight; every authenticated
   user has it through ``system:basic-user``); discovery (``/apis``) comes with ``system:discovery``.
@@ -30,6 +31,8 @@ Acting (``ClusterWriter``; ClusterRole ``rightsizer``, the drain and off-hours f
 - ``get``, ``list`` on ``pods`` (``fieldSelector=spec.nodeName=<node>``);
 - ``create`` on ``pods/eviction`` (policy/v1 Eviction; never ``delete`` on ``pods``);
 - ``list`` on ``poddisruptionbudgets.policy``;
+- ``list`` on ``nodes`` and ``get`` on ``persistentvolumeclaims``, ``persistentvolumes`` (node-local data is
+  re-checked before the cordon and at every eviction round);
 - ``create`` on ``events`` (core/v1, namespace ``default``, where node Events live).
 
 Writes and 401: a 401 is answered before authorization and admission, so the request had no effect
@@ -387,6 +390,26 @@ class KubernetesCluster:
             ),
         )
 
+    def list_persistent_volume_claims(self) -> list[JSON]:
+        """All core/v1 PersistentVolumeClaims (``GET /api/v1/persistentvolumeclaims``, paginated)."""
+        return self._list(
+            AccessCheck("list", "persistentvolumeclaims"),
+            "PersistentVolumeClaim",
+            "v1",
+            lambda api, **page: (
+                _client_module().CoreV1Api(api).list_persistent_volume_claim_for_all_namespaces(**page)
+            ),
+        )
+
+    def list_persistent_volumes(self) -> list[JSON]:
+        """All core/v1 PersistentVolumes (``GET /api/v1/persistentvolumes``, paginated)."""
+        return self._list(
+            AccessCheck("list", "persistentvolumes"),
+            "PersistentVolume",
+            "v1",
+            lambda api, **page: _client_module().CoreV1Api(api).list_persistent_volume(**page),
+        )
+
     def served_resource_api(self) -> str | None:
         """The newest served ``resource.k8s.io`` version (``"resource.k8s.io/v1"``) or None (``GET /apis``).
 
@@ -434,6 +457,35 @@ class KubernetesCluster:
                 _client_module()
                 .CoreV1Api(api)
                 .read_node(name, _preload_content=False, _request_timeout=self._timeout)
+            ),
+            answered=frozenset({404}),
+        )
+        return None if answer.status == 404 else answer.body
+
+    def get_persistent_volume_claim(self, namespace: str, name: str) -> JSON | None:
+        """The PersistentVolumeClaim (``GET /api/v1/namespaces/{ns}/persistentvolumeclaims/{name}``), or
+        None on 404."""
+        answer = self._call(
+            AccessCheck("get", "persistentvolumeclaims"),
+            lambda api: (
+                _client_module()
+                .CoreV1Api(api)
+                .read_namespaced_persistent_volume_claim(
+                    name, namespace, _preload_content=False, _request_timeout=self._timeout
+                )
+            ),
+            answered=frozenset({404}),
+        )
+        return None if answer.status == 404 else answer.body
+
+    def get_persistent_volume(self, name: str) -> JSON | None:
+        """The PersistentVolume (``GET /api/v1/persistentvolumes/{name}``), or None on 404."""
+        answer = self._call(
+            AccessCheck("get", "persistentvolumes"),
+            lambda api: (
+                _client_module()
+                .CoreV1Api(api)
+                .read_persistent_volume(name, _preload_content=False, _request_timeout=self._timeout)
             ),
             answered=frozenset({404}),
         )

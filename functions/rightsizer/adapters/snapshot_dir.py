@@ -24,6 +24,8 @@ from rightsizer.domain.model import (
     Inventory,
     MetricData,
     Node,
+    PersistentVolume,
+    PersistentVolumeClaim,
     Pod,
     PodDisruptionBudget,
     ResourceClaim,
@@ -339,6 +341,8 @@ def _inventory(path: Path, data: Any, instances_path: Path, instances_data: Any)
 REQUIRED_FILES = ("snapshot.json", "nodes.json", "pods.json")
 OPTIONAL_FILES = (
     "pdbs.json",
+    "persistentvolumeclaims.json",
+    "persistentvolumes.json",
     "resourceclaims.json",
     "resourceslices.json",
     "nodegroups.json",
@@ -374,6 +378,15 @@ def snapshot_from_documents(
     pods = _typed_list(root / "pods.json", docs["pods.json"], Pod)
     pdb_data = docs.get("pdbs.json")
     pdbs = _typed_list(root / "pdbs.json", pdb_data, PodDisruptionBudget) if pdb_data is not None else []
+    pvc_data, pv_data = docs.get("persistentvolumeclaims.json"), docs.get("persistentvolumes.json")
+    pvcs = (
+        _typed_list(root / "persistentvolumeclaims.json", pvc_data, PersistentVolumeClaim)
+        if pvc_data is not None
+        else []
+    )
+    pvs = (
+        _typed_list(root / "persistentvolumes.json", pv_data, PersistentVolume) if pv_data is not None else []
+    )
     claims_data, slices_data = docs.get("resourceclaims.json"), docs.get("resourceslices.json")
     claims = parse_resource_claims(
         _items(root / "resourceclaims.json", claims_data) if claims_data is not None else [],
@@ -404,6 +417,10 @@ def snapshot_from_documents(
         pods=tuple(pods),
         pdbs=tuple(pdbs),
         resource_claims=tuple(claims),
+        pvcs=tuple(pvcs),
+        pvs=tuple(pvs),
+        # Both lists or neither: a snapshot with only one of them cannot resolve a claim to its volume.
+        volumes_known=pvc_data is not None and pv_data is not None,
         inventory=inventory,
         metrics=metric_files["metrics"],
         timestamps=metric_files["timestamps"],

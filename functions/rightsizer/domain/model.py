@@ -95,6 +95,58 @@ class NodeCondition(_K8s):
     status: str
 
 
+class NodeSelectorRequirement(_K8s):
+    """matchExpressions[] / matchFields[] of a NodeSelectorTerm (In, NotIn, Exists, DoesNotExist, Gt, Lt)."""
+
+    key: str
+    operator: str
+    values: list[str] = Field(default_factory=list)
+
+    def matches(self, value: str | None) -> bool:
+        """Kubernetes node selector semantics for one requirement; ``value`` None when the key is absent."""
+        op = self.operator
+        if op == "In":
+            return value is not None and value in self.values
+        if op == "NotIn":
+            return value is None or value not in self.values
+        if op == "Exists":
+            return value is not None
+        if op == "DoesNotExist":
+            return value is None
+        if op in ("Gt", "Lt") and value is not None and len(self.values) == 1:
+            try:
+                have, want = int(value), int(self.values[0])
+            except ValueError:
+                return False
+            return have > want if op == "Gt" else have < want
+        return False
+
+
+class NodeSelectorTerm(_K8s):
+    """One term of a NodeSelector: every expression and field requirement must hold."""
+
+    matchExpressions: list[NodeSelectorRequirement] = Field(default_factory=list)
+    matchFields: list[NodeSelectorRequirement] = Field(default_factory=list)
+
+
+class NodeSelector(_K8s):
+    """A core/v1 NodeSelector: the terms are ORed; an empty term list matches no node."""
+
+    nodeSelectorTerms: list[NodeSelectorTerm] = Field(default_factory=list)
+
+    def matches(self, node: Node) -> bool:
+        """True when some term matches the node's labels (``matchFields`` support ``metadata.name``)."""
+        for term in self.nodeSelectorTerms:
+            if not term.matchExpressions and not term.matchFields:
+                continue  # an empty term matches nothing (core/v1 NodeSelectorTerm)
+            fields = {"metadata.name": node.name}
+            if all(r.matches(node.labels.get(r.key)) for r in term.matchExpressions) and all(
+                r.matches(fields.get(r.key)) for r in term.matchFields
+            ):
+                return True
+        return False
+
+
 class NodeSpec(_K8s):
     """spec of a Node."""
 
@@ -190,11 +242,21 @@ class Container(_K8s):
     securityContext: SecurityContext | None = None
 
 
+class PvcSource(_K8s):
+    """``persistentVolumeClaim`` of a pod volume."""
+
+    claimName: str
+
+
 class Volume(_K8s):
-    """A pod volume; only the presence of ``emptyDir`` matters."""
+    """A pod volume: which source it uses matters (``emptyDir``, ``hostPath``, a PersistentVolumeClaim,
+    a generic ``ephemeral`` volume); the sources' contents are kept opaque."""
 
     name: str = ""
     emptyDir: dict[str, Any] | None = None
+    hostPath: dict[str, Any] | None = None
+    persistentVolumeClaim: PvcSource | None = None
+    ephemeral: dict[str, Any] | None = None
 
 
 class Toleration(_K8s):
@@ -288,6 +350,54 @@ class Pod(_K8s):
         regular = sum(count(c) for c in self.spec.containers)
         init = max((count(c) for c in self.spec.initContainers), default=0)
         return max(regular, init)
+
+
+class VolumeNodeAffinity(_K8s):
+    """spec.nodeAffinity of a PersistentVolume: the nodes its data can be reached from."""
+
+    required: NodeSelector | None = None
+
+
+class PersistentVolumeSpec(_K8s):
+    """spec of a PersistentVolume, reduced to where its data lives."""
+
+    local: dict[str, Any] | None = None
+    hostPath: dict[str, Any] | None = None
+    nodeAffinity: VolumeNodeAffinity | None = None
+    storageClassName: str = ""
+
+
+class PersistentVolume(_K8s):
+    """A core/v1 PersistentVolume."""
+
+    metadata: ObjectMeta
+    spec: PersistentVolumeSpec = Field(default_factory=PersistentVolumeSpec)
+
+
+class PvcSpec(_K8s):
+    """spec of a PersistentVolumeClaim (``volumeName`` is set once bound)."""
+
+    volumeName: str = ""
+    storageClassName: str | None = None
+
+
+class PvcStatus(_K8s):
+    """status of a PersistentVolumeClaim."""
+
+    phase: str = "Pending"
+
+
+class PersistentVolumeClaim(_K8s):
+    """A core/v1 PersistentVolumeClaim."""
+
+    metadata: ObjectMeta
+    spec: PvcSpec = Field(default_factory=PvcSpec)
+    status: PvcStatus = Field(default_factory=PvcStatus)
+
+    @property
+    def key(self) -> str:
+        """``namespace/name``."""
+        return f"{self.metadata.namespace}/{self.metadata.name}"
 
 
 class LabelSelectorRequirement(_K8s):
@@ -477,6 +587,11 @@ class ClusterSnapshot:
     pods: tuple[Pod, ...]
     pdbs: tuple[PodDisruptionBudget, ...] = ()
     resource_claims: tuple[ResourceClaim, ...] = ()
+    pvcs: tuple[PersistentVolumeClaim, ...] = ()
+    pvs: tuple[PersistentVolume, ...] = ()
+    volumes_known: bool = False
+    """True when the source carried PersistentVolumeClaims and PersistentVolumes (``pvcs``/``pvs`` are
+    then complete); False for older snapshots, where every claim counts as node-local data."""
     inventory: Inventory = field(default_factory=Inventory)
     metrics: dict[str, MetricData] = field(default_factory=dict)
     timestamps: dict[str, MetricData] = field(default_factory=dict)

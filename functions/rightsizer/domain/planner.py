@@ -32,6 +32,7 @@ from rightsizer.domain.policy import Policy
 from rightsizer.domain.recommend import Recommendation, recommend_for_node
 from rightsizer.domain.usage import CollectedSignals, UnmappedSeries, Window, collect_signals
 from rightsizer.domain.verdicts import order_reasons, verdict_of
+from rightsizer.domain.volumes import VolumeFacts
 
 KARPENTER_NODEPOOL = "karpenter.sh/nodepool"
 OTHER_AUTOSCALER_TAINTS = ("ToBeDeletedByClusterAutoscaler", "karpenter.sh/disrupted")
@@ -215,6 +216,7 @@ def plan(
             pods_by_node.setdefault(pod.spec.nodeName, []).append(pod)
     pending = [p for p in snapshot.pods if p.status.phase == "Pending" and not p.spec.nodeName]
     claims = _claims_by_node(snapshot)
+    volumes = VolumeFacts.of(snapshot.pvcs, snapshot.pvs, snapshot.nodes, known=snapshot.volumes_known)
     inventory = snapshot.inventory
 
     decisions: list[NodeDecision] = []
@@ -258,7 +260,7 @@ def plan(
         )
         reasons.extend(assessment.reasons)
         reasons.extend(f"series_unmapped:{m}" for m in sorted(ambiguous.get(node.name, ())))
-        ctx = PodContext(policy, snapshot.pdbs, claims.get(node.name, {}), at)
+        ctx = PodContext(policy, snapshot.pdbs, claims.get(node.name, {}), at, volumes)
         classified = classify_pods(node_pods, ctx)
         for c in classified:
             reasons.extend(f.reason for f in c.findings)

@@ -20,10 +20,12 @@ from rightsizer.domain.model import (
     is_gpu_resource,
 )
 from rightsizer.domain.policy import Policy, parse_duration
+from rightsizer.domain.volumes import UNKNOWN_VOLUMES, VolumeFacts, volume_local_data
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 KARPENTER_DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
 CA_SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
+CA_SAFE_TO_EVICT_LOCAL_VOLUMES = "cluster-autoscaler.kubernetes.io/safe-to-evict-local-volumes"
 NVIDIA_VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 _NO_DEVICES = frozenset({"", "void", "none"})
 
@@ -62,12 +64,15 @@ class PodClassification:
 
 @dataclass(frozen=True)
 class PodContext:
-    """What the filters may consult besides the pod: policy, PDBs, DRA claims on the node, the time."""
+    """What the filters may consult besides the pod: policy, PDBs, DRA claims on the node, the time, and
+    the PersistentVolumeClaims/PersistentVolumes/Nodes behind the pod's volumes (unknown by default, which
+    makes every claim node-local: a caller that forgets them stays safe)."""
 
     policy: Policy
     pdbs: Sequence[PodDisruptionBudget]
     claims_on_node: Mapping[str, ResourceClaim]
     at: datetime
+    volumes: VolumeFacts = UNKNOWN_VOLUMES
 
 
 IgnoreFilter = Callable[[Pod], str | None]
@@ -99,11 +104,38 @@ def _bare(pod: Pod, ctx: PodContext) -> Finding | None:
     return None
 
 
+def _safe_local_volumes(pod: Pod) -> set[str]:
+    """Volumes the pod's owner declared disposable (Cluster Autoscaler ``safe-to-evict-local-volumes``)."""
+    listed = pod.metadata.annotations.get(CA_SAFE_TO_EVICT_LOCAL_VOLUMES, "")
+    return {name.strip() for name in listed.split(",") if name.strip()}
+
+
 def _emptydir(pod: Pod, ctx: PodContext) -> Finding | None:
-    if any(v.emptyDir is not None for v in pod.spec.volumes) and not ctx.policy.delete_emptydir_data:
+    safe = _safe_local_volumes(pod)
+    if (
+        any(v.emptyDir is not None and v.name not in safe for v in pod.spec.volumes)
+        and not ctx.policy.delete_emptydir_data
+    ):
         return Finding(
             "local_storage", pod.key, "emptyDir data would be lost; set delete_emptydir_data: true to evict"
         )
+    return None
+
+
+def _node_local(pod: Pod, ctx: PodContext) -> Finding | None:
+    """Data that lives on the node (``domain.volumes``): evicting loses it or strands the pod Pending."""
+    if ctx.policy.evict_node_local_data:
+        return None
+    safe = _safe_local_volumes(pod)
+    for volume in pod.spec.volumes:
+        why = volume_local_data(pod, volume, ctx.volumes)
+        # The opt-in names volumes whose *data* may go; a claim pinned to this node would strand the pod.
+        if why and not (volume.name in safe and volume.persistentVolumeClaim is None):
+            return Finding(
+                "local_storage",
+                pod.key,
+                f"{why}: its data stays on this node; set evict_node_local_data: true to evict",
+            )
     return None
 
 
@@ -201,7 +233,16 @@ def _do_not_disrupt(pod: Pod, ctx: PodContext) -> Finding | None:
     return None
 
 
-BLOCK_FILTERS: tuple[BlockFilter, ...] = (_bare, _emptydir, _system, _batch, _grace, _pdb, _do_not_disrupt)
+BLOCK_FILTERS: tuple[BlockFilter, ...] = (
+    _bare,
+    _emptydir,
+    _node_local,
+    _system,
+    _batch,
+    _grace,
+    _pdb,
+    _do_not_disrupt,
+)
 """Filters that block eviction; kubectl drain's (bare, emptyDir) come first, then ours."""
 
 

@@ -133,6 +133,11 @@ class Policy(BaseModel):
     )
     allow_bare_pods: bool = Field(False, description="Evict pods that no controller owns (they are lost).")
     delete_emptydir_data: bool = Field(False, description="Evict pods with emptyDir volumes (data lost).")
+    evict_node_local_data: bool = Field(
+        False,
+        description="Evict pods whose data lives on the node: hostPath, generic ephemeral volumes, local or "
+        "node-pinned PersistentVolumes (data lost, or the pod stays Pending).",
+    )
     evict_system_pods: bool = Field(
         False, description="Evict non-DaemonSet kube-system pods without a PodDisruptionBudget."
     )

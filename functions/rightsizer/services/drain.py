@@ -19,11 +19,19 @@ from typing import Any
 
 from rightsizer.domain.catalog import HOURS_PER_MONTH
 from rightsizer.domain.errors import PermanentError, RightsizerError, StalePlan, TransientError
-from rightsizer.domain.model import ANN_CORDONED_BY, Node, Pod, PodDisruptionBudget
+from rightsizer.domain.model import (
+    ANN_CORDONED_BY,
+    Node,
+    PersistentVolume,
+    PersistentVolumeClaim,
+    Pod,
+    PodDisruptionBudget,
+)
 from rightsizer.domain.plan import NodeReport
 from rightsizer.domain.pods import PodContext, classify_pods
 from rightsizer.domain.policy import Policy
 from rightsizer.domain.verdicts import BUSY_CODES, EXCLUDED_CODES, PROTECTED_CODES, UNKNOWN_CODES, code_of
+from rightsizer.domain.volumes import UNKNOWN_VOLUMES, VolumeFacts, claim_names
 from rightsizer.ports import Assessor, ClusterWriter, EvictionOutcome, NodeScaler
 from rightsizer.state import EvictedPod, LedgerEntry, StateStore, WorkflowRecord, lease_ttl_seconds
 
@@ -201,13 +209,38 @@ class DrainWorkflow:
         """The step that follows a drained node (a hook: resize stops the instance instead)."""
         return "remove"
 
+    def _volumes(self, pods: Sequence[Pod]) -> VolumeFacts:
+        """Live PersistentVolumeClaims and PersistentVolumes behind the pods' claims (uncached GETs); the
+        Nodes are listed only when a volume's node affinity must be compared with the other nodes."""
+        cluster = self.deps.cluster
+        claims, volumes = [], []
+        for namespace, name in sorted(claim_names(pods)):
+            found = cluster.get_persistent_volume_claim(namespace, name)
+            if found is None:
+                continue
+            claim = PersistentVolumeClaim.model_validate(found)
+            claims.append(claim)
+            pv = cluster.get_persistent_volume(claim.spec.volumeName) if claim.spec.volumeName else None
+            if pv is not None:
+                volumes.append(PersistentVolume.model_validate(pv))
+        affine = any(v.spec.nodeAffinity is not None for v in volumes)
+        nodes = [Node.model_validate(n) for n in cluster.list_nodes()] if affine else []
+        return VolumeFacts.of(claims, volumes, nodes)
+
     def _classify(
-        self, pods: Sequence[dict[str, Any]], pdbs: Sequence[dict[str, Any]]
+        self, pods: Sequence[dict[str, Any]], pdbs: Sequence[dict[str, Any]], *, volumes: bool = True
     ) -> tuple[list[Pod], list[str]]:
-        """Pods to evict and the reasons that block the drain (the same filter chain as the planner)."""
+        """Pods to evict and the reasons that block the drain (the same filter chain as the planner).
+
+        ``volumes`` False skips the PersistentVolume reads where only the pods to evict matter (the
+        blocking reasons are then not complete)."""
         parsed = [Pod.model_validate(p) for p in pods]
         ctx = PodContext(
-            self.deps.policy, [PodDisruptionBudget.model_validate(p) for p in pdbs], {}, self._now()
+            self.deps.policy,
+            [PodDisruptionBudget.model_validate(p) for p in pdbs],
+            {},
+            self._now(),
+            self._volumes(parsed) if volumes else UNKNOWN_VOLUMES,
         )
         to_evict: list[Pod] = []
         blocking: list[str] = []
@@ -511,7 +544,7 @@ class DrainWorkflow:
             return self._next(
                 record, "wait", "wait", wait=wait, message=f"waiting for {len(remaining)} pod(s) to terminate"
             )
-        pods, _ = self._classify(list(listed.values()), [])
+        pods, _ = self._classify(list(listed.values()), [], volumes=False)
         evicted_uids = {p.uid for p in record.evicted}
         if [p for p in pods if p.metadata.uid not in evicted_uids]:
             return self._next(record, "wait", "evict", message="pods left to evict")
@@ -525,7 +558,7 @@ class DrainWorkflow:
             node = Node.model_validate(node_obj)
             if node.metadata.annotations.get(ANN_CORDONED_BY) != record.execution_id:
                 raise StalePlan("our cordon is gone; refusing to remove the node")
-            pods, _ = self._classify(deps.cluster.list_pods_on_node(record.node), deps.cluster.list_pdbs())
+            pods, _ = self._classify(deps.cluster.list_pods_on_node(record.node), [], volumes=False)
             if pods:
                 return self._next(record, "remove", "evict", message="pods appeared; evicting again")
         asg = str(record.details["asg"])

@@ -60,10 +60,14 @@ REDACTED: Final = "<redacted>"
 #: ``kubectl apply`` copies the whole object, env values included, into this annotation.
 LAST_APPLIED: Final = "kubectl.kubernetes.io/last-applied-configuration"
 
-READ_CHECKS: Final = tuple(
-    AccessCheck(verb, resource, group=group)
-    for resource, group in (("nodes", ""), ("pods", ""), ("poddisruptionbudgets", "policy"))
-    for verb in ("list", "get")
+READ_CHECKS: Final = (
+    *(
+        AccessCheck(verb, resource, group=group)
+        for resource, group in (("nodes", ""), ("pods", ""), ("poddisruptionbudgets", "policy"))
+        for verb in ("list", "get")
+    ),
+    AccessCheck("list", "persistentvolumeclaims"),
+    AccessCheck("list", "persistentvolumes"),
 )
 DRA_READ_CHECKS: Final = tuple(
     AccessCheck(verb, resource, group="resource.k8s.io")
@@ -186,7 +190,8 @@ def observe(
     newest sample times, non-finite samples) over (at − W, at] at the configured step.
 
     Returns:
-        Documents ``snapshot.json``, ``nodes.json``, ``pods.json``, ``pdbs.json`` (kubectl ``List``),
+        Documents ``snapshot.json``, ``nodes.json``, ``pods.json``, ``pdbs.json``,
+        ``persistentvolumeclaims.json``, ``persistentvolumes.json`` (kubectl ``List``),
         ``resourceclaims.json`` / ``resourceslices.json`` only when DRA is served, ``nodegroups.json`` and
         ``instances.json`` when ``inventory`` and ``request.eks_cluster`` are given, and the metrics files
         when ``metrics`` is given (the live plan passes None: it aggregates in the server instead).
@@ -221,6 +226,8 @@ def observe(
         "nodes.json": kubectl_list(redact(n) for n in nodes),
         "pods.json": kubectl_list(redact(p) for p in cluster.list_pods()),
         "pdbs.json": kubectl_list(redact(p) for p in cluster.list_pdbs()),
+        "persistentvolumeclaims.json": kubectl_list(cluster.list_persistent_volume_claims()),
+        "persistentvolumes.json": kubectl_list(cluster.list_persistent_volumes()),
     }
     if request.node_label:
         # Not in the contract's field list; the loader ignores unknown fields, plan --snapshot reads it.

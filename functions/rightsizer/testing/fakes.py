@@ -97,6 +97,8 @@ class FakeClusterWriter:
         self._nodes: dict[str, JSON] = {}
         self._pods: dict[tuple[str, str], JSON] = {}
         self._pdbs: dict[tuple[str, str], JSON] = {}
+        self._pvcs: dict[tuple[str, str], JSON] = {}
+        self._pvs: dict[str, JSON] = {}
         self._deadlines: dict[str, tuple[float, tuple[str, str]]] = {}  # pod uid -> (gone at, key)
         self._scripts: dict[tuple[str, str], deque[EvictionOutcome | Exception]] = {}
         self._denied: set[tuple[str, str, str, str]] = set()
@@ -148,6 +150,22 @@ class FakeClusterWriter:
             meta.setdefault("generation", 1)
             self._pdbs[(meta["namespace"], meta["name"])] = pdb
             return copy.deepcopy(pdb)
+
+    def add_pvc(self, obj: JSON) -> JSON:
+        """Store (or replace) a core/v1 PersistentVolumeClaim."""
+        with self._lock:
+            pvc = self._prepare(obj, "v1", "PersistentVolumeClaim")
+            meta = pvc["metadata"]
+            meta.setdefault("namespace", "default")
+            self._pvcs[(meta["namespace"], meta["name"])] = pvc
+            return copy.deepcopy(pvc)
+
+    def add_pv(self, obj: JSON) -> JSON:
+        """Store (or replace) a core/v1 PersistentVolume."""
+        with self._lock:
+            pv = self._prepare(obj, "v1", "PersistentVolume")
+            self._pvs[pv["metadata"]["name"]] = pv
+            return copy.deepcopy(pv)
 
     def remove_pod(self, namespace: str, name: str) -> bool:
         """Remove a pod at once (its grace period over); returns whether it existed."""
@@ -202,6 +220,29 @@ class FakeClusterWriter:
         with self._lock:
             self.calls.append(("get_node", name))
             return self._get_node(name)
+
+    def list_nodes(self) -> list[JSON]:
+        """Every Node by name."""
+        with self._lock:
+            self.calls.append(("list_nodes",))
+            self._authorize(AccessCheck("list", "nodes"))
+            return [copy.deepcopy(n) for _, n in sorted(self._nodes.items())]
+
+    def get_persistent_volume_claim(self, namespace: str, name: str) -> JSON | None:
+        """The PersistentVolumeClaim, or None."""
+        with self._lock:
+            self.calls.append(("get_persistent_volume_claim", namespace, name))
+            self._authorize(AccessCheck("get", "persistentvolumeclaims"))
+            found = self._pvcs.get((namespace, name))
+            return copy.deepcopy(found) if found is not None else None
+
+    def get_persistent_volume(self, name: str) -> JSON | None:
+        """The PersistentVolume, or None."""
+        with self._lock:
+            self.calls.append(("get_persistent_volume", name))
+            self._authorize(AccessCheck("get", "persistentvolumes"))
+            found = self._pvs.get(name)
+            return copy.deepcopy(found) if found is not None else None
 
     def list_pods_on_node(self, node: str) -> list[JSON]:
         """Pods bound to ``node`` by (namespace, name), terminating ones included."""

@@ -94,6 +94,8 @@ _RESOURCES: dict[str, _Resource] = {
         _Resource("events", "Event", "", True, _WRITE, frozenset(_EVENT_FIELDS.split()), False),
         _Resource("poddisruptionbudgets", "PodDisruptionBudget", "policy", True, _WRITE, frozenset(), True),
         _Resource("daemonsets", "DaemonSet", "apps", True, _READ, frozenset(), True),
+        _Resource("persistentvolumeclaims", "PersistentVolumeClaim", "", True, _WRITE, frozenset(), True),
+        _Resource("persistentvolumes", "PersistentVolume", "", False, _WRITE, frozenset(), True),
         _Resource("resourceclaims", "ResourceClaim", DRA_GROUP, True, _READ, frozenset(), True),
         _Resource(
             "resourceslices",

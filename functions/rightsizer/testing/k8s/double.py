@@ -6,8 +6,8 @@ wire: paths, query parameters, content types, status codes and ``Status`` bodies
 
 Semantics covered (what GPU Rightsizer calls):
 
-- Resources: core/v1 ``nodes`` (cluster-scoped), ``pods``, ``events``; policy/v1 ``poddisruptionbudgets``;
-  apps/v1 ``daemonsets`` (get/list); resource.k8s.io ``resourceclaims`` and ``resourceslices`` (get/list)
+- Resources: core/v1 ``nodes`` and ``persistentvolumes`` (cluster-scoped), ``pods``, ``events``,
+  ``persistentvolumeclaims``; policy/v1 ``poddisruptionbudgets``; apps/v1 ``daemonsets`` (get/list); resource.k8s.io ``resourceclaims`` and ``resourceslices`` (get/list)
   in any configured subset of ``v1``, ``v1beta2``, ``v1beta1`` (or not served at all). DRA objects are
   stored in the v1 shape and converted on the way out for v1beta1 (``devices[].basic`` and
   ``requests[].exactly`` are the only structural differences the product reads).
@@ -134,6 +134,7 @@ class KubernetesDouble(_Serving):
         self._placement: Placement = placement or first_fit
         self._replacement_start = replacement_start_seconds
         self._denied: set[tuple[str, str, str, str]] = set(denied)
+        self._rules: list[tuple[frozenset[str], frozenset[str], frozenset[str]]] | None = None
         self._enforce_denials = enforce_denials
         self._server_version = server_version
         self._user = user
@@ -258,6 +259,14 @@ class KubernetesDouble(_Serving):
     def add_daemonset(self, obj: JSON) -> JSON:
         """Store (or replace) an apps/v1 DaemonSet."""
         return self._add("daemonsets", obj)
+
+    def add_pvc(self, obj: JSON) -> JSON:
+        """Store a core/v1 PersistentVolumeClaim (namespaced)."""
+        return self._add("persistentvolumeclaims", obj)
+
+    def add_pv(self, obj: JSON) -> JSON:
+        """Store a core/v1 PersistentVolume (cluster-scoped)."""
+        return self._add("persistentvolumes", obj)
 
     def add_resource_claim(self, obj: JSON) -> JSON:
         """Store (or replace) a ResourceClaim of any resource.k8s.io version (kept in the v1 shape)."""
@@ -458,6 +467,20 @@ class KubernetesDouble(_Serving):
         """Undo a ``deny`` with the same arguments."""
         with self._lock:
             self._denied.discard((verb, resource, subresource, group))
+
+    def bind_cluster_role(self, role: JSON | None) -> None:
+        """Authorize as RBAC would with exactly this rbac.authorization.k8s.io/v1 ClusterRole bound: a
+        request no rule grants (``apiGroups`` × ``resources`` — ``pods/eviction`` for a subresource — ×
+        ``verbs``, ``*`` matching any) answers 403, and so does its SelfSubjectAccessReview. The
+        deny-list still applies on top. None removes the binding (everything allowed again)."""
+        with self._lock:
+            self._rules = None
+            if role is not None:
+                self._rules = [
+                    (frozenset(r.get("apiGroups") or ()), frozenset(r.get("resources") or ()),
+                     frozenset(r.get("verbs") or ()))
+                    for r in role.get("rules") or ()
+                ]  # fmt: skip
 
     def advance(self, seconds: float) -> None:
         """Move the double's clock forward and reap what expired."""

@@ -233,7 +233,16 @@ class _Serving(_Controllers):
 
     def _is_denied(self, verb: str, resource: str, subresource: str, group: str) -> bool:
         wanted = (verb, resource, subresource, group)
-        return any(all(d in ("*", w) for d, w in zip(rule, wanted, strict=True)) for rule in self._denied)
+        if any(all(d in ("*", w) for d, w in zip(rule, wanted, strict=True)) for rule in self._denied):
+            return True
+        if self._rules is None or (group, resource) == ("authorization.k8s.io", "selfsubjectaccessreviews"):
+            return False  # every authenticated user may review itself (system:basic-user)
+        name = f"{resource}/{subresource}" if subresource else resource
+        return not any(
+            (group in groups or "*" in groups) and (name in resources or "*" in resources)
+            and (verb in verbs or "*" in verbs)
+            for groups, resources, verbs in self._rules
+        )  # fmt: skip
 
     def _authorize(self, verb: str, target: _Target) -> None:
         res = target.res

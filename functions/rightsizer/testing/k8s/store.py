@@ -37,6 +37,7 @@ class _Store:
     _placement: Placement
     _replacement_start: float
     _denied: set[tuple[str, str, str, str]]
+    _rules: list[tuple[frozenset[str], frozenset[str], frozenset[str]]] | None
     _enforce_denials: bool
     _server_version: tuple[int, int]
     _user: str

@@ -1,0 +1,117 @@
+"""Where a pod's data lives: node-local data makes evicting the pod lose it, or strand it (design §3 "Pods").
+
+Pure: the facts (PersistentVolumeClaims, PersistentVolumes, Nodes) come from the snapshot or from live
+reads in the drain. A volume is *node-local* when its data cannot follow the pod to another node:
+
+- ``hostPath`` (the files stay on the host);
+- a generic ``ephemeral`` volume (its PersistentVolumeClaim is owned by the pod and deleted with it);
+- a PersistentVolumeClaim bound to a ``local`` or ``hostPath`` PersistentVolume, or to one whose
+  ``spec.nodeAffinity`` matches this node and no other schedulable node (topology-bound: the replacement
+  pod could never be scheduled, core/v1 VolumeNodeAffinity);
+- a PersistentVolumeClaim we cannot resolve (claim or volume not found, claim not bound, or volumes not
+  observed at all): unknown is treated as node-local, because safety beats savings.
+
+``emptyDir`` is kubectl's own rule (``--delete-emptydir-data``) and stays in ``domain.pods``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from rightsizer.domain.model import Node, PersistentVolume, PersistentVolumeClaim, Pod, Volume
+
+
+@dataclass(frozen=True)
+class VolumeFacts:
+    """PersistentVolumeClaims by ``namespace/name``, PersistentVolumes by name and the cluster's Nodes.
+
+    ``known`` False says the source carried no volume documents (an older snapshot): every claim is then
+    unresolved.
+    """
+
+    claims: Mapping[str, PersistentVolumeClaim] = field(default_factory=dict)
+    volumes: Mapping[str, PersistentVolume] = field(default_factory=dict)
+    nodes: Sequence[Node] = ()
+    known: bool = True
+
+    @classmethod
+    def of(
+        cls,
+        claims: Sequence[PersistentVolumeClaim],
+        volumes: Sequence[PersistentVolume],
+        nodes: Sequence[Node],
+        *,
+        known: bool = True,
+    ) -> VolumeFacts:
+        """Index claims and volumes by key."""
+        return cls({c.key: c for c in claims}, {v.metadata.name: v for v in volumes}, tuple(nodes), known)
+
+
+UNKNOWN_VOLUMES = VolumeFacts(known=False)
+
+
+def _pinned_volume(pv: PersistentVolume, node_name: str, nodes: Sequence[Node]) -> str | None:
+    name = pv.metadata.name
+    if pv.spec.local is not None:
+        return f"local PersistentVolume {name}"
+    if pv.spec.hostPath is not None:
+        return f"hostPath PersistentVolume {name}"
+    required = pv.spec.nodeAffinity.required if pv.spec.nodeAffinity is not None else None
+    if required is None:
+        return None
+    here = next((n for n in nodes if n.name == node_name), None)
+    if here is None or not required.matches(here):
+        return None  # the affinity does not even name this node: nothing of it lives here
+    elsewhere = [
+        n
+        for n in nodes
+        if n.name != node_name
+        and n.metadata.deletionTimestamp is None
+        and not n.spec.unschedulable
+        and required.matches(n)
+    ]
+    if not elsewhere:
+        return f"PersistentVolume {name} is reachable from this node only (spec.nodeAffinity)"
+    return None
+
+
+def claim_local_data(namespace: str, claim_name: str, node_name: str, facts: VolumeFacts) -> str | None:
+    """Why the data behind PersistentVolumeClaim ``namespace/claim_name`` is bound to ``node_name``, or None."""
+    if not facts.known:
+        return f"PersistentVolumeClaim {claim_name}: volumes were not observed"
+    claim = facts.claims.get(f"{namespace}/{claim_name}")
+    if claim is None:
+        return f"PersistentVolumeClaim {claim_name} not found"
+    if not claim.spec.volumeName:
+        return f"PersistentVolumeClaim {claim_name} is not bound"
+    pv = facts.volumes.get(claim.spec.volumeName)
+    if pv is None:
+        return f"PersistentVolume {claim.spec.volumeName} of claim {claim_name} not found"
+    return _pinned_volume(pv, node_name, facts.nodes)
+
+
+def volume_local_data(pod: Pod, volume: Volume, facts: VolumeFacts) -> str | None:
+    """Why ``volume`` of ``pod`` keeps data on the pod's node (``spec.nodeName``), or None.
+
+    ``emptyDir`` is not judged here (kubectl's rule, ``delete_emptydir_data``).
+    """
+    if volume.hostPath is not None:
+        return f"hostPath volume {volume.name}"
+    if volume.ephemeral is not None:
+        return f"generic ephemeral volume {volume.name} (its claim is deleted with the pod)"
+    if volume.persistentVolumeClaim is not None:
+        return claim_local_data(
+            pod.metadata.namespace, volume.persistentVolumeClaim.claimName, pod.spec.nodeName, facts
+        )
+    return None
+
+
+def claim_names(pods: Sequence[Pod]) -> set[tuple[str, str]]:
+    """(namespace, claim name) of every PersistentVolumeClaim the pods mount."""
+    return {
+        (p.metadata.namespace, v.persistentVolumeClaim.claimName)
+        for p in pods
+        for v in p.spec.volumes
+        if v.persistentVolumeClaim is not None
+    }

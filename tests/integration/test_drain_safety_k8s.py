@@ -1,0 +1,122 @@
+"""The drain workflow against the Kubernetes API double over real HTTP, authorized by exactly the
+ClusterRole ``rightsizer`` of ``infra/k8s/rbac.yaml`` (issue 12): node-local data found through
+PersistentVolumeClaim → PersistentVolume reads protects the node; a network volume does not."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from botocore.credentials import ReadOnlyCredentials
+
+from rightsizer.adapters.eks_auth import EksTokenSource
+from rightsizer.adapters.kubernetes import KubernetesCluster
+from rightsizer.domain.model import ClusterSnapshot
+from rightsizer.domain.policy import Policy
+from rightsizer.services.assess import PlanningAssessor
+from rightsizer.services.drain import DrainDeps, DrainRequest, DrainWorkflow
+from rightsizer.services.runner import InProcessRunner
+from rightsizer.testing.fake_state import FakeState
+from rightsizer.testing.fakes import FakeClock, FakeNodeScaler
+from rightsizer.testing.k8s import KubernetesDouble
+from tests.builders import AT, claim_volume, gpu_node, merge_metrics, node_devices, pod, pv, pvc, snapshot
+
+pytestmark = pytest.mark.integration
+
+RBAC = Path(__file__).resolve().parents[2] / "infra" / "k8s" / "rbac.yaml"
+NODES = ("gpu-1", "gpu-2", "gpu-3")
+ASG = "eks-gpu-a10g-asg"
+
+
+def cluster_role(name: str) -> dict[str, Any]:
+    """The ClusterRole ``name`` as infra/k8s/rbac.yaml defines it."""
+    docs = yaml.safe_load_all(RBAC.read_text())
+    return next(d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == name)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(AT)
+
+
+@pytest.fixture
+def double(clock: FakeClock) -> Iterator[KubernetesDouble]:
+    with KubernetesDouble(seed=7, resource_api_versions=None, clock=clock) as d:
+        d.bind_cluster_role(cluster_role("rightsizer"))
+        for i, name in enumerate(NODES, start=1):
+            d.add_node(gpu_node(name, instance_type="g5.xlarge", gpus=1, instance_id=f"i-{i}"))
+        yield d
+
+
+def drain(double: KubernetesDouble, clock: FakeClock) -> tuple[str, FakeNodeScaler]:
+    cluster = KubernetesCluster.for_eks(
+        double.base_url, EksTokenSource("prod", "us-east-1", lambda: ReadOnlyCredentials("AKID", "s", None))
+    )
+    scaler = FakeNodeScaler()
+    scaler.add_group(ASG, min_size=0, desired=3, max_size=5, instance_ids=["i-1", "i-2", "i-3"])
+    metrics = merge_metrics(*(node_devices(n, 1) for n in NODES))
+
+    def observe(now: datetime) -> ClusterSnapshot:
+        # Metrics say idle; pods and volumes come from the double (the drain's own reads decide).
+        return snapshot(double.list_nodes(), [], metrics, at=AT)
+
+    policy = Policy(dry_run=False)
+    deps = DrainDeps(
+        cluster=cluster,
+        scaler=scaler,
+        assessor=PlanningAssessor(observe, policy),
+        state=FakeState("prod"),
+        policy=policy,
+        dry_run=False,
+        clock=clock.now,
+    )
+    workflow = DrainWorkflow(deps)
+
+    def sleep(seconds: float) -> None:
+        clock.advance(seconds)
+
+    InProcessRunner(workflow, sleep=sleep).start(DrainRequest("gpu-1", "exec-1"))
+    record = deps.state.load("exec-1")
+    assert record is not None
+    return record.status, scaler
+
+
+def test_a_pod_on_a_local_persistent_volume_keeps_its_node(double: KubernetesDouble, clock: FakeClock) -> None:
+    double.add_pod(pod("db-0", "gpu-1", owner=("StatefulSet", "apps/v1"), volumes=[claim_volume("data-db-0")]))
+    double.add_pvc(pvc("data-db-0", "local-pv-1"))
+    double.add_pv(pv("local-pv-1", local_path="/mnt/nvme0", affinity={"kubernetes.io/hostname": ["gpu-1"]}))
+    status, scaler = drain(double, clock)
+    assert status == "abandoned"
+    assert scaler.terminated == []
+    assert double.get_node("gpu-1")["spec"]["unschedulable"] is False
+    assert double.get_pod("default", "db-0") is not None
+    paths = [r.path for r in double.requests if r.status == 200]
+    assert "/api/v1/namespaces/default/persistentvolumeclaims/data-db-0" in paths
+    assert "/api/v1/persistentvolumes/local-pv-1" in paths
+    assert [r for r in double.requests if r.status == 403] == []
+
+
+def test_a_pod_on_a_network_volume_is_drained(double: KubernetesDouble, clock: FakeClock) -> None:
+    double.add_pod(pod("db-0", "gpu-1", owner=("StatefulSet", "apps/v1"), volumes=[claim_volume("data-db-0")]))
+    double.add_pvc(pvc("data-db-0", "pv-ebs"))
+    double.add_pv(pv("pv-ebs"))
+    status, scaler = drain(double, clock)
+    assert status == "succeeded"
+    assert scaler.terminated == ["i-1"]
+    assert [r for r in double.requests if r.status == 403] == []
+
+
+def test_without_the_volume_grants_the_drain_fails_closed(double: KubernetesDouble, clock: FakeClock) -> None:
+    role = cluster_role("rightsizer")
+    role["rules"] = [r for r in role["rules"] if "persistentvolumes" not in r["resources"]]
+    double.bind_cluster_role(role)
+    double.add_pod(pod("db-0", "gpu-1", owner=("StatefulSet", "apps/v1"), volumes=[claim_volume("data-db-0")]))
+    double.add_pvc(pvc("data-db-0", "pv-ebs"))
+    double.add_pv(pv("pv-ebs"))
+    status, scaler = drain(double, clock)
+    assert status == "failed"
+    assert scaler.terminated == [] and double.get_node("gpu-1")["spec"]["unschedulable"] is False
