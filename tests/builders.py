@@ -285,9 +285,16 @@ def pv(
     else:
         spec["csi"] = {"driver": "ebs.csi.aws.com", "volumeHandle": f"vol-{name}"}
     if affinity:
-        exprs = [{"key": k, "operator": "In", "values": v} for k, v in affinity.items() if k != "metadata.name"]
-        fields = [{"key": k, "operator": "In", "values": v} for k, v in affinity.items() if k == "metadata.name"]
-        term = {**({"matchExpressions": exprs} if exprs else {}), **({"matchFields": fields} if fields else {})}
+        exprs = [
+            {"key": k, "operator": "In", "values": v} for k, v in affinity.items() if k != "metadata.name"
+        ]
+        fields = [
+            {"key": k, "operator": "In", "values": v} for k, v in affinity.items() if k == "metadata.name"
+        ]
+        term = {
+            **({"matchExpressions": exprs} if exprs else {}),
+            **({"matchFields": fields} if fields else {}),
+        }
         spec["nodeAffinity"] = {"required": {"nodeSelectorTerms": [term]}}
     return {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name}, "spec": spec}
 

@@ -85,8 +85,12 @@ def drain(double: KubernetesDouble, clock: FakeClock) -> tuple[str, FakeNodeScal
     return record.status, scaler
 
 
-def test_a_pod_on_a_local_persistent_volume_keeps_its_node(double: KubernetesDouble, clock: FakeClock) -> None:
-    double.add_pod(pod("db-0", "gpu-1", owner=("StatefulSet", "apps/v1"), volumes=[claim_volume("data-db-0")]))
+def test_a_pod_on_a_local_persistent_volume_keeps_its_node(
+    double: KubernetesDouble, clock: FakeClock
+) -> None:
+    double.add_pod(
+        pod("db-0", "gpu-1", owner=("StatefulSet", "apps/v1"), volumes=[claim_volume("data-db-0")])
+    )
     double.add_pvc(pvc("data-db-0", "local-pv-1"))
     double.add_pv(pv("local-pv-1", local_path="/mnt/nvme0", affinity={"kubernetes.io/hostname": ["gpu-1"]}))
     status, scaler = drain(double, clock)
@@ -101,7 +105,9 @@ def test_a_pod_on_a_local_persistent_volume_keeps_its_node(double: KubernetesDou
 
 
 def test_a_pod_on_a_network_volume_is_drained(double: KubernetesDouble, clock: FakeClock) -> None:
-    double.add_pod(pod("db-0", "gpu-1", owner=("StatefulSet", "apps/v1"), volumes=[claim_volume("data-db-0")]))
+    double.add_pod(
+        pod("db-0", "gpu-1", owner=("StatefulSet", "apps/v1"), volumes=[claim_volume("data-db-0")])
+    )
     double.add_pvc(pvc("data-db-0", "pv-ebs"))
     double.add_pv(pv("pv-ebs"))
     status, scaler = drain(double, clock)
@@ -114,7 +120,9 @@ def test_without_the_volume_grants_the_drain_fails_closed(double: KubernetesDoub
     role = cluster_role("rightsizer")
     role["rules"] = [r for r in role["rules"] if "persistentvolumes" not in r["resources"]]
     double.bind_cluster_role(role)
-    double.add_pod(pod("db-0", "gpu-1", owner=("StatefulSet", "apps/v1"), volumes=[claim_volume("data-db-0")]))
+    double.add_pod(
+        pod("db-0", "gpu-1", owner=("StatefulSet", "apps/v1"), volumes=[claim_volume("data-db-0")])
+    )
     double.add_pvc(pvc("data-db-0", "pv-ebs"))
     double.add_pv(pv("pv-ebs"))
     status, scaler = drain(double, clock)

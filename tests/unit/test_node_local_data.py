@@ -88,7 +88,9 @@ def test_a_zonal_volume_protects_the_node_only_when_no_other_node_can_reach_it()
         "local_storage:default/db-0"
     ]
     # A network volume without node affinity follows the pod anywhere.
-    assert _local(_node_reasons([claim_volume("data-db-0")], pvcs=claims, pvs=[pv("pv-ebs")], zones=alone)) == []
+    assert (
+        _local(_node_reasons([claim_volume("data-db-0")], pvcs=claims, pvs=[pv("pv-ebs")], zones=alone)) == []
+    )
 
 
 @pytest.mark.parametrize(

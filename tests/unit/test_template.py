@@ -161,7 +161,7 @@ def test_access_entries_groups(template: dict[str, Any]) -> None:
         for e in entries.values()
     }
     assert groups == {
-        "AssessRole": ["rightsizer-read"],
+        "AssessRole": ["rightsizer-read", "rightsizer-heal"],
         "DrainRole": ["rightsizer"],
         "OffhoursRole": ["rightsizer"],
     }

@@ -169,6 +169,7 @@ def plan(
     *,
     catalog: Catalog | None = None,
     node_label: str | None = None,
+    stale_cordons: frozenset[str] = frozenset(),
 ) -> Plan:
     """Decide, for every GPU node of ``snapshot``, a verdict with reasons, and the actions to take.
 
@@ -178,6 +179,8 @@ def plan(
         now: the decision instant ``at`` (aware); defaults to the snapshot's ``taken_at``.
         catalog: the instance catalog (defaults to the packaged one).
         node_label: the operator's node-name label on DCGM series (config ``prometheus.node_label``).
+        stale_cordons: nodes carrying our cordon annotation without a live workflow (the caller knows
+            the leases): still not candidates, but they do not count as drains in flight.
 
     Returns:
         The ``Plan`` (design §5): nodes sorted by name, actions by hourly savings then id.
@@ -291,7 +294,7 @@ def plan(
         decisions.append(decision)
 
     _apply_group_rules(decisions, snapshot, policy, at)
-    actions = _choose(decisions, policy)
+    actions = _choose(decisions, policy, stale_cordons)
     return _assemble(snapshot, policy, at, decisions, actions, signals.unmapped)
 
 
@@ -327,12 +330,15 @@ def _reservation(reasons: Sequence[str]) -> str | None:
     return None
 
 
-def _choose(decisions: list[NodeDecision], policy: Policy) -> list[Action]:
+def _choose(decisions: list[NodeDecision], policy: Policy, stale: frozenset[str]) -> list[Action]:
     """Pick ``scale_in`` candidates among idle nodes under the disruption budget (design §3)."""
-    in_flight_total = sum(1 for d in decisions if ANN_CORDONED_BY in d.node.metadata.annotations)
+    flying = [
+        d for d in decisions if ANN_CORDONED_BY in d.node.metadata.annotations and d.node.name not in stale
+    ]
+    in_flight_total = len(flying)
     in_flight_group: dict[str, int] = {}
-    for d in decisions:
-        if d.group is not None and ANN_CORDONED_BY in d.node.metadata.annotations:
+    for d in flying:
+        if d.group is not None:
             in_flight_group[d.group.name] = in_flight_group.get(d.group.name, 0) + 1
     run_slots = policy.max_nodes_per_run - in_flight_total
     chosen_group: dict[str, int] = {}

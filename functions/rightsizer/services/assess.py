@@ -17,7 +17,7 @@ from rightsizer.domain.plan import Action, NodeReport
 from rightsizer.domain.planner import plan
 from rightsizer.domain.policy import Policy
 from rightsizer.ports import ClusterWriter, WorkflowStarter
-from rightsizer.services.drain import DrainRequest, heal_expired_leases
+from rightsizer.services.drain import DrainRequest, heal_expired_leases, heal_stale_cordons, stale_cordons
 from rightsizer.services.resize import ResizeRequest
 from rightsizer.state import StateStore
 
@@ -113,11 +113,12 @@ class AssessmentSummary:
 def run_assessment(
     deps: AssessmentDeps, now: datetime, tick_id: str, *, clock: Callable[[], float] = time.monotonic
 ) -> AssessmentSummary:
-    """Heal expired leases, plan the cluster at ``now``, start a drain per ``scale_in`` action and a resize
-    workflow per ``resize_instance`` action (issue 17).
+    """Heal expired leases and stale cordons, plan the cluster at ``now``, start a drain per ``scale_in``
+    action and a resize workflow per ``resize_instance`` action (issue 17).
 
-    Healing comes first so a node whose drain died is uncordoned before it is judged again; the plan
-    then never picks a node in flight (our cordon counts), and the workflow's validate step re-checks
+    Healing comes first so a node whose drain died (or whose rollback could not uncordon it) is
+    uncordoned before it is judged again; the plan never picks a node in flight (our cordon with a live
+    workflow counts against the budget, a stale one does not), and the workflow's validate step re-checks
     everything on fresh state — the plan is a hint, not an order.
 
     Args:
@@ -130,7 +131,11 @@ def run_assessment(
     began = clock()
     healed = heal_expired_leases(deps.cluster, deps.state, now)
     reaped = deps.state.reap_slots(now)
-    result = plan(deps.observe(now), deps.policy, now, node_label=deps.node_label)
+    snapshot = deps.observe(now)
+    stale = stale_cordons(snapshot.nodes, deps.state, now)
+    healed += heal_stale_cordons(deps.cluster, deps.state, stale, now)
+    # A stale cordon (healed now or not) is no drain in flight: it must not spend the budget of others.
+    result = plan(snapshot, deps.policy, now, node_label=deps.node_label, stale_cordons=frozenset(stale))
     started = []
     for action in result.actions:
         if action.kind not in ("scale_in", "resize_instance") or action.node is None:

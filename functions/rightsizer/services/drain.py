@@ -44,6 +44,8 @@ EVICTION_CONCURRENCY = 8
 EVICT_MARGIN_S = 60
 POLL_S = 5.0
 MAX_RETRY_AFTER_S = 60.0
+UNCORDON_ATTEMPTS = 5
+UNCORDON_BACKOFF_S = 2.0
 
 # Reasons a candidate may carry and still be drained: the budget is re-checked by the slot, our own
 # cordon is what the workflow itself did. Off-hours drains are also exempt from cooldown and windows.
@@ -307,8 +309,13 @@ class DrainWorkflow:
     ) -> StepResult:
         """Undo our cordon (only if ours), record why, release the slot and lease; never scales anything.
 
-        An uncordon that fails is recorded as ``failed``; the next assessment heals the node once the
-        lease expires (design §4).
+        An uncordon that fails for a reason worth retrying (5xx, 429, a timeout, a 409 race) is retried
+        with exponential backoff (``UNCORDON_BACKOFF_S`` doubling, ``UNCORDON_ATTEMPTS`` attempts): the
+        workflow stays ``running`` in step ``rollback`` holding its lease, and the state machine (or the
+        in-process runner) waits and calls again. When the attempts are spent, or the uncordon is refused
+        (403), the workflow ends ``failed`` with ``uncordon_pending`` in its details and ledger reason: the
+        next assessment finds our annotation without a live workflow and heals the node
+        (:func:`heal_stale_cordons`).
         """
         record = self.deps.state.load(execution_id)
         if record is None:
@@ -319,9 +326,21 @@ class DrainWorkflow:
         if record.cordoned_at is not None and not record.details.get("dry_run"):
             try:
                 undone = self.deps.cluster.uncordon(record.node, execution_id)
+            except (TransientError, StalePlan) as exc:
+                tries = int(record.details.get("uncordon_attempts", 0)) + 1
+                log.warning("uncordon of %s failed (attempt %d): %s", record.node, tries, exc)
+                if tries < UNCORDON_ATTEMPTS:
+                    wait = UNCORDON_BACKOFF_S * 2 ** (tries - 1)
+                    details = {
+                        **record.details,
+                        "uncordon_attempts": tries,
+                        "rollback": {"reason": reason, "status": status, "step": step},
+                    }
+                    return self._next(record, step, "rollback", wait=wait, details=details,
+                                      message=f"uncordon failed ({exc}); retrying in {wait:g} s")  # fmt: skip
+                return self._uncordon_failed(record, reason, exc, step=step)
             except RightsizerError as exc:
-                log.error("uncordon of %s failed: %s", record.node, exc)
-                return self._end(record, "failed", f"{reason}; uncordon failed: {exc}", step=step)
+                return self._uncordon_failed(record, reason, exc, step=step)
         if undone or record.cordoned_at is not None:
             self.deps.cluster.emit_event(
                 record.node, "RolledBack", f"rightsizer rolled back: {reason}", warning=True
@@ -331,6 +350,29 @@ class DrainWorkflow:
                 record.node, "DrainBlocked", f"rightsizer did not drain: {reason}", warning=True
             )
         return self._end(record, status, reason, step=step)
+
+    def _uncordon_failed(
+        self, record: WorkflowRecord, reason: str, exc: Exception, *, step: str
+    ) -> StepResult:
+        log.error("uncordon of %s failed for good: %s", record.node, exc)
+        record = self._save(record, details={**record.details, "uncordon_pending": True})
+        self.deps.cluster.emit_event(
+            record.node,
+            "UncordonFailed",
+            f"rightsizer could not uncordon the node ({exc}); the next assessment retries",
+            warning=True,
+        )
+        return self._end(record, "failed", f"{reason}; uncordon_pending: {exc}", step=step)
+
+    def _step_rollback(self, record: WorkflowRecord) -> StepResult:
+        """Retry the uncordon of a rollback whose first attempt failed (see :meth:`rollback`)."""
+        pending = record.details.get("rollback") or {}
+        return self.rollback(
+            record.execution_id,
+            str(pending.get("reason", "rollback")),
+            status=str(pending.get("status", "rolled_back")),
+            step=str(pending.get("step", "rollback")),
+        )
 
     # ------------------------------------------------------------------------------------- steps
 
@@ -406,7 +448,14 @@ class DrainWorkflow:
         self._renew(record)
         now = self._now()
         at = now.isoformat().replace("+00:00", "Z")
-        self.deps.cluster.cordon(record.node, record.execution_id, at)
+        try:
+            self.deps.cluster.cordon(record.node, record.execution_id, at)
+        except StalePlan as exc:
+            if str(exc) != "node_changed":
+                raise
+            # 409: the node changed between our GET and PATCH (a label, a condition). Re-read and re-check
+            # on the next attempt, as kubectl's cordon helper does, instead of giving up the drain.
+            raise TransientError("node changed while cordoning (409); re-reading", retry_after=1.0) from exc
         cordoned_at = record.cordoned_at or now
         self.deps.cluster.emit_event(
             record.node, "CordonedIdle", f"rightsizer cordoned the idle node ({record.execution_id})"
@@ -615,4 +664,67 @@ def heal_expired_leases(cluster: ClusterWriter, state: StateStore, now: datetime
             state.release(lease.node, lease.owner, lease.epoch)
         except RightsizerError as exc:
             log.warning("healing %s failed: %s", lease.node, exc)
+    return healed
+
+
+def stale_cordons(nodes: Sequence[Node], state: StateStore, now: datetime) -> dict[str, str]:
+    """Nodes carrying our ``rightsizer.io/cordoned-by`` annotation without a live workflow: node name →
+    the execution id the annotation names.
+
+    Live = the node's lease is held by that execution and not expired (every drain takes its lease before
+    it cordons and keeps renewing it). Anything else — the workflow ended (a failed uncordon), its record
+    expired or never existed, another execution holds the lease — is stale.
+    """
+    stale = {}
+    for node in nodes:
+        owner = node.metadata.annotations.get(ANN_CORDONED_BY)
+        if owner is None:
+            continue
+        lease = state.get(node.name)
+        if lease is not None and lease.owner == owner and not lease.expired(now):
+            continue
+        stale[node.name] = owner
+    return stale
+
+
+def heal_stale_cordons(
+    cluster: ClusterWriter, state: StateStore, stale: dict[str, str], now: datetime
+) -> list[str]:
+    """Uncordon every node of ``stale`` (from :func:`stale_cordons`: no live workflow holds its lease),
+    emitting ``RolledBack`` and a ledger entry (step ``heal``); returns the nodes healed now.
+
+    Only our own annotation for that execution is undone (``ClusterWriter.uncordon`` re-checks it); a
+    failure is logged and retried by the next assessment. Kubernetes RBAC of the caller: ``get``/``patch``
+    nodes and ``create`` events (ClusterRole ``rightsizer-heal``, bound to the assess function).
+    """
+    healed = []
+    for node, owner in sorted(stale.items()):
+        record = state.load(owner)
+        if record is not None and record.status == "succeeded":
+            continue  # the instance is gone; its Node lingers until the cloud controller deletes it
+        # A running record without a live lease is a dead workflow too (the lease healer's case).
+        why = f"workflow {owner} is {record.status if record is not None else 'unknown'}"
+        try:
+            if not cluster.uncordon(node, owner):
+                continue
+        except RightsizerError as exc:
+            log.warning("healing the stale cordon of %s failed (%s): %s", node, why, exc)
+            continue
+        cluster.emit_event(node, "RolledBack", f"rightsizer removed its stale cordon: {why}", warning=True)
+        state.record(
+            LedgerEntry(
+                execution_id=owner,
+                node=node,
+                instance_id=record.instance_id if record is not None else None,
+                node_group=record.details.get("node_group") if record is not None else None,
+                kind="scale_in",
+                step="heal",
+                result="rolled_back",
+                reason=f"stale_cordon:{why}",
+                hourly_savings_usd=None,
+                monthly_savings_usd=None,
+                at=now,
+            )
+        )
+        healed.append(node)
     return healed
