@@ -15,12 +15,12 @@ from botocore.credentials import ReadOnlyCredentials
 
 from rightsizer.adapters.eks_auth import EksTokenSource
 from rightsizer.adapters.kubernetes import KubernetesCluster
+from rightsizer.adapters.memory_state import MemoryState
 from rightsizer.domain.model import ClusterSnapshot
 from rightsizer.domain.policy import Policy
 from rightsizer.services.assess import PlanningAssessor
 from rightsizer.services.drain import DrainDeps, DrainRequest, DrainWorkflow
 from rightsizer.services.runner import InProcessRunner
-from rightsizer.testing.fake_state import FakeState
 from rightsizer.testing.fakes import FakeClock, FakeNodeScaler
 from rightsizer.testing.k8s import KubernetesDouble
 from tests.builders import AT, claim_volume, gpu_node, merge_metrics, node_devices, pod, pv, pvc, snapshot
@@ -69,7 +69,7 @@ def drain(double: KubernetesDouble, clock: FakeClock) -> tuple[str, FakeNodeScal
         cluster=cluster,
         scaler=scaler,
         assessor=PlanningAssessor(observe, policy),
-        state=FakeState("prod"),
+        state=MemoryState("prod"),
         policy=policy,
         dry_run=False,
         clock=clock.now,
