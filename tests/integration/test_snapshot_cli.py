@@ -216,6 +216,8 @@ def test_snapshot_then_plan_reproduces_the_live_plan(
             "nodes.json",
             "pods.json",
             "pdbs.json",
+            "persistentvolumeclaims.json",
+            "persistentvolumes.json",
             "nodegroups.json",
             "instances.json",
             *(p for p in metric_queries()),
