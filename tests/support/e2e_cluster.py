@@ -131,19 +131,21 @@ class GpuNode:
     exporter_pod: str
     exporter_ip: str
     uuid: str
+    #: Serve ``node`` as the shipped scrape relabeling would add it (False: dcgm-exporter's own labels only).
+    relabelled: bool = True
 
     def labels(self) -> dict[str, str]:
         """The series labels dcgm-exporter writes (``node`` added by the scrape relabelling on EKS;
         ``Hostname`` is the exporter pod's name, BUG-01)."""
-        return {
+        labels = {
             "gpu": "0",
             "UUID": self.uuid,
             "device": "nvidia0",
             "modelName": MODEL,
             "Hostname": self.exporter_pod,
             "DCGM_FI_DRIVER_VERSION": "535.183.01",
-            "node": self.name,
         }
+        return {**labels, "node": self.name} if self.relabelled else labels
 
 
 GAUGES = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_POWER_USAGE")
