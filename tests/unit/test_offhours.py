@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import itertools
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -87,6 +88,9 @@ SCHEDULES: dict[str, list[Period]] = {
     # DST probes: a start inside the spring-forward gap, and the whole repeated fall-back hour.
     "gap": periods((["Sun"], "02:30", "05:00")),
     "fallback": periods((["Sun"], "02:00", "03:00")),
+    # Boundaries inside the repeated fall-back hour (02:00-03:00 twice on the last Sunday of October).
+    "late_end": periods((["Sat"], "22:00", "02:30")),
+    "late_start": periods((["Sun"], "02:30", "06:00")),
 }
 
 SATURDAY_NOON = berlin("2024-05-18T13:00:00+02:00")  # weekend: DOWN
@@ -857,6 +861,23 @@ def test_the_schedule_drives_the_direction_at_exact_instants(
     else:
         assert group.outcome == "up" and world.aws.update_calls == []
         assert len(world.nodes_of("gpu-a10g")) == 3
+
+
+@pytest.mark.parametrize("schedule", ["late_end", "late_start"])
+def test_a_boundary_in_the_repeated_hour_scales_down_once_and_restores_once(schedule: str) -> None:
+    """Issue 12: a tick every 5 minutes through the fall-back night; the wall clock passes 02:30 twice,
+    the schedule acts once: one scale-down, one restore, never a restore undone and redone."""
+    world = make_world(groups=[("gpu-a10g", schedule)])
+    tick = utc("2024-10-26T19:00:00Z")  # Saturday 21:00 CEST
+    outcomes = []
+    while tick <= utc("2024-10-27T06:00:00Z"):  # Sunday 07:00 CET
+        outcomes.append(world.run(tick).group("gpu-a10g").state)
+        tick += timedelta(minutes=5)
+    flips = [(a, b) for a, b in itertools.pairwise(outcomes) if a != b]
+    assert flips == [("up", "down"), ("down", "up")]
+    downs = [c for c in world.aws.update_calls if c[1] == 0]
+    restores = [c for c in world.aws.update_calls if c[1] != 0]
+    assert len(downs) == 1 and len(restores) == 1, world.aws.update_calls
 
 
 def test_bug28_auckland_evaluations_give_up_down_down() -> None:

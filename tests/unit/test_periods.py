@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from rightsizer.domain.periods import (
+    boundary_instant,
     Period,
     next_transition,
     parse_schedule,
@@ -164,14 +166,20 @@ def test_berlin_fall_back_repeated_hour_edges_and_single_transition() -> None:
     assert next_transition(repeated, utc("2024-10-27T00:00:00+00:00")) == utc("2024-10-27T02:00:00+00:00")
 
 
-def test_berlin_fall_back_boundary_inside_repeated_hour_follows_the_wall_clock() -> None:
-    # With fold ignored, a start at 02:30 is crossed twice, and the jump back to 02:00 leaves the window.
+def test_berlin_fall_back_boundary_inside_repeated_hour_acts_once_at_its_first_occurrence() -> None:
+    # Issue 12: boundaries are instants. A start at 02:30 on the fall-back day takes effect at the first
+    # 02:30 (CEST); the clock going back to 02:00 and passing 02:30 again (CET) changes nothing.
     late = [period(["Sun"], "02:30", "04:00")]
     first_0230 = utc("2024-10-27T00:30:00+00:00")
     assert next_transition(late, utc("2024-10-27T00:00:00+00:00")) == first_0230
-    assert next_transition(late, first_0230) == utc("2024-10-27T01:00:00+00:00")  # back to 02:00 CET
-    assert next_transition(late, utc("2024-10-27T01:00:00+00:00")) == utc("2024-10-27T01:30:00+00:00")
-    assert next_transition(late, utc("2024-10-27T01:30:00+00:00")) == utc("2024-10-27T03:00:00+00:00")
+    assert schedule_contains(late, utc("2024-10-27T01:00:00+00:00")) is True  # 02:00 CET, second pass
+    assert schedule_contains(late, utc("2024-10-27T01:30:00+00:00")) is True  # 02:30 CET, second pass
+    assert next_transition(late, first_0230) == utc("2024-10-27T03:00:00+00:00")  # 04:00 CET
+    # An end inside the repeated hour ends the window once, at its first occurrence.
+    early = [period(["Sat"], "22:00", "02:30")]
+    assert next_transition(early, utc("2024-10-26T21:00:00+00:00")) == first_0230
+    assert schedule_contains(early, utc("2024-10-27T01:00:00+00:00")) is False  # 02:00 CET: stays out
+    assert next_transition(early, first_0230) == utc("2024-11-02T21:00:00+00:00")  # next Saturday 22:00 CET
 
 
 # --- America/New_York DST -------------------------------------------------------------------------------
@@ -465,3 +473,98 @@ def test_next_transition_matches_a_minute_by_minute_scan(schedule: list[Period],
             expected = candidate
             break
     assert next_transition(schedule, instant, horizon) == expected
+
+
+# --- boundaries are instants: every transition acts exactly once (issue 12) ----------------------------
+
+DST_ZONES = [z for z in ZONES if z not in ("UTC", "Asia/Kathmandu", "Asia/Kolkata")]
+
+
+def _offset_changes_in(zone: ZoneInfo, year: int) -> list[datetime]:
+    """UTC instants of the zone's offset changes in ``year`` (hourly probe, then bisection to the minute)."""
+    changes = []
+    probe = datetime(year, 1, 1, tzinfo=UTC)
+    end = datetime(year + 1, 1, 1, tzinfo=UTC)
+    while probe < end:
+        nxt = probe + timedelta(hours=1)
+        if probe.astimezone(zone).utcoffset() != nxt.astimezone(zone).utcoffset():
+            lo, hi = probe, nxt
+            while hi - lo > timedelta(minutes=1):
+                mid = lo + (hi - lo) / 2
+                if mid.astimezone(zone).utcoffset() == lo.astimezone(zone).utcoffset():
+                    lo = mid
+                else:
+                    hi = mid
+            changes.append(hi)
+        probe = nxt
+    return changes
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    zone_name=st.sampled_from(DST_ZONES),
+    year=st.integers(2005, 2038),
+    pick=st.integers(0, 3),
+    start_shift=st.integers(-90, 90),
+    length=st.integers(1, 24 * 60),
+)
+def test_each_boundary_acts_exactly_once_across_dst_changes(
+    zone_name: str, year: int, pick: int, start_shift: int, length: int
+) -> None:
+    """A one-day period whose start (and, for short windows, end) falls in or near a skipped or repeated
+    local hour is entered once and left once: scanning every minute around it flips the state at most
+    twice, always in then out, and never back in."""
+    zone = ZoneInfo(zone_name)
+    changes = _offset_changes_in(zone, year)
+    if not changes:
+        return
+    change = changes[pick % len(changes)]
+    before = (change - timedelta(minutes=1)).astimezone(zone)
+    wall = (datetime(2000, 1, 1, before.hour, before.minute) + timedelta(minutes=start_shift)).time()  # noqa: DTZ001
+    end = (datetime(2000, 1, 1, wall.hour, wall.minute) + timedelta(minutes=length)).time()  # noqa: DTZ001
+    day = (change + timedelta(minutes=start_shift)).astimezone(zone)
+    p = Period(days=[WEEKDAYS[day.weekday()]], start=f"{wall:%H:%M}", end=f"{end:%H:%M}", timezone=zone_name)
+    instant = change - timedelta(hours=30)
+    states = []
+    while instant <= change + timedelta(hours=54):
+        states.append(period_contains(p, instant))
+        instant += timedelta(minutes=1)
+    flips = [(a, b) for a, b in itertools.pairwise(states) if a != b]
+    assert flips in ([], [(False, True)], [(True, False)], [(False, True), (True, False)]), (p, flips)
+
+
+@pytest.mark.parametrize(
+    ("zone", "day", "wall"),
+    [
+        ("Europe/Berlin", "2024-10-27", "02:30"),  # repeated
+        ("America/New_York", "2023-11-05", "01:15"),  # repeated
+        ("Pacific/Auckland", "2025-04-06", "02:45"),  # repeated (southern autumn)
+        ("Australia/Lord_Howe", "2024-04-07", "01:45"),  # repeated half hour
+        ("America/Santiago", "2026-04-04", "23:30"),  # repeated across midnight
+        ("Europe/Dublin", "2021-10-31", "01:30"),  # negative DST in tzdata
+    ],
+)
+def test_a_repeated_wall_time_takes_effect_at_its_first_occurrence(zone: str, day: str, wall: str) -> None:
+    tz = ZoneInfo(zone)
+    local = datetime.fromisoformat(f"{day}T{wall}").replace(tzinfo=tz)
+    first, second = local.astimezone(UTC), local.replace(fold=1).astimezone(UTC)
+    assert first < second  # the wall time really happens twice
+    assert boundary_instant(local.date(), local.time(), tz) == first
+
+
+@pytest.mark.parametrize(
+    ("zone", "day", "wall"),
+    [
+        ("Europe/Berlin", "2024-03-31", "02:30"),
+        ("America/New_York", "2030-03-10", "02:05"),
+        ("Pacific/Chatham", "2024-09-29", "03:00"),
+        ("Australia/Lord_Howe", "2024-10-06", "02:15"),
+    ],
+)
+def test_a_skipped_wall_time_takes_effect_when_the_clock_jumps(zone: str, day: str, wall: str) -> None:
+    tz = ZoneInfo(zone)
+    local = datetime.fromisoformat(f"{day}T{wall}").replace(tzinfo=tz)
+    instant = boundary_instant(local.date(), local.time(), tz)
+    just_before = instant - timedelta(microseconds=1)
+    assert just_before.astimezone(tz).utcoffset() != instant.astimezone(tz).utcoffset()  # the jump itself
+    assert instant.astimezone(tz).time() > local.time()  # the first wall time after the gap

@@ -12,9 +12,13 @@ With L = the instant in ``timezone``:
   days and L.time >= start, or the previous local day in days and L.time < end. Day filters therefore apply
   to the day the window *starts*.
 
-Times compare as local wall-clock times with ``fold`` ignored: a boundary inside a spring-forward gap takes
-effect at the first wall time after the gap, and a repeated fall-back hour is judged by its wall-clock time
-alone, so both occurrences of e.g. 02:30 get the same state.
+Boundaries are instants, so every transition happens exactly once (issue 12): the start (or end) of a
+period on local day D is the one UTC instant at which D's wall clock first shows that time. A wall time
+inside a spring-forward gap takes effect when the clock jumps over it (the first wall time after the gap);
+a wall time inside a repeated fall-back hour takes effect at its first occurrence, and the second pass of
+the wall clock over it changes nothing (an off-hours scale-down or restore is never undone and redone).
+An instant is inside the period when it lies in [start instant, end instant) of an occurrence starting on a
+listed day.
 
 No I/O beyond the tz database that ``zoneinfo`` reads, no clock: callers pass the instant.
 """
@@ -174,13 +178,35 @@ def _require_aware(instant: datetime) -> None:
         raise ValueError(f"instant must be timezone-aware, got naive {instant.isoformat()}")
 
 
+def boundary_instant(day: date, wall: time, zone: ZoneInfo) -> datetime:
+    """The one UTC instant at which local ``day``'s wall clock in ``zone`` first shows ``wall``.
+
+    A repeated (fall-back) wall time gives its first occurrence; a wall time inside a spring-forward gap
+    gives the instant of the jump (the first wall time after the gap).
+    """
+    local = datetime.combine(day, wall, tzinfo=zone)
+    first = local.astimezone(UTC)  # fold=0: the offset in force before a transition
+    second = local.replace(fold=1).astimezone(UTC)  # fold=1: the offset in force after it
+    if first <= second:
+        return first  # an ordinary time (equal) or a repeated one (the first pass comes first)
+    # Inside a gap the two readings straddle the jump: the boundary takes effect when the clock jumps.
+    return min(_offset_changes(zone, second, first))
+
+
+def _occurrence(period: Period, day: date) -> tuple[datetime, datetime]:
+    """[start, end) in UTC of the period's occurrence that starts on local ``day``."""
+    zone = period.zone
+    end_day = day + timedelta(days=1) if period.wraps else day
+    return boundary_instant(day, period.start_time, zone), boundary_instant(end_day, period.end_time, zone)
+
+
 def period_contains(period: Period, instant: datetime) -> bool:
     """Whether ``instant`` lies inside ``period``, evaluated in the period's own time zone.
 
     Args:
         period: the window.
-        instant: an aware datetime in any zone; it is converted to ``period.timezone`` before the weekday
-            and the time of day are read, so both always come from the same local datetime.
+        instant: an aware datetime in any zone; the occurrences of the period around its local date are
+            resolved to instants (:func:`boundary_instant`) and compared in UTC.
 
     Returns:
         True when inside. Boundaries: ``start`` inclusive, ``end`` exclusive, to the microsecond.
@@ -189,18 +215,19 @@ def period_contains(period: Period, instant: datetime) -> bool:
         ValueError: ``instant`` is naive.
     """
     _require_aware(instant)
-    local = instant.astimezone(period.zone)
-    # Comparisons of naive times ignore fold, which is what makes a repeated fall-back hour read the same
-    # wall-clock state twice instead of depending on which occurrence we are in.
-    wall = local.time()
-    weekday = local.weekday()
+    moment = instant.astimezone(UTC)
+    today = instant.astimezone(period.zone).date()
     days = period.weekday_numbers
-    start, end = period.start_time, period.end_time
-    if end > start:
-        return weekday in days and start <= wall < end
-    # Wrapping window: today's part from start to midnight, and the tail (before end) of a window that
-    # started yesterday. With end 00:00 the tail is empty, which is exactly "end of day".
-    return (weekday in days and wall >= start) or ((weekday - 1) % 7 in days and wall < end)
+    # An occurrence lasts at most a day plus a DST shift, so it started yesterday or today; tomorrow is
+    # checked too for zones whose clock falls back across midnight (the date reads the day before).
+    for offset in (-1, 0, 1):
+        day = today + timedelta(days=offset)
+        if day.weekday() not in days:
+            continue
+        start, end = _occurrence(period, day)
+        if start <= moment < end:
+            return True
+    return False
 
 
 def schedule_contains(periods: Sequence[Period], instant: datetime) -> bool:
