@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from rightsizer.domain.periods import (
-    boundary_instant,
     Period,
+    boundary_instant,
     next_transition,
     parse_schedule,
     period_contains,

@@ -37,6 +37,7 @@ __all__ = [
     "Period",
     "Schedule",
     "Weekday",
+    "boundary_instant",
     "next_transition",
     "parse_schedule",
     "period_contains",
