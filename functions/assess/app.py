@@ -2,7 +2,8 @@
 
 Heals expired drain leases, plans the cluster at the tick's ``scheduled_time`` and starts one drain state
 machine execution per ``scale_in`` action, named deterministically from the tick's ``execution_id`` so a
-retried tick cannot start a drain twice (:func:`rightsizer.services.assess.run_assessment`).
+retried tick cannot start a drain twice (:func:`rightsizer.services.assess.run_assessment`). Logs one decision
+record per GPU node (message ``decision``, key ``decision``: the shipped Logs Insights queries read them).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from rightsizer.domain.decisions import DECISION_LOG_MESSAGE
 from rightsizer.handler_support import METRICS_NAMESPACE, ScheduledTick, Settings, assessment_deps, traced
 from rightsizer.services.assess import run_assessment
 
@@ -38,5 +40,8 @@ def handler(event: ScheduledTick, context: LambdaContext) -> dict[str, Any]:
         name="PlannedSavingsUsdPerHour", unit=MetricUnit.NoUnit, value=summary.hourly_savings_usd
     )
     metrics.add_metric(name="AssessmentDuration", unit=MetricUnit.Seconds, value=summary.duration_s)
+    metrics.add_metric(name="VerdictEvents", unit=MetricUnit.Count, value=summary.events)
+    for record in summary.records:  # one line per GPU node: the shipped Logs Insights queries read them
+        logger.info(DECISION_LOG_MESSAGE, extra={"decision": record.model_dump(mode="json")})
     logger.info("assessment finished", extra={"summary": summary.to_json()})
     return summary.to_json()

@@ -178,6 +178,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
             state=act.state,
             starter=runner,
             node_label=config.prometheus.node_label,
+            plans=wiring.build_plan_history(config),
         ),
         now,
         f"apply-{uuid.uuid4().hex[:12]}",

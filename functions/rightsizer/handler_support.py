@@ -268,12 +268,13 @@ def assessment_deps(settings: Settings) -> AssessmentDeps:
         ConfigError: no ``RIGHTSIZER_STATE_MACHINE_ARN``.
     """
     from rightsizer.services.assess import AssessmentDeps
-    from rightsizer.wiring import build_workflow_starter
+    from rightsizer.wiring import build_plan_history, build_workflow_starter
 
     if not settings.state_machine_arn:
         raise ConfigError("the drain state machine is required", field="RIGHTSIZER_STATE_MACHINE_ARN")
     deps = act_deps(settings)
     return AssessmentDeps(
+        plans=build_plan_history(deps.config),
         cluster_name=settings.cluster_name,
         observe=deps.observe,
         policy=deps.policy,

@@ -53,6 +53,7 @@ __all__ = [
     "LedgerEntry",
     "LedgerResult",
     "OffhoursStore",
+    "PlanHistory",
     "SavedSizes",
     "Slot",
     "SlotRefusal",
@@ -502,6 +503,23 @@ class StateStore(LeaseStore, BudgetSlots, Ledger, WorkflowRecords, OffhoursStore
     @property
     def cluster(self) -> str:
         """The cluster whose leases, slots, off-hours sizes and ledger view this store serves."""
+        ...
+
+
+@runtime_checkable
+class PlanHistory(Protocol):
+    """The latest assessments of the bound cluster, newest first, kept for a short time.
+
+    A document is JSON-ready (``rightsizer.domain.decisions.plan_document``: ``cluster``, ``at`` RFC 3339
+    UTC, ``dry_run``, ``summary``, ``records``); documents are ordered by ``at``.
+    """
+
+    def save_plan(self, document: dict[str, Any], at: datetime) -> None:
+        """Store ``document`` as the assessment at ``at``; saving the same ``at`` again replaces it."""
+        ...
+
+    def plans(self, limit: int = 1) -> list[dict[str, Any]]:
+        """Up to ``limit`` stored documents, newest first (``[]`` when none is stored)."""
         ...
 
 

@@ -31,7 +31,7 @@ from rightsizer.ports import (
     WorkflowStarter,
 )
 from rightsizer.services.snapshot import Observation, ObserveRequest
-from rightsizer.state import LeaseStore, StateStore
+from rightsizer.state import LeaseStore, PlanHistory, StateStore
 
 if TYPE_CHECKING:
     from rightsizer.adapters.prometheus import PrometheusClient
@@ -53,6 +53,7 @@ __all__ = [
     "build_node_scaler",
     "build_nodegroup_sizer",
     "build_observers",
+    "build_plan_history",
     "build_state",
     "build_workflow_starter",
     "live_signals",
@@ -300,6 +301,21 @@ def build_local_state(config: Config) -> StateStore:
     from rightsizer.adapters.memory_state import MemoryState
 
     return MemoryState(config.cluster.name or config.cluster.context or "local")
+
+
+def build_plan_history(config: Config) -> PlanHistory:
+    """The decision records' store: the latest assessments of the cluster in the state table
+    (``rightsizer.adapters.dynamodb_plans``).
+
+    Raises:
+        ConfigError: no ``aws.table`` configured.
+    """
+    from rightsizer.adapters.dynamodb_plans import DynamoDbPlans
+
+    if not config.aws.table:
+        raise ConfigError("a state table is required to keep decision records", field="aws.table")
+    cluster = str(config.cluster.name or config.cluster.context)
+    return DynamoDbPlans(_aws_client(config, "dynamodb"), config.aws.table, cluster)
 
 
 def build_cluster_writer(config: Config, *, page_size: int = 500) -> ClusterWriter:

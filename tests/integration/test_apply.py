@@ -155,9 +155,10 @@ def test_apply_execute_drains_and_removes_exactly_the_idle_node(
     busy_node = cluster.node(busy.name)
     assert busy_node is not None and not busy_node["spec"].get("unschedulable")
     assert not [r for r in cluster.double.requests if r.method == "PATCH" and r.path.endswith(busy.name)]
-    # AND the idle node was cordoned by this execution before its instance went (Events tell the story)
+    # AND the idle node was found idle, then cordoned by this execution before its instance went (Events
+    # tell the story: the assessment's verdict change first, then the drain's)
     reasons = [e["reason"] for e in cluster.double.events(involved_name=idle.name)]
-    assert reasons == ["CordonedIdle", "ScaledIn"], reasons
+    assert reasons == ["GPUIdle", "CordonedIdle", "ScaledIn"], reasons
     # AND the Node follows its instance away (the node lifecycle controller's job on EKS)
     wait_until(lambda: cluster.node(idle.name) is None, 30, "the idle Node to go with its instance")
     # AND the ledger holds the outcome with its savings (g5.2xlarge, us-east-1: 1.212 USD/h)

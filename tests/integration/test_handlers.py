@@ -170,6 +170,22 @@ def test_assess_tick_starts_one_named_drain_per_idle_node(
     names = {m["Name"] for doc in emf for d in doc["_aws"]["CloudWatchMetrics"] for m in d["Metrics"]}
     assert {"IdleNodes", "DrainsStarted", "AssessmentDuration", "PlannedSavingsUsdPerHour"} <= names
     assert {d["Namespace"] for doc in emf for d in doc["_aws"]["CloudWatchMetrics"]} == {"GPURightsizer"}
+    # AND one decision log line per GPU node, with the same verdicts as the summary's counts
+    lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    decisions = [line["decision"] for line in lines if line.get("message") == "decision"]
+    assert sum(summary["verdicts"].values()) == len(decisions) == len({d["node"] for d in decisions})
+    counted: dict[str, int] = {}
+    for decision in decisions:
+        counted[decision["verdict"]] = counted.get(decision["verdict"], 0) + 1
+    assert counted == summary["verdicts"]
+    drained = sorted(d["execution_id"] for d in decisions if d["action"] == "drain_started")
+    assert drained == started
+    assert all(d["why_not"] for d in decisions if d["action"] == "none")
+    # AND the plan is kept in the state table for `rightsizer status`
+    from rightsizer.adapters.dynamodb_plans import DynamoDbPlans
+
+    (stored,) = DynamoDbPlans(deployment.dynamodb, TABLE, deployment.cluster.cluster).plans(limit=3)
+    assert stored["records"] == decisions and stored["at"] == tick["scheduled_time"]
 
 
 def test_a_retried_tick_does_not_start_a_drain_twice(deployment: Deployment) -> None:

@@ -237,3 +237,22 @@ def test_parameters_cover_the_deployment(template: dict[str, Any]) -> None:
     }
     assert expected <= set(template["Parameters"])
     assert template["Parameters"]["PrometheusAuth"]["AllowedValues"] == ["none", "bearer", "basic", "sigv4"]
+
+
+def test_shipped_logs_insights_queries_name_only_fields_the_records_have(template: dict[str, Any]) -> None:
+    import re
+
+    from rightsizer.domain.decisions import DECISION_LOG_MESSAGE, DecisionRecord, Recommendation
+
+    queries = resources(template, "AWS::Logs::QueryDefinition")
+    decision_queries = {n: q for n, q in queries.items() if "decision." in q["Properties"]["QueryString"]}
+    assert len(decision_queries) >= 3
+    nested = {"recommendation": set(Recommendation.model_fields)}
+    for name, query in decision_queries.items():
+        text = query["Properties"]["QueryString"]
+        assert f'message = "{DECISION_LOG_MESSAGE}"' in text, name
+        assert query["Properties"]["LogGroupNames"] == [{"Ref": "AssessLogs"}], name
+        for path in re.findall(r"decision\.([a-z_]+(?:\.[a-z_]+)?)", text):
+            head, _, tail = path.partition(".")
+            assert head in DecisionRecord.model_fields, (name, path)
+            assert not tail or tail in nested[head], (name, path)

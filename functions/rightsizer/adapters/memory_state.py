@@ -14,6 +14,7 @@ import dataclasses
 import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from rightsizer.state import (
     REFUSAL_SLOT_HELD,
@@ -32,7 +33,7 @@ from rightsizer.state import (
     sorted_slots,
 )
 
-__all__ = ["MemoryState"]
+__all__ = ["MemoryPlans", "MemoryState"]
 
 
 def _utc(value: datetime, name: str = "now") -> datetime:
@@ -313,3 +314,22 @@ def _normalise_record(record: WorkflowRecord, version: int) -> WorkflowRecord:
         ),
         version=version,
     )
+
+
+class MemoryPlans:
+    """In-memory :class:`~rightsizer.state.PlanHistory` (no expiry), with the DynamoDB store's order."""
+
+    def __init__(self) -> None:
+        self._plans: dict[datetime, dict[str, Any]] = {}
+        self._lock = threading.RLock()
+
+    def save_plan(self, document: dict[str, Any], at: datetime) -> None:
+        """Store a deep copy of ``document`` under ``at`` (replacing one saved at the same instant)."""
+        with self._lock:
+            self._plans[_utc(at, "at")] = copy.deepcopy(document)
+
+    def plans(self, limit: int = 1) -> list[dict[str, Any]]:
+        """Up to ``limit`` documents, newest first."""
+        with self._lock:
+            newest = sorted(self._plans, reverse=True)[: max(limit, 0)]
+            return [copy.deepcopy(self._plans[at]) for at in newest]

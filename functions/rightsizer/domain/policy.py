@@ -174,6 +174,12 @@ class Policy(BaseModel):
         description="Alert labels that may carry the node name, first present wins.",
     )
     restore_deadline: Seconds = Field(1800, gt=0, description="Off-hours restore alarm after this many s.")
+    drain_failure_backoff: Seconds = Field(
+        1800,
+        ge=0,
+        description="Seconds the assessment leaves a node alone after its drain failed or rolled back "
+        "(Cluster Autoscaler's scale-down-delay-after-failure, per node).",
+    )
 
     @field_validator("idle_power_max_w")
     @classmethod

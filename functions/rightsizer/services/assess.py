@@ -4,14 +4,22 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import logging
 import re
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Any
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final
 
+from rightsizer.domain.decisions import (
+    DecisionRecord,
+    decision_records,
+    event_for,
+    plan_document,
+    verdict_changes,
+)
 from rightsizer.domain.model import ClusterSnapshot
 from rightsizer.domain.plan import Action, NodeReport
 from rightsizer.domain.planner import plan
@@ -19,7 +27,14 @@ from rightsizer.domain.policy import Policy
 from rightsizer.ports import ClusterWriter, WorkflowStarter
 from rightsizer.services.drain import DrainRequest, heal_expired_leases, heal_stale_cordons, stale_cordons
 from rightsizer.services.resize import ResizeRequest
-from rightsizer.state import StateStore
+from rightsizer.state import PlanHistory, StateStore
+
+log = logging.getLogger(__name__)
+
+#: Ledger results that count as a failed drain for the back-off (``Policy.drain_failure_backoff``).
+FAILED_RESULTS: Final = frozenset({"failed", "rolled_back"})
+#: Action kinds the assessment starts a workflow for (a drain, a resize).
+STARTED_KINDS: Final = ("scale_in", "resize_instance")
 
 
 class PlanningAssessor:
@@ -77,6 +92,8 @@ class AssessmentDeps:
         state: leases and budget slots.
         starter: starts drain workflows (Step Functions in Lambda).
         node_label: the configured series label carrying the node name.
+        plans: where the assessment's decision records are kept (latest plan and a short history);
+            None keeps nothing and raises no verdict-change Events (nothing to compare with).
     """
 
     cluster_name: str
@@ -86,11 +103,14 @@ class AssessmentDeps:
     state: StateStore
     starter: WorkflowStarter
     node_label: str | None = None
+    plans: PlanHistory | None = None
 
 
 @dataclass(frozen=True)
 class AssessmentSummary:
-    """What one assessment did: verdict counts, drains started (execution ids), healed nodes, USD/h."""
+    """What one assessment did: verdict counts, drains started (execution ids), healed nodes, USD/h, and
+    one decision record per GPU node (``records``; not part of :meth:`to_json`, they are logged one per
+    line)."""
 
     at: datetime
     verdicts: dict[str, int]
@@ -102,12 +122,65 @@ class AssessmentSummary:
     dry_run: bool
     duration_s: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
+    records: list[DecisionRecord] = field(default_factory=list)
+    backed_off: dict[str, str] = field(default_factory=dict)
+    events: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        """The summary as a JSON-ready dict (``at`` in RFC 3339 UTC)."""
-        document = dataclasses.asdict(self)
+        """The summary as a JSON-ready dict (``at`` in RFC 3339 UTC), without the records."""
+        document = dataclasses.asdict(dataclasses.replace(self, records=[]))
+        del document["records"]
         document["at"] = self.at.astimezone(UTC).isoformat().replace("+00:00", "Z")
         return document
+
+
+def failure_backoff(
+    state: StateStore, nodes: list[str], now: datetime, backoff_seconds: int
+) -> dict[str, str]:
+    """Nodes among ``nodes`` whose last drain failed or rolled back less than ``backoff_seconds`` ago.
+
+    Returns:
+        node → ``drain_failure_backoff:until:<RFC 3339 UTC>:<ledger result>`` (the decision record's
+        ``why_not``). Reads the cluster's ledger once, and only when ``nodes`` is not empty.
+    """
+    if not nodes or backoff_seconds <= 0:
+        return {}
+    wanted = set(nodes)
+    last: dict[str, tuple[datetime, str]] = {}
+    # Entries come oldest first, so the last one seen per node is its latest failure.
+    for entry in state.entries():
+        if entry.node in wanted and entry.result in FAILED_RESULTS:
+            last[entry.node] = (entry.at, entry.result)
+    held: dict[str, str] = {}
+    for node, (at, result) in last.items():
+        until = at + timedelta(seconds=backoff_seconds)
+        if until > now:
+            stamp = until.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            held[node] = f"drain_failure_backoff:until:{stamp}:{result}"
+    return held
+
+
+def _publish_decisions(deps: AssessmentDeps, records: list[DecisionRecord], summary: dict[str, Any]) -> int:
+    """Keep the records and raise one Event per verdict change; returns the number of Events.
+
+    The records are the assessment's outcome, so a failure to keep them fails the assessment loudly
+    (the Lambda's Errors alarm); Events are best effort (``ClusterWriter.emit_event`` never raises).
+    """
+    if deps.plans is None:
+        return 0
+    previous = deps.plans.plans(limit=1)
+    before = {r["node"]: r["verdict"] for r in previous[0]["records"]} if previous else None
+    by_node = {r.node: r for r in records}
+    changes = verdict_changes(before, records)
+    for change in changes:
+        reason, message, warning = event_for(change, by_node[change.node])
+        deps.cluster.emit_event(change.node, reason, message, warning=warning)
+    at = summary["at"]
+    deps.plans.save_plan(
+        plan_document(deps.cluster_name, at, bool(summary["dry_run"]), records, summary),
+        datetime.fromisoformat(at.replace("Z", "+00:00")),
+    )
+    return len(changes)
 
 
 def run_assessment(
@@ -136,28 +209,53 @@ def run_assessment(
     healed += heal_stale_cordons(deps.cluster, deps.state, stale, now)
     # A stale cordon (healed now or not) is no drain in flight: it must not spend the budget of others.
     result = plan(snapshot, deps.policy, now, node_label=deps.node_label, stale_cordons=frozenset(stale))
-    started = []
-    for action in result.actions:
-        if action.kind not in ("scale_in", "resize_instance") or action.node is None:
-            continue
-        execution_id = drain_execution_id(deps.cluster_name, tick_id, action)
-        request = (
-            ResizeRequest(
-                action.node, execution_id, "schedule", action.hourly_savings_usd, target_type=str(action.to)
-            )
-            if action.kind == "resize_instance"
-            else DrainRequest(action.node, execution_id, "schedule", action.hourly_savings_usd)
+    candidates = [a for a in result.actions if a.kind in STARTED_KINDS and a.node is not None]
+    backed_off = failure_backoff(
+        deps.state, [str(a.node) for a in candidates], now, deps.policy.drain_failure_backoff
+    )
+    requests = [
+        ResizeRequest(
+            str(action.node),
+            drain_execution_id(deps.cluster_name, tick_id, action),
+            "schedule",
+            action.hourly_savings_usd,
+            target_type=str(action.to),
         )
-        started.append(deps.starter.start(request))
+        if action.kind == "resize_instance"
+        else DrainRequest(
+            str(action.node),
+            drain_execution_id(deps.cluster_name, tick_id, action),
+            "schedule",
+            action.hourly_savings_usd,
+        )
+        for action in candidates
+        if str(action.node) not in backed_off
+    ]
+    for node, why in backed_off.items():
+        log.info("assessment: not draining %s: %s", node, why)
     verdicts = Counter(report.verdict for report in result.nodes)
-    return AssessmentSummary(
+    records = decision_records(
+        result,
+        deps.cluster_name,
+        started={r.node: r.execution_id for r in requests},
+        skipped=backed_off,
+    )
+    summary = AssessmentSummary(
         at=now,
         verdicts=dict(sorted(verdicts.items())),
-        started=started,
+        started=[r.execution_id for r in requests],
         healed=healed,
         reaped_slots=len(reaped),
         hourly_savings_usd=result.savings.hourly_usd,
         monthly_savings_usd=result.savings.monthly_usd,
         dry_run=result.dry_run,
-        duration_s=clock() - began,
+        records=records,
+        backed_off=backed_off,
     )
+    # Decisions are published before the drains start: the verdict's Event precedes the drain's own
+    # Events, and an in-process drain (CLI, demo) cannot outrun its record. Execution ids are
+    # deterministic, so the record names the execution the starter is about to start.
+    events = _publish_decisions(deps, records, summary.to_json())
+    for request in requests:
+        deps.starter.start(request)  # returns request.execution_id (WorkflowStarter contract)
+    return dataclasses.replace(summary, events=events, duration_s=clock() - began)
