@@ -61,7 +61,10 @@ _CLASS_CODES: Final[Mapping[str, frozenset[str]]] = {
 
 ActionTaken = Literal["drain_started", "resize_started", "none"]
 #: The plan's action kinds the scheduled assessment starts a workflow for, and what the record calls it.
-_STARTED: Final[Mapping[str, ActionTaken]] = {"scale_in": "drain_started", "resize_instance": "resize_started"}
+_STARTED: Final[Mapping[str, ActionTaken]] = {
+    "scale_in": "drain_started",
+    "resize_instance": "resize_started",
+}
 
 
 class _Out(BaseModel):
