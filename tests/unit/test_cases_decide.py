@@ -462,12 +462,13 @@ def test_pdb_with_no_disruptions_and_multiple_pdbs_block() -> None:
     node = gpu_node("q", instance_type="g5.xlarge", gpus=1)
     web = pod("web-1", "q", namespace="prod", labels={"app": "web", "tier": "front"})
     one = snapshot([node], [web], node_devices("q", 1), pdbs=[pdb_obj("web", "prod", {"app": "web"}, 0)])
-    assert plan(one, Policy()).node("q").reasons == ["pdb_blocks:prod/web-1"]
+    assert plan(one, Policy()).node("q").reasons == ["pdb_blocks:prod/web-1:web"]
     two = snapshot(
         [node], [web], node_devices("q", 1),
         pdbs=[pdb_obj("web", "prod", {"app": "web"}, 1), pdb_obj("front", "prod", {"tier": "front"}, 1)],
     )  # fmt: skip
-    assert plan(two, Policy()).node("q").reasons == ["multiple_pdbs:prod/web-1"]
+    # Both PodDisruptionBudgets are named (issue 12), not only the pod.
+    assert plan(two, Policy()).node("q").reasons == ["multiple_pdbs:prod/web-1:front,web"]
 
 
 def test_grace_period_longer_than_drain_timeout_blocks() -> None:

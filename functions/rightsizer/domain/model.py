@@ -304,6 +304,7 @@ class PodStatus(_K8s):
     phase: str = "Pending"
     podIP: str | None = None
     startTime: AwareDatetime | None = None
+    conditions: list[NodeCondition] = Field(default_factory=list)
     resourceClaimStatuses: list[ResourceClaimStatusRef] = Field(default_factory=list)
 
 
@@ -326,6 +327,14 @@ class Pod(_K8s):
             if ref.controller:
                 return ref
         return None
+
+    @property
+    def ready(self) -> bool:
+        """``status.conditions`` type Ready is True (a pod without conditions counts as ready)."""
+        for condition in self.status.conditions:
+            if condition.type == "Ready":
+                return condition.status == "True"
+        return True
 
     @property
     def grace_seconds(self) -> int:
@@ -438,6 +447,7 @@ class PdbSpec(_K8s):
     selector: LabelSelector | None = None
     minAvailable: int | str | None = None
     maxUnavailable: int | str | None = None
+    unhealthyPodEvictionPolicy: str | None = None
 
 
 class PdbStatus(_K8s):

@@ -121,6 +121,8 @@ def _node_protections(node: Node) -> list[str]:
         or ann.get(CA_SCALE_DOWN_DISABLED) == "true"
     ):
         reasons.append("do_not_disrupt:node")
+    if node.metadata.deletionTimestamp is not None:
+        reasons.append("other_autoscaler:node_deleting")  # kubectl, CA and Karpenter skip it too
     for taint in node.spec.taints:
         if taint.key in OTHER_AUTOSCALER_TAINTS:
             reasons.append(f"other_autoscaler:{taint.key}")

@@ -1,8 +1,18 @@
 """Pod classification for a drain: an ordered chain of pure filters (kubectl drain first, then our safety).
 
-Modelled on kubectl's ``pkg/drain`` filters: each filter looks at one pod and either ignores it (DaemonSet,
-mirror and finished pods never block and are never evicted), lets it through, or blocks the node with a
-reason code and a message naming the policy switch that would change the outcome (design §3 "Pods").
+Modelled on kubectl's ``pkg/drain`` filters: each filter looks at one pod and either ignores it (it is not
+evicted), lets it through, or blocks the node with a reason code and a message naming the policy switch
+that would change the outcome (design §3 "Pods"). Where kubectl, Cluster Autoscaler and Karpenter agree we
+agree (their public test tables are ported in ``tests/unit/test_parity_*.py``; README "Parity"):
+
+- finished pods never block; terminating pods never block (they are waited for, never evicted again);
+- DaemonSet and mirror pods, and pods that tolerate our cordon's taint (they would come straight back),
+  are not evicted — but a do-not-disrupt annotation or a PodDisruptionBudget on them still blocks
+  (Karpenter ``IsDisruptable``);
+- a pod without a controller of a kind that recreates pods is a bare pod (Cluster Autoscaler
+  ``replicated``: unknown custom kinds block unless their group is in ``replicated_owner_groups``);
+- ``cluster-autoscaler.kubernetes.io/safe-to-evict: "true"`` opts a pod in past the bare-pod, system-pod,
+  batch and local-data (not node-pinned) rules; ``safe-to-evict-local-volumes`` names disposable volumes.
 """
 
 from __future__ import annotations
@@ -11,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from rightsizer.domain.go_duration import parse_go_duration
 from rightsizer.domain.model import (
     ANN_DO_NOT_DISRUPT,
     Node,
@@ -19,13 +30,17 @@ from rightsizer.domain.model import (
     ResourceClaim,
     is_gpu_resource,
 )
-from rightsizer.domain.policy import Policy, parse_duration
+from rightsizer.domain.policy import Policy
 from rightsizer.domain.volumes import UNKNOWN_VOLUMES, VolumeFacts, volume_local_data
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 KARPENTER_DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
 CA_SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
 CA_SAFE_TO_EVICT_LOCAL_VOLUMES = "cluster-autoscaler.kubernetes.io/safe-to-evict-local-volumes"
+UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
+#: Controller kinds that recreate a pod elsewhere, matched by kind as Cluster Autoscaler's ``replicated``
+#: rule does; batch and other custom owners are recognised by API group from the policy.
+REPLICATING_KINDS = frozenset({"ReplicaSet", "StatefulSet", "ReplicationController", "Job", "DaemonSet"})
 NVIDIA_VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 _NO_DEVICES = frozenset({"", "void", "none"})
 
@@ -37,11 +52,13 @@ class Finding:
     code: str
     pod: str
     message: str
+    detail: str = ""
+    """Appended to the reason when set (the PodDisruptionBudget names of ``pdb_blocks``/``multiple_pdbs``)."""
 
     @property
     def reason(self) -> str:
-        """``code:namespace/name`` as it appears in a plan's reasons."""
-        return f"{self.code}:{self.pod}"
+        """``code:namespace/name`` (``code:namespace/name:detail``) as it appears in a plan's reasons."""
+        return f"{self.code}:{self.pod}:{self.detail}" if self.detail else f"{self.code}:{self.pod}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,16 +109,55 @@ def _daemonset(pod: Pod) -> str | None:
     return "daemonset_pod" if ref is not None and ref.kind == "DaemonSet" else None
 
 
-IGNORE_FILTERS: tuple[IgnoreFilter, ...] = (_terminal, _mirror, _daemonset)
-"""kubectl drain's skip rules: finished pods, mirror (static) pods, DaemonSet pods."""
+def _terminating(pod: Pod) -> str | None:
+    return "terminating" if pod.metadata.deletionTimestamp is not None else None
+
+
+def _tolerates_cordon(pod: Pod) -> str | None:
+    """Pods tolerating ``node.kubernetes.io/unschedulable:NoSchedule`` come back onto the cordoned node
+    (Karpenter ``ToleratesDisruptedNoScheduleTaint``: not evicted, not waited for)."""
+    for tol in pod.spec.tolerations:
+        if tol.effect not in (None, "", "NoSchedule"):
+            continue
+        if (tol.operator == "Exists" and tol.key in (None, "", UNSCHEDULABLE_TAINT)) or (
+            tol.key == UNSCHEDULABLE_TAINT and tol.operator != "Exists"
+        ):
+            return "tolerates_cordon"
+    return None
+
+
+IGNORE_FILTERS: tuple[IgnoreFilter, ...] = (_terminal, _mirror, _daemonset, _terminating, _tolerates_cordon)
+"""Pods never evicted: finished, mirror (static), DaemonSet, already terminating (waited for by the
+drain), and pods that tolerate the cordon. Only finished pods skip the blocking filters entirely."""
+
+
+def _safe_to_evict(pod: Pod) -> bool:
+    return pod.metadata.annotations.get(CA_SAFE_TO_EVICT) == "true"
+
+
+def _replicated(pod: Pod, ctx: PodContext) -> bool:
+    ref = pod.controller
+    if ref is None:
+        return False
+    return (
+        ref.kind in REPLICATING_KINDS
+        or ref.group in ctx.policy.batch_owner_groups
+        or ref.group in ctx.policy.replicated_owner_groups
+    )
 
 
 def _bare(pod: Pod, ctx: PodContext) -> Finding | None:
-    if pod.controller is None and not ctx.policy.allow_bare_pods:
-        return Finding(
-            "bare_pod", pod.key, "no controller will recreate it; set allow_bare_pods: true to evict"
+    if ctx.policy.allow_bare_pods or _safe_to_evict(pod) or _replicated(pod, ctx):
+        return None
+    ref = pod.controller
+    if ref is None:
+        why = "no controller will recreate it"
+    else:
+        why = (
+            f"its controller {ref.kind}.{ref.group or 'core'} {ref.name} is not known to recreate pods "
+            "(add its API group to replicated_owner_groups)"
         )
-    return None
+    return Finding("bare_pod", pod.key, f"{why}; set allow_bare_pods: true to evict")
 
 
 def _safe_local_volumes(pod: Pod) -> set[str]:
@@ -112,6 +168,8 @@ def _safe_local_volumes(pod: Pod) -> set[str]:
 
 def _emptydir(pod: Pod, ctx: PodContext) -> Finding | None:
     safe = _safe_local_volumes(pod)
+    if _safe_to_evict(pod):
+        return None
     if (
         any(v.emptyDir is not None and v.name not in safe for v in pod.spec.volumes)
         and not ctx.policy.delete_emptydir_data
@@ -129,8 +187,9 @@ def _node_local(pod: Pod, ctx: PodContext) -> Finding | None:
     safe = _safe_local_volumes(pod)
     for volume in pod.spec.volumes:
         why = volume_local_data(pod, volume, ctx.volumes)
-        # The opt-in names volumes whose *data* may go; a claim pinned to this node would strand the pod.
-        if why and not (volume.name in safe and volume.persistentVolumeClaim is None):
+        # The opt-ins name volumes whose *data* may go; a claim pinned to this node would strand the pod.
+        opted_in = volume.name in safe or _safe_to_evict(pod)
+        if why and not (opted_in and volume.persistentVolumeClaim is None):
             return Finding(
                 "local_storage",
                 pod.key,
@@ -147,6 +206,7 @@ def _system(pod: Pod, ctx: PodContext) -> Finding | None:
     if (
         pod.metadata.namespace == "kube-system"
         and not ctx.policy.evict_system_pods
+        and not _safe_to_evict(pod)
         and not _matching_pdbs(pod, ctx)
     ):
         return Finding(
@@ -158,7 +218,7 @@ def _system(pod: Pod, ctx: PodContext) -> Finding | None:
 
 
 def _batch(pod: Pod, ctx: PodContext) -> Finding | None:
-    if ctx.policy.evict_running_jobs:
+    if ctx.policy.evict_running_jobs or _safe_to_evict(pod):
         return None
     groups = set(ctx.policy.batch_owner_groups)
     for ref in pod.metadata.ownerReferences:
@@ -184,26 +244,44 @@ def _grace(pod: Pod, ctx: PodContext) -> Finding | None:
 
 def _pdb(pod: Pod, ctx: PodContext) -> Finding | None:
     pdbs = _matching_pdbs(pod, ctx)
+    names = ",".join(sorted(p.metadata.name for p in pdbs))
     if len(pdbs) > 1:
-        names = ",".join(sorted(p.metadata.name for p in pdbs))
         return Finding(
             "multiple_pdbs",
             pod.key,
             f"matched by PodDisruptionBudgets {names}; the API server refuses to evict it",
+            names,
         )
-    if pdbs and pdbs[0].status.disruptionsAllowed <= 0:
+    if pdbs and pdbs[0].status.disruptionsAllowed <= 0 and not _unhealthy_evictable(pod, pdbs[0]):
         return Finding(
             "pdb_blocks",
             pod.key,
-            f"PodDisruptionBudget {pdbs[0].metadata.name} allows no disruption now",
+            f"PodDisruptionBudget {names} allows no disruption now",
+            names,
         )
     return None
+
+
+def _unhealthy_evictable(pod: Pod, pdb: PodDisruptionBudget) -> bool:
+    """policy/v1 eviction of a pod that is not Ready: allowed regardless of the budget under
+    ``unhealthyPodEvictionPolicy: AlwaysAllow``, and under the default ``IfHealthyBudget`` when the
+    application is not disrupted (currentHealthy >= desiredHealthy)."""
+    if pod.status.phase != "Running":
+        return True  # the Eviction API spends no budget on a pod that is not running
+    if pod.ready:
+        return False
+    if pdb.spec.unhealthyPodEvictionPolicy == "AlwaysAllow":
+        return True
+    return pdb.status.currentHealthy >= pdb.status.desiredHealthy > 0
 
 
 def pod_do_not_disrupt(pod: Pod, at: datetime) -> str | None:
     """Which do-not-disrupt annotation protects the pod at ``at``, if any (design §3 family).
 
-    ``karpenter.sh/do-not-disrupt`` may be ``"true"`` or a duration counted from ``status.startTime``.
+    ``karpenter.sh/do-not-disrupt`` may be ``"true"`` or a positive Go duration (``time.ParseDuration``:
+    ``90m``, ``1h30m``, ``1.5h``; no days) counted from ``status.startTime``; without a start time the pod
+    is protected, and a value that is not a positive duration protects nothing (Karpenter
+    ``IsDoNotDisruptActive``).
     """
     ann = pod.metadata.annotations
     if ann.get(ANN_DO_NOT_DISRUPT) == "true":
@@ -215,10 +293,12 @@ def pod_do_not_disrupt(pod: Pod, at: datetime) -> str | None:
         if karpenter == "true":
             return KARPENTER_DO_NOT_DISRUPT
         try:
-            seconds = parse_duration(karpenter)
+            seconds = parse_go_duration(karpenter)
         except ValueError:
             return None
-        start = pod.status.startTime or pod.metadata.creationTimestamp
+        if seconds <= 0:
+            return None
+        start = pod.status.startTime
         if start is None or (at - start).total_seconds() < seconds:
             return KARPENTER_DO_NOT_DISRUPT
     return None
@@ -282,12 +362,19 @@ def gpu_holding(pod: Pod, claims_on_node: Mapping[str, ResourceClaim]) -> str | 
     return None
 
 
+ALWAYS_FILTERS: tuple[BlockFilter, ...] = (_pdb, _do_not_disrupt)
+"""What still blocks for a pod that is not evicted but alive (DaemonSet, mirror, cordon-tolerating)."""
+
+
 def classify_pod(pod: Pod, ctx: PodContext) -> PodClassification:
     """Run the filter chain on one pod; every blocking filter is evaluated so every reason is reported."""
     for ignore in IGNORE_FILTERS:
         why = ignore(pod)
         if why:
-            return PodClassification(pod, why, (), None)
+            if why in ("terminal_phase", "terminating"):
+                return PodClassification(pod, why, (), None)
+            findings = tuple(f for f in (flt(pod, ctx) for flt in ALWAYS_FILTERS) if f is not None)
+            return PodClassification(pod, why, findings, None)
     findings = tuple(f for f in (flt(pod, ctx) for flt in BLOCK_FILTERS) if f is not None)
     holder_why = gpu_holding(pod, ctx.claims_on_node)
     holder = None

@@ -142,6 +142,11 @@ class Policy(BaseModel):
         False, description="Evict non-DaemonSet kube-system pods without a PodDisruptionBudget."
     )
     evict_running_jobs: bool = Field(False, description="Evict running pods owned by batch controllers.")
+    replicated_owner_groups: list[str] = Field(
+        default_factory=list,
+        description="API groups of custom controllers that recreate their pods (e.g. apps.kruise.io); a "
+        "pod owned by any other unknown kind counts as a bare pod.",
+    )
     batch_owner_groups: list[str] = Field(
         default_factory=lambda: list(DEFAULT_BATCH_OWNER_GROUPS),
         description="API groups whose owners count as batch work (Job, PyTorchJob, RayJob, ...).",

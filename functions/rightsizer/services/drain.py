@@ -247,9 +247,12 @@ class DrainWorkflow:
         to_evict: list[Pod] = []
         blocking: list[str] = []
         for c in classify_pods(parsed, ctx):
+            # A pod that is not evicted can still block (do-not-disrupt or a PDB on a DaemonSet pod).
+            blocking.extend(f.reason for f in c.findings)
+            if c.ignored == "terminating":
+                to_evict.append(c.pod)  # not evicted again, but waited for (adopted by the evict step)
             if c.ignored is not None:
                 continue
-            blocking.extend(f.reason for f in c.findings)
             if c.gpu_holder is not None and not self.deps.policy.evict_idle_gpu_holders:
                 blocking.append(c.gpu_holder.reason)
             to_evict.append(c.pod)
@@ -385,6 +388,8 @@ class DrainWorkflow:
         node = Node.model_validate(node_obj)
         if node.name != record.node:
             return self._end(record, "abandoned", "node_not_found", step="validate")
+        if node.metadata.deletionTimestamp is not None:
+            return self._end(record, "abandoned", "node_deleting", step="validate")
         lease = deps.state.acquire(record.node, record.execution_id, now, self._ttl)
         if lease is None:
             return self._end(record, "abandoned", "lease_held_by_other", step="validate")
@@ -589,7 +594,10 @@ class DrainWorkflow:
         if remaining:
             if now >= record.deadline:
                 return self._timeout(record)
-            wait = min(POLL_S, max(0.5, min((p.grace_deadline - now).total_seconds() for p in remaining)))
+            # Wake up when the first grace period ends, but never spin: a pod stuck terminating past its
+            # grace period (a finalizer, a dead kubelet) is polled every POLL_S until the deadline.
+            soonest = min((p.grace_deadline - now).total_seconds() for p in remaining)
+            wait = POLL_S if soonest <= 0 else min(POLL_S, max(0.5, soonest))
             return self._next(
                 record, "wait", "wait", wait=wait, message=f"waiting for {len(remaining)} pod(s) to terminate"
             )
