@@ -6,8 +6,10 @@ snapshot-form DCGM metrics), then runs the code paths the Lambda functions run, 
 1. the scheduled assessment (``run_assessment``): heal, plan, one drain per ``scale_in``;
 2. the drain workflow through the in-process runner with live progress (validate → cordon → revalidate →
    evict → wait → remove → verify), ending in a targeted scale-in on moto;
-3. node group sizes before and after (read from the Auto Scaling group), the ledger entry, the savings;
-4. an off-hours down/up cycle on the ``gpu-dev`` node group, showing the exact restore.
+3. the resize workflow of the opted-in standalone instance (the drain's steps, then stop → set the type →
+   start → Node Ready with the new type's GPUs → uncordon), the instance's type read back from EC2;
+4. node group sizes before and after (read from the Auto Scaling group), the ledger entries, the savings;
+5. an off-hours down/up cycle on the ``gpu-dev`` node group, showing the exact restore.
 
 It acts only on the moto endpoint it started itself and refuses any other.
 """
@@ -47,8 +49,10 @@ def run_demo(*, json_output: bool = False, out: TextIO | None = None, err: TextI
     from rightsizer import wiring
     from rightsizer.adapters.eks_nodegroups import EksNodeGroups
     from rightsizer.services.assess import AssessmentDeps, PlanningAssessor, run_assessment
-    from rightsizer.services.drain import DrainDeps, DrainWorkflow, StepResult
+    from rightsizer.services.drain import DrainDeps, StepResult
     from rightsizer.services.offhours import OffhoursDeps, run_offhours
+    from rightsizer.services.resize import KIND as RESIZE_KIND
+    from rightsizer.services.resize import ResizeWorkflow
     from rightsizer.services.runner import InProcessRunner
     from rightsizer.services.snapshot import observe
     from rightsizer.testing.demo_env import DemoEnvironment
@@ -88,7 +92,8 @@ def run_demo(*, json_output: bool = False, out: TextIO | None = None, err: TextI
             },
             node_groups=[OffhoursGroup(name=DEV_GROUP, schedule="nights")],
         )
-        policy = Policy(dry_run=False)
+        # The standalone instance carries rightsizer.io/resize=allowed; the policy opts in to resizing it.
+        policy = Policy(dry_run=False, allow_resize=True, resize_allow_instance_store_loss=True)
         config = env.config(policy=policy, offhours=offhours)
         env.require_own_endpoint(config.aws.endpoint_url)
         writer = wiring.build_cluster_writer(config)
@@ -104,8 +109,11 @@ def run_demo(*, json_output: bool = False, out: TextIO | None = None, err: TextI
             return wiring.snapshot_from_observation(observe(writer, inventory, env.metrics, request))  # type: ignore[arg-type]
 
         assessor = PlanningAssessor(snapshot_at, policy)
-        workflow = DrainWorkflow(
-            DrainDeps(writer, scaler, assessor, state, policy, dry_run=False, clock=lambda: datetime.now(UTC))
+        workflow = ResizeWorkflow(
+            DrainDeps(
+                writer, scaler, assessor, state, policy, dry_run=False, clock=lambda: datetime.now(UTC)
+            ),
+            wiring.build_instance_type_changer(config),
         )
         runner = InProcessRunner(workflow, progress=progress)
         say(
@@ -121,19 +129,31 @@ def run_demo(*, json_output: bool = False, out: TextIO | None = None, err: TextI
         say("== Scheduled assessment ==")
         say(render_plan(first))
         victims = [a for a in first.actions if a.kind == "scale_in"]
+        resizes = {a.node: a for a in first.actions if a.kind == "resize_instance"}
         say("")
-        say(f"== Drain workflow (in-process runner; {len(victims)} node(s)) ==")
+        say(
+            f"== Drain and resize workflows (in-process runner; {len(victims)} drain(s), {len(resizes)} resize(s)) =="
+        )
         summary = run_assessment(
             AssessmentDeps(env.cluster_name, snapshot_at, policy, writer, state, runner), now, "demo-tick-1"
         )
         results = {eid: runner.results.get(eid) for eid in summary.started}
         after = scaler.group_sizes(a10g_asg)
         removed: list[dict[str, str]] = []
+        resized: list[dict[str, Any]] = []
         for eid, result in results.items():
             record = state.load(eid)
             ok = result is not None and result.status == "succeeded"
-            say(f"drain {eid}: {result.status if result else 'not run'} — {result.message if result else ''}")
-            if ok and record is not None and record.instance_id is not None:
+            is_resize = record is not None and record.details.get("kind") == RESIZE_KIND
+            what = "resize" if is_resize else "drain"
+            say(
+                f"{what} {eid}: {result.status if result else 'not run'} — {result.message if result else ''}"
+            )
+            if record is None or record.instance_id is None:
+                continue
+            if is_resize:
+                resized.append(_resize_report(env, writer, record, ok))
+            elif ok:
                 removed.append({"node": record.node, "instance_id": record.instance_id, "execution_id": eid})
         env.settle()
         say("")
@@ -147,21 +167,31 @@ def run_demo(*, json_output: bool = False, out: TextIO | None = None, err: TextI
         for r in removed:
             gone = r["instance_id"] not in after[3] and writer.get_node(r["node"]) is None
             say(f"removed {r['node']} ({r['instance_id']}): instance terminated, Node gone: {gone}")
+        if resized:
+            say("")
+            say("== Standalone instance resized (read back from EC2 and the Node) ==")
+        for r in resized:
+            say(
+                f"{r['node']} ({r['instance_id']}): {r['from']} -> EC2 now {r['ec2_type']} {r['ec2_state']}; Node "
+                f"{r['node_type']}, Ready {r['ready']}, {r['gpus']} GPU allocatable, cordoned {r['cordoned']}"
+            )
         ledger = [e for eid in summary.started for e in state.entries(execution_id=eid)]
         hourly = sum(e.hourly_savings_usd or 0.0 for e in ledger if e.result == "applied")
         for e in ledger:
             say(
                 f"ledger: {e.execution_id[:24]}… {e.kind} {e.node} {e.step} {e.result} {e.reason} "
-                f"saves {e.hourly_savings_usd} USD/h"
+                f"saves {'-' if e.hourly_savings_usd is None else f'{e.hourly_savings_usd:.3f}'} USD/h"
             )
         say(f"Saved: {hourly:,.2f} USD/hour, {hourly * HOURS_PER_MONTH:,.2f} USD/month")
         outcome["assessment"] = {
             "verdicts": summary.verdicts,
             "removed": removed,
             "node_group": {"name": "gpu-a10g", "before": list(before[:3]), "after": list(after[:3])},
+            "resized": resized,
             "ledger": [
                 {
                     "execution_id": e.execution_id,
+                    "kind": e.kind,
                     "node": e.node,
                     "step": e.step,
                     "result": e.result,
@@ -226,11 +256,37 @@ def run_demo(*, json_output: bool = False, out: TextIO | None = None, err: TextI
         outcome["duration_s"] = round(time.perf_counter() - started, 1)
         say("")
         say(f"demo finished in {outcome['duration_s']} s")
-    ok = bool(removed) and after[1] == before[1] - len(removed) and exact
+    resized_ok = len(resized) == len(resizes) and all(r["ok"] for r in resized)
+    ok = bool(removed) and after[1] == before[1] - len(removed) and exact and resized_ok
     outcome["ok"] = ok
     if json_output:
         out.write(json.dumps(outcome, indent=2, default=str) + "\n")
     return 0 if ok else 1
+
+
+def _resize_report(env: Any, writer: Any, record: Any, ok: bool) -> dict[str, Any]:
+    """The resized instance as EC2 and the Kubernetes API see it now."""
+    answer = env.clients.ec2.describe_instances(InstanceIds=[record.instance_id])
+    instance = answer["Reservations"][0]["Instances"][0]
+    node = writer.get_node(record.node) or {}
+    status = node.get("status", {})
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions", []))
+    want = record.details.get("target_type")
+    report = {
+        "node": record.node,
+        "instance_id": record.instance_id,
+        "from": record.details.get("original_type"),
+        "to": want,
+        "status": record.status,
+        "ec2_type": instance["InstanceType"],
+        "ec2_state": instance["State"]["Name"],
+        "node_type": node.get("metadata", {}).get("labels", {}).get("node.kubernetes.io/instance-type"),
+        "ready": ready,
+        "gpus": status.get("allocatable", {}).get("nvidia.com/gpu"),
+        "cordoned": bool(node.get("spec", {}).get("unschedulable")),
+    }
+    report["ok"] = ok and report["ec2_type"] == want and report["node_type"] == want and ready
+    return report
 
 
 def _saved(state: Any, group: str) -> str:

@@ -22,7 +22,11 @@ def test_demo_removes_the_idle_node_and_restores_off_hours_exactly() -> None:
     assert "removed ip-10-0-83-246.ec2.internal (i-" in text and "Node gone: True" in text
     assert "before: min 1 / desired 5 / max 8, 5 instances in service" in text
     assert "after:  min 1 / desired 4 / max 8, 4 instances in service" in text
-    assert "Saved: 5.67 USD/hour, 4,140.56 USD/month" in text
+    # The drain saves the g5.12xlarge (5.672 USD/h); the resize g5.4xlarge -> g5.xlarge saves 1.624 - 1.006.
+    assert "Saved: 6.29 USD/hour, 4,591.70 USD/month" in text
+    assert (
+        "-> EC2 now g5.xlarge running; Node g5.xlarge, Ready True, 1 GPU allocatable, cordoned False" in text
+    )
     assert "exact restore: True" in text
     assert "validate   → cordon" in err.getvalue() and "verify     → succeeded" in err.getvalue()
 
@@ -34,6 +38,14 @@ def test_demo_json_is_one_document(capsys: pytest.CaptureFixture[str]) -> None:
     [removed] = doc["assessment"]["removed"]
     assert removed["node"] == "ip-10-0-83-246.ec2.internal"
     assert doc["assessment"]["node_group"] == {"name": "gpu-a10g", "before": [1, 5, 8], "after": [1, 4, 8]}
-    assert doc["assessment"]["savings"]["hourly_usd"] == pytest.approx(5.672)
+    assert doc["assessment"]["savings"]["hourly_usd"] == pytest.approx(5.672 + 1.624 - 1.006)
+    [resized] = doc["assessment"]["resized"]
+    assert (resized["from"], resized["ec2_type"], resized["node_type"], resized["status"]) == (
+        "g5.4xlarge",
+        "g5.xlarge",
+        "g5.xlarge",
+        "succeeded",
+    )
+    assert resized["ready"] is True and resized["cordoned"] is False
     assert doc["offhours"]["before"] == doc["offhours"]["up"] == [0, 2, 2]
     assert doc["offhours"]["down"] == [0, 0, 2]

@@ -229,8 +229,17 @@ class DrainWorkflow:
         nodes = [Node.model_validate(n) for n in cluster.list_nodes()] if affine else []
         return VolumeFacts.of(claims, volumes, nodes)
 
+    def _holders_block(self, record: WorkflowRecord) -> bool:
+        """Whether pods holding an idle GPU block this workflow (a hook: a resize moves busy holders)."""
+        return not self.deps.policy.evict_idle_gpu_holders
+
     def _classify(
-        self, pods: Sequence[dict[str, Any]], pdbs: Sequence[dict[str, Any]], *, volumes: bool = True
+        self,
+        pods: Sequence[dict[str, Any]],
+        pdbs: Sequence[dict[str, Any]],
+        record: WorkflowRecord,
+        *,
+        volumes: bool = True,
     ) -> tuple[list[Pod], list[str]]:
         """Pods to evict and the reasons that block the drain (the same filter chain as the planner).
 
@@ -253,7 +262,7 @@ class DrainWorkflow:
                 to_evict.append(c.pod)  # not evicted again, but waited for (adopted by the evict step)
             if c.ignored is not None:
                 continue
-            if c.gpu_holder is not None and not self.deps.policy.evict_idle_gpu_holders:
+            if c.gpu_holder is not None and self._holders_block(record):
                 blocking.append(c.gpu_holder.reason)
             to_evict.append(c.pod)
         return to_evict, blocking
@@ -421,7 +430,9 @@ class DrainWorkflow:
             return self._end(
                 record, "abandoned", getattr(slot, "reason", "disruption_budget_exhausted"), step="validate"
             )
-        pods, blocking = self._classify(deps.cluster.list_pods_on_node(record.node), deps.cluster.list_pdbs())
+        pods, blocking = self._classify(
+            deps.cluster.list_pods_on_node(record.node), deps.cluster.list_pdbs(), record
+        )
         if blocking:
             return self._end(record, "abandoned", "protected:" + ",".join(blocking), step="validate")
         hourly = record.details.get("hourly_savings_usd")
@@ -478,7 +489,9 @@ class DrainWorkflow:
         """After the cordon: uncached pods, protections, and fresh metrics when the decision is old (BUG-21)."""
         self._renew(record)
         deps, now = self.deps, self._now()
-        pods, blocking = self._classify(deps.cluster.list_pods_on_node(record.node), deps.cluster.list_pdbs())
+        pods, blocking = self._classify(
+            deps.cluster.list_pods_on_node(record.node), deps.cluster.list_pdbs(), record
+        )
         validated = set(record.details.get("validated_pods", []))
         landed = sorted(
             f"{p.metadata.namespace}/{p.metadata.name}" for p in pods if p.metadata.uid not in validated
@@ -500,7 +513,9 @@ class DrainWorkflow:
         deps, now = self.deps, self._now()
         if now >= record.deadline:
             return self._timeout(record)
-        pods, blocking = self._classify(deps.cluster.list_pods_on_node(record.node), deps.cluster.list_pdbs())
+        pods, blocking = self._classify(
+            deps.cluster.list_pods_on_node(record.node), deps.cluster.list_pdbs(), record
+        )
         if blocking:
             return self.rollback(record.execution_id, "protected:" + ",".join(blocking), step="evict")
         evicted = {p.uid: p for p in record.evicted}
@@ -601,7 +616,7 @@ class DrainWorkflow:
             return self._next(
                 record, "wait", "wait", wait=wait, message=f"waiting for {len(remaining)} pod(s) to terminate"
             )
-        pods, _ = self._classify(list(listed.values()), [], volumes=False)
+        pods, _ = self._classify(list(listed.values()), [], record, volumes=False)
         evicted_uids = {p.uid for p in record.evicted}
         if [p for p in pods if p.metadata.uid not in evicted_uids]:
             return self._next(record, "wait", "evict", message="pods left to evict")
@@ -615,7 +630,7 @@ class DrainWorkflow:
             node = Node.model_validate(node_obj)
             if node.metadata.annotations.get(ANN_CORDONED_BY) != record.execution_id:
                 raise StalePlan("our cordon is gone; refusing to remove the node")
-            pods, _ = self._classify(deps.cluster.list_pods_on_node(record.node), [], volumes=False)
+            pods, _ = self._classify(deps.cluster.list_pods_on_node(record.node), [], record, volumes=False)
             if pods:
                 return self._next(record, "remove", "evict", message="pods appeared; evicting again")
         asg = str(record.details["asg"])

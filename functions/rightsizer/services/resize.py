@@ -35,6 +35,8 @@ log = logging.getLogger(__name__)
 KIND = "resize_instance"
 RESIZE_STEPS = ("stop", "stopped", "set_type", "start", "ready", "uncordon")
 STANDALONE_GROUP = "standalone"
+# A busy node's workload is not an idle holder to protect, and the budget is re-checked by the slot.
+_RESIZE_EXEMPT = frozenset({"disruption_budget_exhausted", "idle_gpu_holder"})
 
 
 @dataclass(frozen=True)
@@ -50,7 +52,8 @@ class ResizeRequest(DrainRequest):
 def resize_blockers(report: NodeReport | None, execution_id: str) -> list[str]:
     """Reasons a fresh report forbids resizing: not a GPU node, excluded, unknown metrics (never act on
     missing data), a protection other than our own cordon, or no cheaper shape fitting any more
-    (verdict other than ``underutilized``). Busy reasons are what a resize is for, so they pass."""
+    (verdict other than ``underutilized``). Busy reasons are what a resize is for, so they pass, and so do
+    idle GPU holders: on a busy node they are the workload the resize moves (the eviction API still applies)."""
     if report is None:
         return ["not_a_gpu_node"]
     blocking = []
@@ -62,7 +65,7 @@ def resize_blockers(report: NodeReport | None, execution_id: str) -> list[str]:
         elif (
             code in EXCLUDED_CODES
             or code in UNKNOWN_CODES
-            or (code in PROTECTED_CODES and code not in ("disruption_budget_exhausted",))
+            or (code in PROTECTED_CODES and code not in _RESIZE_EXEMPT)
         ):
             blocking.append(reason)
     if not blocking and report.verdict != "underutilized":
@@ -98,6 +101,10 @@ class ResizeWorkflow(DrainWorkflow):
             return super()._still_candidate(record, report)
         blocking = resize_blockers(report, record.execution_id)
         return not blocking, blocking
+
+    def _holders_block(self, record: WorkflowRecord) -> bool:
+        # The workload of a busy node is what a resize moves; the eviction API and its PDBs still apply.
+        return False if self._is_resize(record) else super()._holders_block(record)
 
     def _after_drain(self, record: WorkflowRecord) -> str:
         return "stop" if self._is_resize(record) else super()._after_drain(record)
@@ -213,7 +220,9 @@ class ResizeWorkflow(DrainWorkflow):
             return self._end(
                 record, "abandoned", getattr(slot, "reason", "disruption_budget_exhausted"), step="validate"
             )
-        pods, blocked = self._classify(deps.cluster.list_pods_on_node(record.node), deps.cluster.list_pdbs())
+        pods, blocked = self._classify(
+            deps.cluster.list_pods_on_node(record.node), deps.cluster.list_pdbs(), record
+        )
         if blocked:
             return self._end(record, "abandoned", "protected:" + ",".join(blocked), step="validate")
         hourly = record.details.get("hourly_savings_usd")
@@ -245,7 +254,7 @@ class ResizeWorkflow(DrainWorkflow):
             node = Node.model_validate(node_obj)
             if node.metadata.annotations.get(ANN_CORDONED_BY) != record.execution_id:
                 return self.rollback(record.execution_id, "our cordon is gone; refusing to stop", step="stop")
-            pods, _ = self._classify(deps.cluster.list_pods_on_node(record.node), deps.cluster.list_pdbs())
+            pods, _ = self._classify(deps.cluster.list_pods_on_node(record.node), [], record, volumes=False)
             if pods:
                 return self._next(record, "stop", "evict", message="pods appeared; evicting again")
         instance = record.instance_id

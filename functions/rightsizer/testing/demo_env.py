@@ -47,6 +47,7 @@ import boto3
 
 from rightsizer.adapters.aws import AwsClients, make_clients
 from rightsizer.config import AwsConfig, ClusterConfig, Config, OffhoursConfig, PrometheusConfig
+from rightsizer.domain.catalog import load_catalog
 from rightsizer.domain.policy import Policy
 from rightsizer.domain.usage import ENERGY, FB_USED, GPU_UTIL
 from rightsizer.testing.dynamodb_table import create_state_table
@@ -625,6 +626,8 @@ class NodeLifecycleSyncer:
                     self._metrics.stop_node(name, self._clock())
                     self._gone.add(instance_id)
                     removed.append(name)
+                elif instance_id in details:
+                    self._kubelet(node, details[instance_id])
             added: list[str] = []
             for template in self._templates.values():
                 for instance_id, lifecycle in sorted(members.get(template.asg_name, {}).items()):
@@ -635,6 +638,29 @@ class NodeLifecycleSyncer:
                     self._asg_of[instance_id] = template.asg_name
                     added.append(self._add_node(template, details[instance_id]))
             return SyncChanges(tuple(removed), tuple(added))
+
+    def _kubelet(self, node: JSON, instance: Mapping[str, Any]) -> None:
+        """A stopped instance's Node is NotReady; once it runs again its kubelet re-registers it with the
+        instance's type (labels) and that type's GPUs (catalog count) as capacity and allocatable. The
+        Node object is kept with its annotations and cordon; only a change is written."""
+        state, instance_type = str(instance["State"]["Name"]), str(instance["InstanceType"])
+        updated = copy.deepcopy(node)
+        running = state == "running"
+        conditions = [c for c in updated["status"].get("conditions", []) if c.get("type") != "Ready"]
+        ready = {"type": "Ready", "status": "True" if running else "Unknown",
+                 "reason": "KubeletReady" if running else "NodeStatusUnknown"}  # fmt: skip
+        updated["status"]["conditions"] = [*conditions, ready]
+        if running:
+            row = load_catalog().get(instance_type)
+            labels = updated["metadata"].setdefault("labels", {})
+            labels["node.kubernetes.io/instance-type"] = instance_type
+            labels["beta.kubernetes.io/instance-type"] = instance_type
+            if row is not None and row.gpu_count >= 1:
+                updated["status"].setdefault("capacity", {})["nvidia.com/gpu"] = str(row.gpu_count)
+                updated["status"].setdefault("allocatable", {})["nvidia.com/gpu"] = str(row.gpu_count)
+        if updated != node:
+            updated["metadata"].pop("resourceVersion", None)
+            self._double.add_node(updated)
 
     def _members(self) -> dict[str, dict[str, str]]:
         names = sorted({t.asg_name for t in self._templates.values()} | set(self._asg_of.values()))
