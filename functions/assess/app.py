@@ -31,8 +31,8 @@ def handler(event: ScheduledTick, context: LambdaContext) -> dict[str, Any]:
     """Assess at ``event.scheduled_time``; returns the :class:`AssessmentSummary` as JSON."""
     metrics.add_metric(name="AssessInvocations", unit=MetricUnit.Count, value=1)  # flushed even on failure
     deps = assessment_deps(Settings.from_env())
-    summary = run_assessment(deps, event.scheduled_time, event.execution_id)
     metrics.add_dimension(name="cluster", value=deps.cluster_name)
+    summary = run_assessment(deps, event.scheduled_time, event.execution_id)
     metrics.add_metric(name="IdleNodes", unit=MetricUnit.Count, value=summary.verdicts.get("idle", 0))
     metrics.add_metric(name="DrainsStarted", unit=MetricUnit.Count, value=len(summary.started))
     metrics.add_metric(name="LeasesHealed", unit=MetricUnit.Count, value=len(summary.healed))

@@ -16,6 +16,7 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from rightsizer.domain.errors import TransientError
 from rightsizer.handler_support import (
     METRICS_NAMESPACE,
     drain_metrics,
@@ -38,8 +39,15 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     metrics.add_metric(name="DrainInvocations", unit=MetricUnit.Count, value=1)
     task = parse_drain_task(event)
     workflow = drain_workflow()
-    output = run_drain_task(workflow, task)
     metrics.add_dimension(name="cluster", value=workflow.deps.state.cluster)
+    try:
+        output = run_drain_task(workflow, task)
+    except TransientError:
+        raise  # the state machine retries it; exhausted retries show as a failed execution
+    except Exception:
+        if task.action == "rollback":  # the execution ends in RollbackFailed: our cordon may remain
+            metrics.add_metric(name="RollbackFailures", unit=MetricUnit.Count, value=1)
+        raise
     for name, unit, value in drain_metrics(output):
         metrics.add_metric(name=name, unit=unit, value=value)
     logger.info("drain task done", extra={"task": task.action, "result": output})

@@ -14,7 +14,14 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from rightsizer.handler_support import METRICS_NAMESPACE, ScheduledTick, Settings, offhours_deps, traced
+from rightsizer.handler_support import (
+    METRICS_NAMESPACE,
+    ScheduledTick,
+    Settings,
+    emit_dimensioned,
+    offhours_deps,
+    traced,
+)
 from rightsizer.services.offhours import run_offhours
 
 logger = Logger(service="offhours")
@@ -29,10 +36,11 @@ def handler(event: ScheduledTick, context: LambdaContext) -> dict[str, Any]:
     """Converge at ``event.scheduled_time``; returns the off-hours report as JSON."""
     metrics.add_metric(name="OffhoursInvocations", unit=MetricUnit.Count, value=1)  # flushed even on failure
     deps = offhours_deps(Settings.from_env())
-    report = run_offhours(deps, event.scheduled_time)
     metrics.add_dimension(name="cluster", value=deps.cluster)
+    report = run_offhours(deps, event.scheduled_time)
     metrics.add_metric(name="OffhoursGroups", unit=MetricUnit.Count, value=len(report.groups))
-    for metric in report.metrics:
+    for metric in report.metrics:  # the cluster's series (alarm RestoreOverdueAlarm), then the group's own
         metrics.add_metric(name=metric["name"], unit=metric["unit"], value=metric["value"])
+        emit_dimensioned("offhours", metric)
     logger.info("off-hours tick finished", extra={"report": report.to_json_dict()})
     return report.to_json_dict()

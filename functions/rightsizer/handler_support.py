@@ -50,6 +50,7 @@ __all__ = [
     "clear_caches",
     "drain_metrics",
     "drain_workflow",
+    "emit_dimensioned",
     "load_config",
     "offhours_deps",
     "parse_drain_task",
@@ -472,7 +473,12 @@ def run_drain_task(workflow: DrainWorkflow, task: StartTask | StepTask | Rollbac
 
 
 def drain_metrics(output: Mapping[str, Any]) -> list[tuple[str, str, float]]:
-    """EMF metrics ``(name, unit, value)`` of one drain task's output: the milestones — node cordoned, drained, removed (with the USD/h it saves), or a drain that failed."""
+    """EMF metrics ``(name, unit, value)`` of one drain task's output: the milestones — node cordoned,
+    drained, removed (with the USD/h it saves) — and the failure classes the template's alarms watch:
+    ``DrainsRolledBack`` (status ``rolled_back``), ``DrainsFailed`` (``failed``) and ``RollbackFailures``
+    (a rollback that could not undo our cordon, ``services.drain.UNCORDON_PENDING`` in its message)."""
+    from rightsizer.services.drain import UNCORDON_PENDING
+
     step, nxt, status = output.get("step"), output.get("next_step"), output.get("status")
     found: list[tuple[str, str, float]] = []
     if step == "cordon" and nxt == "revalidate":
@@ -482,9 +488,30 @@ def drain_metrics(output: Mapping[str, Any]) -> list[tuple[str, str, float]]:
     if nxt is None and status == "succeeded":
         found.append(("NodesRemoved", "Count", 1.0))
         found.append(("SavedUsdPerHour", "None", float(output.get("hourly_savings_usd") or 0.0)))
-    if nxt is None and status in ("rolled_back", "failed"):
-        found.append(("DrainFailures", "Count", 1.0))
+    if nxt is None and status == "rolled_back":
+        found.append(("DrainsRolledBack", "Count", 1.0))
+    if nxt is None and status == "failed":
+        found.append(("DrainsFailed", "Count", 1.0))
+    if nxt is None and UNCORDON_PENDING in str(output.get("message") or ""):
+        found.append(("RollbackFailures", "Count", 1.0))
     return found
+
+
+def emit_dimensioned(service: str, metric: Mapping[str, Any]) -> None:
+    """Print one EMF document for ``metric`` (``{"name", "unit", "value", "dimensions"}``) with its own
+    dimensions plus ``service`` — a series per node group, beside the handler's per-cluster total that
+    the alarms watch (an EMF document has one set of dimension values)."""
+    from aws_lambda_powertools.metrics import single_metric
+
+    dimensions = {"service": service, **{str(k): str(v) for k, v in metric.get("dimensions", {}).items()}}
+    with single_metric(
+        name=str(metric["name"]),
+        unit=metric["unit"],
+        value=float(metric["value"]),
+        namespace=METRICS_NAMESPACE,
+        default_dimensions=dimensions,
+    ):
+        pass
 
 
 def traced(handler: F) -> F:

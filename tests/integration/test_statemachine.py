@@ -19,6 +19,7 @@ import json
 import math
 import sys
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -351,7 +352,13 @@ class World:
 
 @pytest.fixture
 def world(request: pytest.FixtureRequest) -> Iterator[World]:
-    drain_timeout = getattr(request, "param", 600)
+    with drain_world(getattr(request, "param", 600)) as made:
+        yield made
+
+
+@contextmanager
+def drain_world(drain_timeout: int = 600) -> Iterator[World]:
+    """The drain handler behind the ASL interpreter, over in-memory ports (one idle node, one ASG)."""
     clock = FakeClock(AT)
     cluster = FakeClusterWriter(clock=clock)
     cluster.add_node(gpu_node(NODE, instance_id=INSTANCE, created=AT - timedelta(days=2)))

@@ -642,7 +642,7 @@ def test_a_failed_restore_is_retried_every_tick_and_alarms_after_the_deadline() 
             "name": METRIC_RESTORE_OVERDUE,
             "value": 1,
             "unit": "Count",
-            "dimensions": {"Cluster": CLUSTER, "NodeGroup": "gpu-a10g"},
+            "dimensions": {"cluster": CLUSTER, "node_group": "gpu-a10g"},
         }
     ]
     assert ("restore", "failed", "gpu-a10g") in scale_node_group_entries(world.state)

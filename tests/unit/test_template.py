@@ -256,3 +256,54 @@ def test_shipped_logs_insights_queries_name_only_fields_the_records_have(templat
             head, _, tail = path.partition(".")
             assert head in DecisionRecord.model_fields, (name, path)
             assert not tail or tail in nested[head], (name, path)
+
+
+TAGGABLE_LIST_TAGS = (
+    "AWS::DynamoDB::Table",
+    "AWS::SecretsManager::Secret",
+    "AWS::Logs::LogGroup",
+    "AWS::SNS::Topic",
+    "AWS::SQS::Queue",
+)
+
+
+def test_every_taggable_resource_carries_the_component_and_cluster_tags(template: dict[str, Any]) -> None:
+    want = {"rightsizer.io/component": "gpu-rightsizer", "rightsizer.io/cluster": {"Ref": "ClusterName"}}
+    assert template["Globals"]["Function"]["Tags"] == want  # every AWS::Serverless::Function
+    for name, res in template["Resources"].items():
+        if res["Type"] in TAGGABLE_LIST_TAGS:
+            tags = {t["Key"]: t["Value"] for t in res["Properties"].get("Tags", [])}
+            assert tags == want, name
+        if res["Type"] == "AWS::Serverless::StateMachine":
+            assert res["Properties"]["Tags"] == want, name
+
+
+def test_scheduled_functions_send_failed_invocations_to_the_queue_with_permission(
+    template: dict[str, Any],
+) -> None:
+    functions = resources(template, "AWS::Serverless::Function")
+    for name in ("AssessFunction", "OffhoursFunction"):
+        props = functions[name]["Properties"]
+        assert "Tick" in props["Events"]  # invoked asynchronously by EventBridge Scheduler
+        on_failure = props["EventInvokeConfig"]["DestinationConfig"]["OnFailure"]
+        assert on_failure == {"Type": "SQS", "Destination": {"Fn::GetAtt": ["FailedInvocationsQueue", "Arn"]}}
+        role = template["Resources"][props["Role"]["Fn::GetAtt"][0]]
+        assert {"Ref": "FailedInvocationsPolicy"} in role["Properties"]["ManagedPolicyArns"], name
+    (grant,) = statements(template["Resources"]["FailedInvocationsPolicy"]["Properties"]["PolicyDocument"])
+    assert grant["Action"] == "sqs:SendMessage"
+    assert grant["Resource"] == {"Fn::GetAtt": ["FailedInvocationsQueue", "Arn"]}
+
+
+def test_alarm_email_is_optional_and_validated(template: dict[str, Any]) -> None:
+    import re
+
+    param = template["Parameters"]["AlarmEmail"]
+    assert param["Default"] == ""
+    pattern = re.compile(param["AllowedPattern"])
+    assert pattern.fullmatch("") and pattern.fullmatch("oncall@example.com")
+    assert not pattern.fullmatch("oncall") and not pattern.fullmatch("a b@example.com")
+    subscription = template["Resources"]["AlarmEmailSubscription"]
+    assert subscription["Condition"] == "AlarmMail"
+    assert subscription["Properties"]["Protocol"] == "email"
+    outputs = template["Outputs"]
+    assert {"AlarmTopicArn", "FailedInvocationsQueueUrl", "ClusterName", "AssessFunctionName"} <= set(outputs)

@@ -39,6 +39,8 @@ log = logging.getLogger(__name__)
 
 STEPS = ("validate", "cordon", "revalidate", "evict", "wait", "remove", "verify")
 FINAL_STATUSES = frozenset({"succeeded", "abandoned", "rolled_back", "failed", "dry_run"})
+#: In the reason of a rollback that could not undo our cordon (the node may still be cordoned by us).
+UNCORDON_PENDING = "uncordon_pending"
 EVICTION_ERROR_RETRIES = 3
 EVICTION_CONCURRENCY = 8
 EVICT_MARGIN_S = 60
@@ -374,7 +376,7 @@ class DrainWorkflow:
             f"rightsizer could not uncordon the node ({exc}); the next assessment retries",
             warning=True,
         )
-        return self._end(record, "failed", f"{reason}; uncordon_pending: {exc}", step=step)
+        return self._end(record, "failed", f"{reason}; {UNCORDON_PENDING}: {exc}", step=step)
 
     def _step_rollback(self, record: WorkflowRecord) -> StepResult:
         """Retry the uncordon of a rollback whose first attempt failed (see :meth:`rollback`)."""

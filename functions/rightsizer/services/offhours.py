@@ -235,7 +235,7 @@ class OffhoursReport:
     """The outcome of one off-hours tick (or ``status``) over every selected node group.
 
     ``metrics`` are CloudWatch metrics for the caller to emit as EMF: ``{"name", "value", "unit",
-    "dimensions"}`` — ``RestoreOverdue`` (Count, 1 per overdue group, dimensions Cluster and NodeGroup).
+    "dimensions"}`` — ``RestoreOverdue`` (Count, 1 per overdue group, dimensions cluster and node_group).
     ``errors`` are problems not tied to one group (listing node groups failed).
     """
 
@@ -769,7 +769,7 @@ class _Tick:
                     "name": METRIC_RESTORE_OVERDUE,
                     "value": 1,
                     "unit": "Count",
-                    "dimensions": {"Cluster": deps.cluster, "NodeGroup": report.node_group},
+                    "dimensions": {"cluster": deps.cluster, "node_group": report.node_group},
                 }
             )
             log.error(
