@@ -192,7 +192,9 @@ def handler_module(name: str) -> Any:
     functions = str(ROOT / "functions")
     if functions not in sys.path:
         sys.path.insert(0, functions)
-    return importlib.import_module(f"{name}.app")
+    module = importlib.import_module(f"{name}.app")
+    module.logger.registered_handler.stream = sys.stdout  # Powertools binds the stream at import
+    return module
 
 
 def tick(at: Any, execution_id: str) -> dict[str, str]:

@@ -57,7 +57,11 @@ def handler(name: str) -> Callable[[dict[str, Any], Any], dict[str, Any]]:
     functions = str(ROOT / "functions")
     if functions not in sys.path:
         sys.path.insert(0, functions)
-    fn: Callable[[dict[str, Any], Any], dict[str, Any]] = importlib.import_module(f"{name}.app").handler
+    module = importlib.import_module(f"{name}.app")
+    # Powertools binds its log stream at import: point it at this test's stdout (capsys), whichever test
+    # imported the module first.
+    module.logger.registered_handler.stream = sys.stdout
+    fn: Callable[[dict[str, Any], Any], dict[str, Any]] = module.handler
     return fn
 
 
