@@ -128,3 +128,24 @@ def test_without_the_volume_grants_the_drain_fails_closed(double: KubernetesDoub
     status, scaler = drain(double, clock)
     assert status == "failed"
     assert scaler.terminated == [] and double.get_node("gpu-1")["spec"]["unschedulable"] is False
+
+
+def test_a_403_namespace_terminating_eviction_waits_instead_of_failing(
+    double: KubernetesDouble, clock: FakeClock
+) -> None:
+    double.add_pod(pod("web-1", "gpu-1"))
+    body = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "status": "Failure",
+        "message": 'pods "web-1" is forbidden: unable to create new content in namespace default because it '
+        "is being terminated",
+        "reason": "Forbidden",
+        "details": {"name": "web-1", "kind": "pods", "causes": [{"type": "NamespaceTerminating"}]},
+        "code": 403,
+    }
+    double.inject("POST", r"/pods/web-1/eviction$", 403, body, times=2)
+    status, scaler = drain(double, clock)
+    assert status == "succeeded" and scaler.terminated == ["i-1"]
+    evictions = [r for r in double.requests if r.path.endswith("/pods/web-1/eviction")]
+    assert [r.status for r in evictions][:3] == [403, 403, 201]

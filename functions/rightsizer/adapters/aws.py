@@ -39,6 +39,7 @@ from botocore.exceptions import (
     WaiterError,
 )
 from botocore.exceptions import ConnectionError as BotoConnectionError
+from botocore.parsers import ResponseParserError  # a plain Exception, not a BotoCoreError
 
 from rightsizer.domain.errors import (
     ConfigError,
@@ -267,6 +268,11 @@ def map_aws_error(exc: Exception, operation: str) -> RightsizerError:
     if isinstance(exc, ParamValidationError):
         # Our own request was malformed (BUG-25: instanceTypes on UpdateNodegroupConfig): a bug, not a retry.
         return AwsPermanentError(f"{operation}: {exc}", code="ParamValidationError", operation=operation)
+    if isinstance(exc, ResponseParserError):
+        # A body botocore cannot parse (an HTML error page from a proxy or load balancer, a cut-off
+        # answer): nothing was decided on our side, so it is worth retrying.
+        return AwsTransientError(f"{operation}: unreadable AWS answer: {exc}", code="ResponseParserError",
+                                 operation=operation, retry_after=5.0)  # fmt: skip
     if isinstance(exc, BotoConnectionError):
         return AwsTransientError(
             f"{operation}: {exc}", code=type(exc).__name__, operation=operation, retry_after=10.0
@@ -281,7 +287,7 @@ def aws_errors(operation: str) -> Iterator[None]:
     """Raise botocore errors inside the block as the taxonomy (``map_aws_error``), naming ``operation``."""
     try:
         yield
-    except (ClientError, BotoCoreError) as exc:
+    except (ClientError, BotoCoreError, ResponseParserError) as exc:
         raise map_aws_error(exc, operation) from exc
 
 

@@ -165,6 +165,15 @@ def _status_text(body: JSON, fallback: str) -> str:
     return " ".join(parts)
 
 
+def _namespace_terminating(body: JSON) -> bool:
+    """A 403 Status caused by a namespace being deleted (``details.causes[].reason`` or ``type``
+    ``NamespaceTerminating``, as the NamespaceLifecycle admission plugin writes it)."""
+    causes = ((body.get("details") or {}).get("causes")) or []
+    return any(
+        "NamespaceTerminating" in (str(c.get("reason") or ""), str(c.get("type") or "")) for c in causes
+    ) or "because it is being terminated" in str(body.get("message") or "")
+
+
 def _eviction_retry_after(headers: Mapping[str, str], body: JSON) -> float | None:
     """Seconds from the ``Retry-After`` header, else ``details.retryAfterSeconds``, else None."""
     for raw in (headers.get("Retry-After"), (body.get("details") or {}).get("retryAfterSeconds")):
@@ -627,7 +636,8 @@ class KubernetesCluster:
             ``message`` names it from the Status causes; ``retry_after`` from ``Retry-After`` or
             ``details.retryAfterSeconds``, None when the server gave none; API Priority and Fairness
             throttling is also a 429 and is equally a reason to wait); ``error`` (500, e.g. the pod is
-            matched by more than one PodDisruptionBudget).
+            matched by more than one PodDisruptionBudget). A 403 whose Status cause is
+            ``NamespaceTerminating`` is ``blocked`` too (retry in 5 s): the namespace is being deleted.
 
         Raises:
             KubernetesAccessError: 403 — names the identity and ``create pods/eviction`` (BUG-31 B) —
@@ -650,11 +660,23 @@ class KubernetesCluster:
                     name, namespace, body, _preload_content=False, _request_timeout=self._timeout
                 )
             ),
-            answered=frozenset({404, 409, 429, 500}),
+            answered=frozenset({403, 404, 409, 429, 500}),
         )
         if answer.status in (200, 201):
             return EvictionOutcome("accepted")
         message = _status_text(answer.body, f"HTTP {answer.status}")
+        if answer.status == 403:
+            if _namespace_terminating(answer.body):
+                # The namespace controller deletes the pod itself; kubectl drain waits for it too.
+                return EvictionOutcome("blocked", message, 5.0)
+            who = self.identity()
+            raise KubernetesAccessError(
+                f"Kubernetes API answered 403 Forbidden: {who} may not create pods/eviction ({message}). "
+                f"Remedy: {_REMEDY_403_WRITE}.",
+                identity=who,
+                check=AccessCheck("create", "pods", "eviction"),
+                status=403,
+            )
         if answer.status == 404:
             return EvictionOutcome("gone", message)
         if answer.status == 409:

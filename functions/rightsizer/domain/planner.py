@@ -38,6 +38,8 @@ KARPENTER_NODEPOOL = "karpenter.sh/nodepool"
 OTHER_AUTOSCALER_TAINTS = ("ToBeDeletedByClusterAutoscaler", "karpenter.sh/disrupted")
 CA_SCALE_DOWN_DISABLED = "cluster-autoscaler.kubernetes.io/scale-down-disabled"
 KARPENTER_DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
+#: EC2 instance states (DescribeInstances ``State.Name``) of an instance that is leaving or gone.
+GONE_INSTANCE_STATES = frozenset({"shutting-down", "terminated", "stopping", "stopped"})
 
 
 @dataclass
@@ -244,6 +246,10 @@ def plan(
                 elif group.instances.get(instance, "InService") != "InService":
                     # Terminating, Standby, Detaching...: the Auto Scaling group already acts on it.
                     reasons.append(f"other_autoscaler:asg_lifecycle_{group.instances[instance]}")
+            ec2 = (inventory.instances or {}).get(instance)
+            if ec2 is not None and ec2.state in GONE_INSTANCE_STATES:
+                # A Node lingering after its instance went away: nothing to drain, stop or terminate.
+                reasons.append(f"other_autoscaler:instance_{ec2.state}")
         else:
             reasons.append("node_group_unknown:" + ("no_inventory" if instance else "no_provider_id"))
         if not _selected(node, group, policy):

@@ -179,7 +179,9 @@ class DrainWorkflow:
         if record.lease_epoch is not None:
             self.deps.state.release(record.node, record.execution_id, record.lease_epoch)
 
-    def _end(self, record: WorkflowRecord, status: str, reason: str, *, step: str) -> StepResult:
+    def _end(
+        self, record: WorkflowRecord, status: str, reason: str, *, step: str, savings: bool | None = None
+    ) -> StepResult:
         self._release(record)
         record = self._save(record, status=status, step="done")
         result = {
@@ -188,7 +190,8 @@ class DrainWorkflow:
             "rolled_back": "rolled_back",
             "failed": "failed",
         }
-        self._ledger(record, step, result.get(status, "applied"), reason, savings=status == "succeeded")
+        booked = status == "succeeded" if savings is None else savings
+        self._ledger(record, step, result.get(status, "applied"), reason, savings=booked)
         log.info("drain %s of %s ended %s: %s", record.execution_id, record.node, status, reason)
         return StepResult(record.execution_id, step, None, status, 0.0, reason)
 
@@ -573,6 +576,16 @@ class DrainWorkflow:
                         record.execution_id, f"eviction_failed:{pod.key}: {outcome.message}", step="evict"
                     )
                 blocked.append(f"{pod.key}: {outcome.message}")
+            elif outcome.status == "gone" and self._still_there(pod):
+                # 404 from the eviction subresource while the pod exists: the API server does not serve
+                # policy/v1 Eviction for it (kubectl falls back to DELETE; we never delete pods).
+                return self.rollback(
+                    record.execution_id,
+                    f"failed:eviction_unsupported:{pod.key}: the Eviction API answered 404 for a pod that "
+                    "exists; rightsizer never deletes pods",
+                    status="failed",
+                    step="evict",
+                )
             # gone (404) and uid_mismatch (409) are done for that UID; a replacement is re-classified next round.
         details = {**record.details, "attempts": attempts, "blocked": blocked}
         if blocked:
@@ -594,6 +607,12 @@ class DrainWorkflow:
             details=details,
             message=f"{len(todo)} eviction(s) accepted",
         )
+
+    def _still_there(self, pod: Pod) -> bool:
+        """The pod with this UID still exists and is not terminating (uncached GET)."""
+        found = self.deps.cluster.get_pod(pod.metadata.namespace, pod.metadata.name)
+        meta = (found or {}).get("metadata") or {}
+        return bool(found) and meta.get("uid") == pod.metadata.uid and not meta.get("deletionTimestamp")
 
     def _step_wait(self, record: WorkflowRecord) -> StepResult:
         """Drained = every evicted pod UID is gone or finished (BUG-17), and nothing else is left to evict."""
@@ -660,14 +679,31 @@ class DrainWorkflow:
     def _step_verify(self, record: WorkflowRecord) -> StepResult:
         deps = self.deps
         asg = str(record.details["asg"])
-        _min, _desired, _max, ids = deps.scaler.group_sizes(asg)
+        _min, desired_now, _max, ids = deps.scaler.group_sizes(asg)
         if record.instance_id in ids:
             if self._now() >= record.deadline + timedelta(minutes=5):
                 return self._end(record, "failed", "instance_still_in_service", step="verify")
             return self._next(
                 record, "verify", "verify", wait=POLL_S, message="waiting for the instance to leave the group"
             )
-        return self._end(record, "succeeded", f"removed {record.instance_id} from {asg}", step="verify")
+        # Savings happened only if *our* terminate removed the instance and the group got smaller: an
+        # instance someone else had already replaced (already_done, desired unchanged) saved nothing.
+        before, after = record.details.get("desired_before"), record.details.get("desired_after")
+        saved = (
+            not record.details.get("already_done")
+            and isinstance(before, int)
+            and isinstance(after, int)
+            and after == before - 1
+            and desired_now <= after
+        )
+        note = "" if saved else "; no savings booked (the group did not shrink by our instance)"
+        return self._end(
+            record,
+            "succeeded",
+            f"removed {record.instance_id} from {asg}{note}",
+            step="verify",
+            savings=saved,
+        )
 
     def _timeout(self, record: WorkflowRecord) -> StepResult:
         blocked = "; ".join(record.details.get("blocked", [])) or "pods still terminating"
