@@ -18,6 +18,7 @@ from rightsizer.adapters.kubernetes import KubernetesCluster
 from rightsizer.adapters.memory_state import MemoryState
 from rightsizer.domain.model import ClusterSnapshot
 from rightsizer.domain.policy import Policy
+from rightsizer.ports import AccessCheck
 from rightsizer.services.assess import PlanningAssessor
 from rightsizer.services.drain import DrainDeps, DrainRequest, DrainWorkflow
 from rightsizer.services.runner import InProcessRunner
@@ -149,3 +150,36 @@ def test_a_403_namespace_terminating_eviction_waits_instead_of_failing(
     assert status == "succeeded" and scaler.terminated == ["i-1"]
     evictions = [r for r in double.requests if r.path.endswith("/pods/web-1/eviction")]
     assert [r.status for r in evictions][:3] == [403, 403, 201]
+
+
+def test_the_assessment_identity_heals_a_stale_cordon_with_exactly_its_roles(
+    double: KubernetesDouble, clock: FakeClock
+) -> None:
+    """The assess function is bound to rightsizer-read and rightsizer-heal only: that is enough to remove a
+    cordon of ours that no live workflow holds, and to record the Event — and nothing more."""
+    from rightsizer.domain.model import ANN_CORDONED_BY, Node
+    from rightsizer.services.drain import heal_stale_cordons, stale_cordons
+
+    read, heal = cluster_role("rightsizer-read"), cluster_role("rightsizer-heal")
+    double.bind_cluster_role({"rules": read["rules"] + heal["rules"]})
+    double.add_node(
+        gpu_node("gpu-9", instance_type="g5.xlarge", gpus=1, instance_id="i-9", unschedulable=True,
+                 annotations={ANN_CORDONED_BY: "dead-exec", "rightsizer.io/cordoned-at": "2026-11-02T09:00:00Z"})
+    )  # fmt: skip
+    cluster = KubernetesCluster.for_eks(
+        double.base_url, EksTokenSource("prod", "us-east-1", lambda: ReadOnlyCredentials("AKID", "s", None))
+    )
+    state = MemoryState("prod")
+    nodes = [Node.model_validate(n) for n in cluster.list_nodes()]
+    stale = stale_cordons(nodes, state, clock.now())
+    assert stale == {"gpu-9": "dead-exec"}
+    assert heal_stale_cordons(cluster, state, stale, clock.now()) == ["gpu-9"]
+    healed = double.get_node("gpu-9")
+    assert healed["spec"]["unschedulable"] is False
+    assert ANN_CORDONED_BY not in healed["metadata"].get("annotations", {})
+    assert [e["reason"] for e in double.events(involved_name="gpu-9")] == ["RolledBack"]
+    assert [r for r in double.requests if r.status == 403] == []
+    # The same identity still may not evict: the heal role grants no more than it needs.
+    assert double.get_pod("default", "nothing") is None
+    denied = cluster.preflight([AccessCheck("create", "pods", "eviction")])
+    assert denied == [AccessCheck("create", "pods", "eviction")]
