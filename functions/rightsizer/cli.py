@@ -242,6 +242,60 @@ def cmd_savings(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _deployed_config(args: argparse.Namespace) -> Config:
+    """``--stack NAME`` (the stack's outputs and parameters) or ``--config FILE``.
+
+    Raises:
+        ConfigError: neither or both given, a missing stack or output, an invalid config file.
+    """
+    from rightsizer import wiring
+
+    if bool(args.stack) == bool(args.config):
+        raise ConfigError("give exactly one of --stack NAME or --config FILE", field="--stack")
+    if args.stack:
+        return wiring.config_from_stack(args.stack, args.region)
+    return load_config(args.config)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """``rightsizer status --stack NAME | --config FILE [--json]``: the latest assessment's decision
+    records, drains in flight with their step, off-hours groups with saved sizes, realized savings (per
+    day, node group and action kind) and the last failures, read from the state table. Never acts."""
+    from rightsizer import wiring
+    from rightsizer.render import render_status
+    from rightsizer.services.status import read_status
+
+    config = _deployed_config(args)
+    report = read_status(
+        wiring.build_state(config),
+        wiring.build_plan_history(config),
+        datetime.now(UTC),
+        offhours_groups=[g.name for g in config.offhours.node_groups],
+        failures=args.failures,
+    ).to_json()
+    if args.json:
+        _emit_json(report)
+    else:
+        print(render_status(report))
+    return EXIT_OK
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    """``rightsizer history --stack NAME | --config FILE [--node N] [--limit N] [--json]``: the ledger,
+    newest ``--limit`` entries, oldest first. Never acts."""
+    from rightsizer import wiring
+    from rightsizer.render import render_history
+    from rightsizer.services.status import history_rows
+
+    config = _deployed_config(args)
+    rows = history_rows(wiring.build_state(config), node=args.node, limit=args.limit)
+    if args.json:
+        _emit_json({"cluster": config.cluster.name, "entries": rows})
+    else:
+        print(render_history(rows))
+    return EXIT_OK
+
+
 def _print_progress(result: StepResult) -> None:
     print(
         f"drain {result.execution_id}: {result.step} -> {result.next_step or result.status} {result.message}",
@@ -531,6 +585,36 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sv.add_argument("--json", action="store_true", help="print the report as one JSON document")
     sv.set_defaults(func=cmd_savings)
+
+    for name, helptext, func in (
+        (
+            "status",
+            "what a deployment decided and did: latest plan, drains, off-hours, savings, failures",
+            cmd_status,
+        ),
+        (
+            "history",
+            "the ledger of a deployment: every action and step outcome with its savings",
+            cmd_history,
+        ),
+    ):
+        c = sub.add_parser(name, help=helptext + " (never acts)")
+        c.add_argument(
+            "--stack", metavar="NAME", help="a deployed CloudFormation stack (its outputs name the table)"
+        )
+        c.add_argument(
+            "--region", metavar="REGION", help="the stack's region (default: the AWS environment's)"
+        )
+        c.add_argument("--config", metavar="FILE", help="a config file with aws.table instead of --stack")
+        c.add_argument("--json", action="store_true", help="print one JSON document")
+        if name == "status":
+            c.add_argument(
+                "--failures", type=int, default=10, metavar="N", help="last N failures (default 10)"
+            )
+        else:
+            c.add_argument("--node", metavar="NODE", help="only this node's entries")
+            c.add_argument("--limit", type=int, default=50, metavar="N", help="newest N entries (default 50)")
+        c.set_defaults(func=func)
 
     w = sub.add_parser("serve", help="the webhook handler behind a local HTTP server (127.0.0.1)")
     w.add_argument(

@@ -4,7 +4,7 @@ savings) and an off-hours report (one block per node group)."""
 from __future__ import annotations
 
 import textwrap
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rightsizer.domain.plan import Plan
 
@@ -123,3 +123,84 @@ def render_offhours(report: OffhoursReport) -> str:
     lines.extend(f"error: {e}" for e in report.errors)
     lines.extend(f"ALARM RestoreOverdue: {name}" for name in report.alarms)
     return "\n".join(lines)
+
+
+def render_status(report: dict[str, Any]) -> str:
+    """``rightsizer status`` as text, from :meth:`rightsizer.services.status.StatusReport.to_json`: the
+    latest decision records (one row per GPU node), drains in flight, off-hours saved sizes, realized
+    savings and the last failures."""
+    out = [f"Cluster {report['cluster']} — status at {report['at']}", ""]
+    plan = report["plan"]
+    if plan is None:
+        out.append(
+            "Latest assessment: none recorded yet (the assess function has not run, or has no state table)"
+        )
+    else:
+        mode = "dry run" if plan["dry_run"] else "live"
+        out.append(f"Latest assessment: {plan['at']} ({mode})")
+        rows = [
+            [
+                r["node"],
+                r["node_group"] or "-",
+                r["verdict"],
+                _reasons(r["reasons"], 3),
+                r["action"] if r["action"] != "none" else "none: " + textwrap.shorten(r["why_not"] or "", 60),
+                _money(r["hourly_usd"]),
+            ]
+            for r in plan["records"]
+        ]
+        out.append(_table(rows, ["NODE", "GROUP", "VERDICT", "REASONS", "ACTION", "USD/H"]))
+    out += ["", "Drains in flight:"]
+    if not report["in_flight"]:
+        out.append("  none")
+    for d in report["in_flight"]:
+        out.append(
+            f"  {d['node']} ({d['node_group']}): step {d['step']}, {d['status']}, since {d['since']}, "
+            f"deadline {d['deadline']} — {d['execution_id']}"
+        )
+    out += ["", "Off-hours node groups with saved sizes:"]
+    if not report["offhours"]:
+        out.append("  none")
+    for g in report["offhours"]:
+        s = g["saved"]
+        restoring = f", restore started {g['restore_started_at']}" if g["restore_started_at"] else ""
+        out.append(
+            f"  {g['node_group']}: min {s['min']} / desired {s['desired']} / max {s['max']} "
+            f"saved {g['saved_at']}{restoring}"
+        )
+    savings = report["savings"]
+    out += ["", "Realized savings (ledger):"]
+    for r in savings["by_day_and_node_group"]:
+        out.append(
+            f"  {r['day']}  {r['node_group']:<24} {r['instance_hours']:>8.2f} instance-hours  "
+            f"{r['usd']:>9,.2f} USD  ({r['removals']} removal(s))"
+        )
+    for k in savings["by_action_kind"]:
+        out.append(f"  {k['kind']}: {k['applied']} applied, {k['hourly_usd']:,.2f} USD/hour")
+    out.append(f"  total: {savings['total_usd']:,.2f} USD")
+    out += ["", "Last failures:"]
+    if not report["failures"]:
+        out.append("  none")
+    for f in report["failures"]:
+        out.append(
+            f"  {f['at']}  {f['node'] or f['node_group']}  {f['kind']}/{f['step']} {f['result']}: {f['reason']}"
+        )
+    return "\n".join(out)
+
+
+def render_history(rows: list[dict[str, Any]]) -> str:
+    """``rightsizer history`` as a table (oldest first), from :func:`rightsizer.services.status.history_rows`."""
+    table = [
+        [
+            r["at"] or "",
+            r["node"] or r["node_group"] or "-",
+            r["kind"],
+            r["step"],
+            r["result"],
+            textwrap.shorten(r["reason"] or "", 60),
+            _money(r["hourly_savings_usd"]),
+            r["execution_id"],
+        ]
+        for r in rows
+    ]
+    return _table(table, ["AT", "NODE/GROUP", "KIND", "STEP", "RESULT", "REASON", "USD/H", "EXECUTION"])
