@@ -27,6 +27,7 @@ from tests.support.binaries import require_binary
 from tests.support.cluster_package import KUBE_PROMETHEUS_STACK, alert_rule, find, kustomize, plain_files
 from tests.support.e2e_cluster import start_alertmanager
 from tests.support.operator_route import STRATEGIES, generate, kube_prometheus_stack_config
+from tests.support.promtool_test import promtool_unit_test
 from tests.support.webhook_sink import WebhookSink
 
 pytestmark = pytest.mark.integration
@@ -207,41 +208,21 @@ def test_real_alertmanager_delivers_while_info_inhibitor_fires(
 
 def test_the_rule_does_not_make_info_inhibitor_fire(tmp_path: Path) -> None:
     """kube-prometheus-stack's InfoInhibitor fires for any severity=info alert; ours must not feed it."""
-    promtool = require_binary("promtool")
-    (tmp_path / "gpu-idle-rules.yaml").write_text(plain_files()["gpu-idle-rules.yaml"])
-    (tmp_path / "info.yaml").write_text((FIXTURES / "info-inhibitor.rules.yaml").read_text())
-    info_rules = tmp_path / "info-severity.yaml"
-    info_rules.write_text(plain_files()["gpu-idle-rules.yaml"].replace("severity: none", "severity: info"))
+    rules = plain_files()["gpu-idle-rules.yaml"]
+    info = (FIXTURES / "info-inhibitor.rules.yaml").read_text()
     idle = [
         {"series": 'DCGM_FI_DEV_GPU_UTIL{node="gpu-a",gpu="0"}', "values": "0x50"},
         {"series": 'DCGM_FI_DEV_FB_USED{node="gpu-a",gpu="0"}', "values": "0x50"},
     ]
 
-    def unit_test(rule_file: str, expected: list[dict[str, Any]]) -> subprocess.CompletedProcess[str]:
-        test = {
-            "rule_files": [rule_file, "info.yaml"],
-            "evaluation_interval": "1m",
-            "tests": [
-                {
-                    "interval": "1m",
-                    "input_series": idle,
-                    "alert_rule_test": [
-                        {"eval_time": "35m", "alertname": "InfoInhibitor", "exp_alerts": expected}
-                    ],
-                }
-            ],
-        }
-        (tmp_path / "test.yaml").write_text(yaml.safe_dump(test))
-        return subprocess.run(
-            [promtool, "test", "rules", "test.yaml"],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            check=False,
+    def unit_test(rule_text: str, expected: list[dict[str, Any]]) -> str:
+        files = {"gpu-idle-rules.yaml": rule_text, "info.yaml": info}
+        proc = promtool_unit_test(
+            tmp_path, idle, rule_files=files, alerts=[("35m", "InfoInhibitor", expected)]
         )
+        return "" if proc.returncode == 0 else proc.stdout + proc.stderr
 
-    quiet = unit_test("gpu-idle-rules.yaml", [])
-    assert quiet.returncode == 0, quiet.stdout + quiet.stderr
+    assert unit_test(rules, []) == ""
     # the control: with severity=info (the label before this package) InfoInhibitor fires in `monitoring`
-    fires = unit_test("info-severity.yaml", [{"exp_labels": {"namespace": "monitoring", "severity": "none"}}])
-    assert fires.returncode == 0, fires.stdout + fires.stderr
+    fires = [{"exp_labels": {"namespace": "monitoring", "severity": "none"}}]
+    assert unit_test(rules.replace("severity: none", "severity: info"), fires) == ""

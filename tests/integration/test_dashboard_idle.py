@@ -12,15 +12,12 @@ AND a cluster where nothing is idle by the rule shows 0 GPU-hours.
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 
-from tests.support.binaries import require_binary
 from tests.support.cluster_package import plain_files
+from tests.support.promtool_test import promtool_unit_test
 
 pytestmark = pytest.mark.integration
 
@@ -98,30 +95,9 @@ def busy_cluster() -> list[dict[str, str]]:
 
 
 def run_promtool(tmp_path: Path, series: list[dict[str, str]], checks: list[tuple[str, float]]) -> None:
-    promtool = require_binary("promtool")
-    (tmp_path / "rules.yaml").write_text(plain_files()["gpu-idle-rules.yaml"])
-    test: dict[str, Any] = {
-        "rule_files": ["rules.yaml"],
-        "evaluation_interval": "5m",
-        "tests": [
-            {
-                "interval": "5m",
-                "input_series": series,
-                "promql_expr_test": [
-                    {"expr": e, "eval_time": "2h", "exp_samples": [{"labels": "{}", "value": v}]}
-                    for e, v in checks
-                ],
-            }
-        ],
-    }
-    (tmp_path / "dash.test.yaml").write_text(yaml.safe_dump(test, sort_keys=False))
-    proc = subprocess.run(
-        [promtool, "test", "rules", "dash.test.yaml"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    rules = {"rules.yaml": plain_files()["gpu-idle-rules.yaml"]}
+    samples = [(expr, "2h", value) for expr, value in checks]
+    proc = promtool_unit_test(tmp_path, series, rule_files=rules, samples=samples, interval="5m")
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 

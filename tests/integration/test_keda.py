@@ -12,16 +12,14 @@ THEN the answer is 0 → 1 → several (> 2) → 0.
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from tests.support.binaries import require_binary
 from tests.support.cluster_package import COMPONENTS, kustomize
 from tests.support.crd_schema import crd_errors
+from tests.support.promtool_test import promtool_unit_test
 
 pytestmark = pytest.mark.integration
 
@@ -103,39 +101,15 @@ def test_scaled_object_is_valid_for_keda(tmp_path: Path) -> None:
 
 
 def test_wakes_from_zero_scales_past_two_and_returns_to_zero(tmp_path: Path) -> None:
-    promtool = require_binary("promtool")
     expr = desired_replicas(scaled_object(tmp_path))
-    (tmp_path / "empty.rules.yaml").write_text("groups: []\n")
     expected = {"5m": 0, "15m": 1, "30m": 5, "75m": 0}
-    test = {
-        "rule_files": ["empty.rules.yaml"],
-        "evaluation_interval": "1m",
-        "tests": [
-            {
-                "interval": "1m",
-                "input_series": timeline(),
-                "promql_expr_test": [
-                    {"expr": expr, "eval_time": t, "exp_samples": [{"labels": "{}", "value": n}]}
-                    for t, n in expected.items()
-                ],
-            }
-        ],
-    }
-    (tmp_path / "keda.test.yaml").write_text(yaml.safe_dump(test, sort_keys=False))
-    proc = subprocess.run(
-        [promtool, "test", "rules", "keda.test.yaml"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    proc = promtool_unit_test(tmp_path, timeline(), samples=[(expr, t, n) for t, n in expected.items()])
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def test_the_model_formula_reproduces_the_old_examples_faults(tmp_path: Path) -> None:
     """The control: the previous example's triggers (a wake-up metric only the replicas export, an `avg`
     of utilization) never wake from zero and never ask for more than 2 replicas."""
-    promtool = require_binary("promtool")
     old = {
         "spec": {
             "minReplicaCount": 0,
@@ -161,35 +135,6 @@ def test_the_model_formula_reproduces_the_old_examples_faults(tmp_path: Path) ->
         }
     }
     series = [s for s in timeline() if "vllm:" not in s["series"]]  # utilization only: the avg cap
-    (tmp_path / "empty.rules.yaml").write_text("groups: []\n")
-    test = {
-        "rule_files": ["empty.rules.yaml"],
-        "evaluation_interval": "1m",
-        "tests": [
-            {
-                "interval": "1m",
-                "input_series": series,
-                "promql_expr_test": [
-                    {
-                        "expr": desired_replicas(old),
-                        "eval_time": "15m",
-                        "exp_samples": [{"labels": "{}", "value": 0}],
-                    },
-                    {
-                        "expr": desired_replicas(old),
-                        "eval_time": "30m",
-                        "exp_samples": [{"labels": "{}", "value": 2}],
-                    },
-                ],
-            }
-        ],
-    }
-    (tmp_path / "old.test.yaml").write_text(yaml.safe_dump(test, sort_keys=False))
-    proc = subprocess.run(
-        [promtool, "test", "rules", "old.test.yaml"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    expr = desired_replicas(old)
+    proc = promtool_unit_test(tmp_path, series, samples=[(expr, "15m", 0), (expr, "30m", 2)])
     assert proc.returncode == 0, proc.stdout + proc.stderr
