@@ -150,13 +150,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 # --------------------------------------------------------------------------------------------------
-# rightsizer apply: plan live, then one drain workflow per scale_in action, in this process
+# rightsizer apply: plan live, then one drain per scale_in and one resize per resize_instance, in process
 # --------------------------------------------------------------------------------------------------
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
     """``rightsizer apply --config FILE [--policy FILE] [--execute]``: plan the live cluster and run one
-    drain workflow per ``scale_in`` action in this process, with progress on stderr. Acts only with
+    drain workflow per ``scale_in`` action and one resize workflow per ``resize_instance`` action (an
+    opted-in standalone instance, ``rightsizer.services.resize``) in this process, with progress on stderr. Acts only with
     ``--execute`` and the policy's ``dry_run: false``; otherwise each workflow validates and records what
     it would do. Exit 1 when a workflow failed or was rolled back (design §5)."""
     from rightsizer import wiring
@@ -568,7 +569,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--at", metavar="TIME", help="snapshot time, RFC 3339 with offset (default: now)")
     s.set_defaults(func=cmd_snapshot)
 
-    ap = sub.add_parser("apply", help="plan live and drain the chosen idle nodes (dry run unless --execute)")
+    ap = sub.add_parser(
+        "apply",
+        help="plan live; drain the chosen idle nodes, resize opted-in instances (dry run unless --execute)",
+    )
     ap.add_argument(
         "--config", metavar="FILE", required=True, help="the config file (README: 'Configuration file')"
     )
