@@ -74,6 +74,13 @@ def render_plan(plan: Plan, *, max_reasons: int = 4) -> str:
                     a.reason, WHY_WIDTH, initial_indent="      why: ", subsequent_indent="           "
                 )
             )
+            if a.why_safe:
+                safe = f"slowdown {a.expected_slowdown_pct:g}%: {a.why_safe}"
+                out.extend(
+                    textwrap.wrap(
+                        safe, WHY_WIDTH, initial_indent="      safe: ", subsequent_indent="           "
+                    )
+                )
             for manifest in a.manifests:
                 out.append("      manifest:")
                 out.extend("        " + line for line in manifest.rstrip().splitlines())

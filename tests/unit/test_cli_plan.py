@@ -64,6 +64,7 @@ def test_plan_table_names_verdicts_and_savings(snap_dir: Path, capsys: pytest.Ca
     out = capsys.readouterr().out
     assert "idle-1" in out and "idle_window_clean" in out and "exporter_frozen" in out
     assert "Savings of executable actions: 5.67 USD/hour, 4,140.56 USD/month" in out
+    assert "safe: slowdown 0%: every GPU idle for the whole 30 min window" in out
 
 
 def test_plan_at_and_policy_override(
