@@ -73,7 +73,7 @@ def _scaling_config(clients: AwsClients, nodegroup: str) -> dict[str, int]:
 
 
 def _resizer(clients: AwsClients) -> Ec2Resizer:
-    return Ec2Resizer(clients.ec2, clients.autoscaling, waiter_delay_s=1, waiter_max_attempts=5)
+    return Ec2Resizer(clients.ec2, clients.autoscaling)
 
 
 # ------------------------------------------------------------------------ targeted scale-in (BUG-23)
@@ -308,33 +308,26 @@ def standalone(aws_clients: AwsClients, gpu_cluster: BuiltCluster) -> str:
     return launch_standalone(aws_clients, "g5.4xlarge", gpu_cluster.subnet_ids[0], region=REGION)
 
 
-def test_resize_changes_the_type_and_leaves_it_running(aws_clients: AwsClients, standalone: str) -> None:
-    result = _resizer(aws_clients).resize(standalone, "g5.2xlarge", allow_instance_store_loss=True)
-
-    after = _instance(aws_clients, standalone)
-    assert (after["InstanceType"], after["State"]["Name"]) == ("g5.2xlarge", "running")
-    assert (result.from_type, result.to_type, result.already_done) == ("g5.4xlarge", "g5.2xlarge", False)
-
-
-def test_resize_is_idempotent(aws_clients: AwsClients, standalone: str) -> None:
+def test_step_calls_change_only_the_type_and_repeat_safely(aws_clients: AwsClients, standalone: str) -> None:
+    """The resize workflow's EC2 steps (``services.resize`` waits between them): each is idempotent."""
     resizer = _resizer(aws_clients)
-    resizer.resize(standalone, "g5.2xlarge", allow_instance_store_loss=True)
+    resizer.stop(standalone)
+    assert resizer.describe(standalone).state == "stopped"
+    resizer.set_type(standalone, "g5.2xlarge")
+    resizer.start(standalone)
+    facts = resizer.describe(standalone)
+    assert (facts.state, facts.instance_type, facts.tags["rightsizer.io/resize"]) == (
+        "running",
+        "g5.2xlarge",
+        "allowed",
+    )
     calls = record_calls(aws_clients.ec2)
-
-    again = resizer.resize(standalone, "g5.2xlarge", allow_instance_store_loss=True)
-
-    assert again.already_done
-    assert not {"StopInstances", "ModifyInstanceAttribute", "StartInstances"} & set(calls.operations)
-
-
-def test_resize_resumes_a_stopped_instance(aws_clients: AwsClients, standalone: str) -> None:
-    # GIVEN an earlier run that stopped the instance and then died
-    aws_clients.ec2.stop_instances(InstanceIds=[standalone])
-
-    _resizer(aws_clients).resize(standalone, "g5.2xlarge", allow_instance_store_loss=True)
-
-    after = _instance(aws_clients, standalone)
-    assert (after["InstanceType"], after["State"]["Name"]) == ("g5.2xlarge", "running")
+    resizer.start(standalone)  # running: no call
+    resizer.stop(standalone)
+    resizer.stop(standalone)  # stopping/stopped: no second call
+    resizer.set_type(standalone, "g5.2xlarge")  # already that type: no call
+    assert calls.count("StopInstances") == 1
+    assert calls.count("StartInstances") == 0 and calls.count("ModifyInstanceAttribute") == 0
 
 
 def _assert_untouched(
@@ -350,7 +343,7 @@ def test_resize_requires_opt_in_for_instance_store_data_loss(
 ) -> None:
     calls = record_calls(aws_clients.ec2)
     with pytest.raises(ActionRefusedError) as refused:
-        _resizer(aws_clients).resize(standalone, "g5.2xlarge")
+        _resizer(aws_clients).preflight(standalone, "g5.2xlarge", allow_instance_store_loss=False)
     assert refused.value.reasons == ("instance_store_data_loss",)
     assert "resize_allow_instance_store_loss" in str(refused.value)
     _assert_untouched(aws_clients, standalone, calls)
@@ -362,7 +355,7 @@ def test_resize_refuses_an_instance_in_an_auto_scaling_group(
     member = gpu_cluster.nodegroups["gpu-a10g"].instance_ids[0]
     calls = record_calls(aws_clients.ec2)
     with pytest.raises(ActionRefusedError) as refused:
-        _resizer(aws_clients).resize(member, "g5.xlarge", allow_instance_store_loss=True)
+        _resizer(aws_clients).preflight(member, "g5.xlarge", allow_instance_store_loss=True)
     assert "in_auto_scaling_group" in refused.value.reasons
     _assert_untouched(aws_clients, member, calls, original="g5.2xlarge")
 
@@ -371,7 +364,7 @@ def test_resize_refuses_an_instance_store_root(aws_clients: AwsClients, standalo
     seed_instance(standalone, region=REGION, root_device_type="instance-store")
     calls = record_calls(aws_clients.ec2)
     with pytest.raises(ActionRefusedError) as refused:
-        _resizer(aws_clients).resize(standalone, "g5.2xlarge", allow_instance_store_loss=True)
+        _resizer(aws_clients).preflight(standalone, "g5.2xlarge", allow_instance_store_loss=True)
     assert refused.value.reasons == ("instance_store_root",)
     _assert_untouched(aws_clients, standalone, calls)
 
@@ -388,7 +381,7 @@ def test_resize_refuses_incompatible_pairs_before_stopping(
 ) -> None:
     calls = record_calls(aws_clients.ec2)
     with pytest.raises(ActionRefusedError) as refused:
-        _resizer(aws_clients).resize(standalone, target, allow_instance_store_loss=True)
+        _resizer(aws_clients).preflight(standalone, target, allow_instance_store_loss=True)
     assert reason in refused.value.reasons
     _assert_untouched(aws_clients, standalone, calls)
 
@@ -396,44 +389,17 @@ def test_resize_refuses_incompatible_pairs_before_stopping(
 def test_resize_refuses_when_ena_is_not_enabled(aws_clients: AwsClients, standalone: str) -> None:
     seed_instance(standalone, region=REGION, ena_support=False)
     with pytest.raises(ActionRefusedError) as refused:
-        _resizer(aws_clients).resize(standalone, "g5.2xlarge", allow_instance_store_loss=True)
+        _resizer(aws_clients).preflight(standalone, "g5.2xlarge", allow_instance_store_loss=True)
     assert refused.value.reasons == ("ena_incompatible",)
 
 
-def test_insufficient_capacity_on_start_restores_the_original_type_running(
-    aws_clients: AwsClients, standalone: str
-) -> None:
-    # GIVEN EC2 has no g5.2xlarge capacity when we start the resized instance (BUG-27's error)
-    calls = record_calls(aws_clients.ec2)
-    fired = inject_error_once(aws_clients.ec2, "StartInstances", "InsufficientInstanceCapacity", status=500)
-
-    with pytest.raises(AwsTransientError) as failed:
-        _resizer(aws_clients).resize(standalone, "g5.2xlarge", allow_instance_store_loss=True)
-
-    # THEN the error carries the code, and the instance runs again with its ORIGINAL type
-    assert failed.value.code == "InsufficientInstanceCapacity"
-    assert failed.value.retry_after >= 60
-    assert fired == [1]
-    after = _instance(aws_clients, standalone)
-    assert (after["InstanceType"], after["State"]["Name"]) == ("g5.4xlarge", "running")
-    assert calls.count("StartInstances") == 2
-    assert calls.count("ModifyInstanceAttribute") == 2
-
-
-def test_a_modify_error_restores_the_original_type_running(aws_clients: AwsClients, standalone: str) -> None:
-    inject_error_once(aws_clients.ec2, "ModifyInstanceAttribute", "InvalidInstanceAttributeValue", status=400)
-
-    with pytest.raises(AwsPermanentError) as failed:
-        _resizer(aws_clients).resize(standalone, "g5.2xlarge", allow_instance_store_loss=True)
-
-    assert failed.value.code == "InvalidInstanceAttributeValue"
-    after = _instance(aws_clients, standalone)
-    assert (after["InstanceType"], after["State"]["Name"]) == ("g5.4xlarge", "running")
+# Insufficient capacity on start and refused modifications restore the original type in the resize
+# workflow: tests/integration/test_resize_moto.py and test_resize_statemachine.py.
 
 
 def test_resize_of_a_missing_instance_is_stale(aws_clients: AwsClients, gpu_cluster: BuiltCluster) -> None:
     with pytest.raises(StalePlan):
-        _resizer(aws_clients).resize("i-00000000000000dead", "g5.2xlarge")
+        _resizer(aws_clients).describe("i-00000000000000dead")
 
 
 # --------------------------------------------------------------------------------------------- inventory

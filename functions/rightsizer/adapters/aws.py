@@ -36,7 +36,6 @@ from botocore.exceptions import (
     ClientError,
     NoCredentialsError,
     ParamValidationError,
-    WaiterError,
 )
 from botocore.exceptions import ConnectionError as BotoConnectionError
 from botocore.parsers import ResponseParserError  # a plain Exception, not a BotoCoreError
@@ -54,7 +53,6 @@ if TYPE_CHECKING:
     from mypy_boto3_autoscaling.client import AutoScalingClient
     from mypy_boto3_ec2.client import EC2Client
     from mypy_boto3_ec2.literals import InstanceTypeType
-    from mypy_boto3_ec2.type_defs import WaiterConfigTypeDef
     from mypy_boto3_eks.client import EKSClient
 
 __all__ = [
@@ -70,7 +68,6 @@ __all__ = [
     "EksNodeGroupSizer",
     "GroupSizes",
     "NodeGroupUpdate",
-    "ResizeResult",
     "ScalingSizes",
     "TerminateResult",
     "instance_type_change_steps",
@@ -818,96 +815,15 @@ class EksNodeGroupSizer:
 # --------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class ResizeResult:
-    """Outcome of :meth:`Ec2Resizer.resize`; the instance is running as ``to_type`` afterwards."""
-
-    instance_id: str
-    from_type: str
-    to_type: str
-    already_done: bool
-
-
 class Ec2Resizer:
-    """Changes the instance type of a standalone (non-ASG) EBS-backed GPU instance (BUG-26, BUG-27)."""
+    """The EC2 calls of a standalone (non-ASG) EBS-backed GPU instance's type change (BUG-26, BUG-27):
+    ``rightsizer.ports.InstanceTypeChanger``. None of them waits: the resize workflow
+    (``rightsizer.services.resize``) waits between them in the state machine, never in Lambda."""
 
-    def __init__(
-        self,
-        ec2: EC2Client,
-        autoscaling: AutoScalingClient,
-        *,
-        waiter_delay_s: int = 15,
-        waiter_max_attempts: int = 40,
-    ) -> None:
-        """Args: clients; waiter_delay_s (s) and waiter_max_attempts bound each stop/start wait."""
+    def __init__(self, ec2: EC2Client, autoscaling: AutoScalingClient) -> None:
+        """Args: the EC2 and Auto Scaling clients."""
         self._ec2 = ec2
         self._asg = autoscaling
-        self._waiter_config: WaiterConfigTypeDef = {
-            "Delay": waiter_delay_s,
-            "MaxAttempts": waiter_max_attempts,
-        }
-
-    def resize(
-        self, instance_id: str, target_type: str, *, allow_instance_store_loss: bool = False
-    ) -> ResizeResult:
-        """Stop, change the type, start; on failure start it again with its original type.
-
-        Preflight (before stopping anything): not in an Auto Scaling group
-        (DescribeAutoScalingInstances), EBS root, not spot, instance-store data loss opted in
-        (DescribeInstanceTypes ``InstanceStorageSupported`` of the current type), and the pair
-        compatible (DescribeInstanceTypes of both: architecture, target GPUs and GPU vendor, ENA, NVMe,
-        EFA). Then StopInstances → ``instance_stopped`` waiter → ModifyInstanceAttribute(InstanceType)
-        → StartInstances → ``instance_running`` waiter. Already the target type and running ⇒ no call.
-        A stopped instance (an earlier run interrupted) is resumed and ends running.
-
-        Raises:
-            ActionRefusedError: preflight failed; ``reasons`` lists every failed check; nothing was stopped.
-            StalePlan: the instance is gone or terminating.
-            TransientError: the instance is mid-transition; or the resize failed with a retryable code
-                (``InsufficientInstanceCapacity``...) and was rolled back to the original type, running.
-            PermanentError: the resize failed with a permanent code and was rolled back; or the
-                rollback itself failed (message says the instance may be stopped: alarm).
-        """
-        instance = self._describe(instance_id)
-        state = str(instance["State"]["Name"])
-        original = str(instance["InstanceType"])
-        if state in ("shutting-down", "terminated"):
-            raise StalePlan(f"{instance_id} is {state}")
-        if state in ("pending", "stopping"):
-            raise TransientError(f"{instance_id} is {state}; try again when it settles", retry_after=30.0)
-        if original == target_type and state == "running":
-            return ResizeResult(instance_id, original, target_type, already_done=True)
-        if original != target_type:
-            self._preflight(instance, target_type, allow_instance_store_loss)
-
-        if state == "running":
-            with aws_errors("StopInstances"):
-                self._ec2.stop_instances(InstanceIds=[instance_id])
-            self._wait("instance_stopped", instance_id)
-        try:
-            if original != target_type:
-                with aws_errors("ModifyInstanceAttribute"):
-                    self._ec2.modify_instance_attribute(
-                        InstanceId=instance_id, InstanceType={"Value": target_type}
-                    )
-            with aws_errors("StartInstances"):
-                self._ec2.start_instances(InstanceIds=[instance_id])
-        except RightsizerError as exc:
-            if original == target_type:
-                raise  # only a start was attempted: nothing to roll back to
-            self._roll_back(instance_id, original, target_type, exc)
-        try:
-            self._wait("instance_running", instance_id)
-        except TransientError as exc:
-            # The running waiter also gives up when the instance falls back to stopping/stopped; a
-            # resized GPU node must not be left stopped, so that case rolls back like a start error.
-            if original != target_type and self._state(instance_id) in ("stopping", "stopped"):
-                self._roll_back(instance_id, original, target_type, exc)
-            raise
-        return ResizeResult(instance_id, original, target_type, already_done=False)
-
-    def _state(self, instance_id: str) -> str:
-        return str(self._describe(instance_id)["State"]["Name"])
 
     # Step-sized calls (``rightsizer.ports.InstanceTypeChanger``): the resize workflow waits between them
     # in the state machine, never in Lambda.
@@ -946,36 +862,6 @@ class Ec2Resizer:
             return
         with aws_errors("StartInstances"):
             self._ec2.start_instances(InstanceIds=[instance_id])
-
-    def _roll_back(self, instance_id: str, original: str, target: str, cause: RightsizerError) -> NoReturn:
-        code = _error_code(cause) or type(cause).__name__
-        try:
-            current = self._describe(instance_id)
-            if str(current["State"]["Name"]) == "stopping":
-                self._wait("instance_stopped", instance_id)
-            if str(current["InstanceType"]) != original:
-                with aws_errors("ModifyInstanceAttribute"):
-                    self._ec2.modify_instance_attribute(
-                        InstanceId=instance_id, InstanceType={"Value": original}
-                    )
-            with aws_errors("StartInstances"):
-                self._ec2.start_instances(InstanceIds=[instance_id])
-            self._wait("instance_running", instance_id)
-        except RightsizerError as rollback_error:
-            raise AwsPermanentError(
-                f"resize {instance_id} {original} -> {target} failed ({code}: {cause}) and the rollback "
-                f"failed too ({rollback_error}); the instance may be STOPPED",
-                code=code,
-                operation="Ec2Resize",
-            ) from rollback_error
-        message = (
-            f"resize {instance_id} {original} -> {target} failed ({code}); rolled back: running as {original}"
-        )
-        if isinstance(cause, TransientError):
-            raise AwsTransientError(
-                message, code=code, operation="Ec2Resize", retry_after=cause.retry_after
-            ) from cause
-        raise AwsPermanentError(message, code=code, operation="Ec2Resize") from cause
 
     def _preflight(
         self, instance: Mapping[str, Any], target_type: str, allow_instance_store_loss: bool
@@ -1067,21 +953,3 @@ class Ec2Resizer:
             for instance in reservation.get("Instances", []):
                 return instance
         raise StalePlan(f"instance {instance_id} not found")
-
-    def _wait(self, waiter_name: str, instance_id: str) -> None:
-        try:
-            if waiter_name == "instance_stopped":
-                self._ec2.get_waiter("instance_stopped").wait(
-                    InstanceIds=[instance_id], WaiterConfig=self._waiter_config
-                )
-            else:
-                self._ec2.get_waiter("instance_running").wait(
-                    InstanceIds=[instance_id], WaiterConfig=self._waiter_config
-                )
-        except WaiterError as exc:
-            raise AwsTransientError(
-                f"{instance_id}: waiter {waiter_name} gave up: {exc}",
-                code="WaiterTimeout",
-                operation="DescribeInstances",
-                retry_after=60.0,
-            ) from exc
