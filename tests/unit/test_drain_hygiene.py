@@ -4,6 +4,17 @@ of a gone instance is not idle."""
 
 from __future__ import annotations
 
+import http.server
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import boto3
+import pytest
+
+from rightsizer.adapters.asg_scaler import AsgNodeScaler
+from rightsizer.adapters.aws import AwsClients, AwsInventory
+from rightsizer.domain.errors import TransientError
 from rightsizer.domain.model import Ec2Instance, Inventory
 from rightsizer.domain.planner import plan
 from rightsizer.domain.policy import Policy
@@ -83,18 +94,13 @@ def test_a_lingering_node_of_a_terminated_instance_is_not_idle() -> None:
             assert f"other_autoscaler:instance_{state}" in report.reasons
 
 
-def test_an_aws_answer_botocore_cannot_parse_is_a_transient_error_not_a_traceback() -> None:
-    import http.server
-    import threading
-
-    import boto3
-    import pytest
-
-    from rightsizer.adapters.asg_scaler import AsgNodeScaler
-    from rightsizer.domain.errors import TransientError
+@pytest.fixture
+def garbage_endpoint() -> Iterator[str]:
+    """An HTTP endpoint answering every call with a load balancer's HTML page (status 200)."""
 
     class Garbage(http.server.BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # a load balancer's HTML error page instead of the AWS XML body
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
             body = b"<html><body><h1>502 Bad Gateway</h1>"
             self.send_response(200)
             self.send_header("Content-Type", "text/html")
@@ -107,15 +113,28 @@ def test_an_aws_answer_botocore_cannot_parse_is_a_transient_error_not_a_tracebac
 
     server = http.server.HTTPServer(("127.0.0.1", 0), Garbage)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        client = boto3.client(
-            "autoscaling",
-            region_name="us-east-1",
-            endpoint_url=f"http://127.0.0.1:{server.server_port}",
-            aws_access_key_id="AKID",
-            aws_secret_access_key="secret",
-        )
-        with pytest.raises(TransientError, match="DescribeAutoScalingGroups"):
-            AsgNodeScaler(client).group_sizes("eks-gpu-asg")
-    finally:
-        server.shutdown()
+    yield f"http://127.0.0.1:{server.server_port}"
+    server.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("service", "call", "operation"),
+    [
+        ("autoscaling", lambda c: AsgNodeScaler(c).group_sizes("eks-gpu-asg"), "DescribeAutoScalingGroups"),
+        ("autoscaling", lambda c: AsgNodeScaler(c).find_group("i-1"), "DescribeAutoScalingInstances"),
+        ("ec2", lambda c: AwsInventory(_clients(ec2=c)).describe_instances(["i-1"]), "DescribeInstances"),
+    ],
+    ids=["asg-sizes", "asg-membership", "ec2-instances"],
+)
+def test_an_aws_answer_botocore_cannot_parse_is_a_transient_error_not_a_traceback(
+    garbage_endpoint: str, service: str, call: Callable[[Any], Any], operation: str
+) -> None:
+    client = boto3.client(service, region_name="us-east-1", endpoint_url=garbage_endpoint,  # type: ignore[call-overload]
+                          aws_access_key_id="AKID", aws_secret_access_key="secret")  # fmt: skip
+    with pytest.raises(TransientError, match=operation):
+        call(client)
+
+
+def _clients(**overrides: Any) -> AwsClients:
+    base = {name: None for name in ("ec2", "eks", "autoscaling")}
+    return AwsClients(**{**base, **overrides})  # type: ignore[arg-type]

@@ -38,8 +38,8 @@ from botocore.exceptions import (
     ParamValidationError,
 )
 from botocore.exceptions import ConnectionError as BotoConnectionError
-from botocore.parsers import ResponseParserError  # a plain Exception, not a BotoCoreError
 
+from rightsizer.adapters.sdk_errors import ResponseParserError
 from rightsizer.domain.errors import (
     ConfigError,
     PermanentError,

@@ -17,10 +17,11 @@ import zlib
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
 
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import ClientError
 
 from rightsizer.adapters.aws import map_aws_error
 from rightsizer.adapters.dynamodb_state import PK, SK, TTL_ATTRIBUTE
+from rightsizer.adapters.sdk_errors import SDK_ERRORS
 from rightsizer.domain.errors import ConfigError
 from rightsizer.state import require_aware
 
@@ -56,7 +57,7 @@ class DynamoDbPlans:
                     f"DynamoDB table {self._table!r} not found ({operation})", field="aws.table"
                 ) from exc
             raise map_aws_error(exc, operation) from exc
-        except BotoCoreError as exc:
+        except SDK_ERRORS as exc:
             raise map_aws_error(exc, operation) from exc
 
     def save_plan(self, document: dict[str, Any], at: datetime) -> None:

@@ -48,9 +48,10 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Final, cast
 
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import ClientError
 
 from rightsizer.adapters.aws import map_aws_error
+from rightsizer.adapters.sdk_errors import SDK_ERRORS
 from rightsizer.domain.errors import ConfigError, TransientError
 from rightsizer.state import (
     LEDGER_RETENTION,
@@ -206,7 +207,7 @@ def _translated(operation: str, table: str, *expected: str) -> Iterator[None]:
         if code in _DDB_TRANSIENT:
             raise TransientError(f"{operation} failed: {code}", retry_after=2.0) from exc
         raise map_aws_error(exc, operation) from exc
-    except BotoCoreError as exc:
+    except SDK_ERRORS as exc:
         raise map_aws_error(exc, operation) from exc
 
 

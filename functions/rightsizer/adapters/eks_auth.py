@@ -35,6 +35,7 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import ReadOnlyCredentials
 from botocore.exceptions import BotoCoreError, ClientError
 
+from rightsizer.adapters.sdk_errors import SDK_ERRORS, ResponseParserError
 from rightsizer.domain.errors import ConfigError, PermanentError, TransientError
 
 if TYPE_CHECKING:
@@ -129,7 +130,7 @@ def caller_identity(sts: STSClient) -> str:
     """
     try:
         return str(sts.get_caller_identity()["Arn"])
-    except (ClientError, BotoCoreError) as exc:
+    except (ClientError, BotoCoreError, ResponseParserError) as exc:
         return f"<unknown identity: sts:GetCallerIdentity failed: {exc}>"
 
 
@@ -227,7 +228,7 @@ def describe_cluster(eks: EKSClient, name: str) -> ClusterEndpoint:
         if code in ("ThrottlingException", "ServiceUnavailableException") or status >= 500:
             raise TransientError(f"eks:DescribeCluster {name}: {code}") from exc
         raise PermanentError(f"eks:DescribeCluster {name}: {code}: {exc}") from exc
-    except BotoCoreError as exc:
+    except SDK_ERRORS as exc:
         raise TransientError(f"eks:DescribeCluster {name}: {exc}") from exc
     endpoint = str(cluster.get("endpoint") or "")
     if not endpoint:

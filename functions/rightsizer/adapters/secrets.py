@@ -20,8 +20,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import ClientError
 
+from rightsizer.adapters.sdk_errors import SDK_ERRORS
 from rightsizer.domain.errors import ConfigError, PermanentError, TransientError
 
 if TYPE_CHECKING:
@@ -111,5 +112,5 @@ def _call(fn: Any, ref: str, field: str | None) -> Any:
         if code in _THROTTLED or status >= 500 or status == 429:
             raise TransientError(message, retry_after=5.0) from exc
         raise PermanentError(message) from exc
-    except BotoCoreError as exc:  # endpoint unreachable, read timeout
+    except SDK_ERRORS as exc:  # endpoint unreachable, read timeout
         raise TransientError(f"{ref}: {exc}", retry_after=5.0) from exc

@@ -16,9 +16,10 @@ import json
 import re
 from typing import TYPE_CHECKING, Any, Final
 
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import ClientError
 
 from rightsizer.adapters.aws import map_aws_error
+from rightsizer.adapters.sdk_errors import SDK_ERRORS
 
 if TYPE_CHECKING:
     from mypy_boto3_stepfunctions.client import SFNClient
@@ -71,6 +72,6 @@ class StepFunctionsStarter:
             if exc.response.get("Error", {}).get("Code") == "ExecutionAlreadyExists":
                 return name
             raise map_aws_error(exc, "StartExecution") from exc
-        except BotoCoreError as exc:
+        except SDK_ERRORS as exc:
             raise map_aws_error(exc, "StartExecution") from exc
         return name
