@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.installed-demo
 
-.PHONY: demo test lint typecheck contracts bench clean validate tools-validate
+.PHONY: demo test lint typecheck contracts bench clean validate validate-config tools-validate
 
 # `make demo` needs only the [demo] extra (moto); everything else needs the [dev] tools too.
 $(DEMO_STAMP): pyproject.toml
@@ -67,7 +67,13 @@ $(ASL_VALIDATOR):
 
 tools-validate: $(SAM) $(CFN_LINT) $(ASL_VALIDATOR)
 
-validate: tools-validate
+# The deploy parameters (samconfig.toml over the template's defaults), and CONFIG=file / POLICY=file when
+# given, checked by the functions' own code before anything is deployed (rightsizer validate).
+validate-config: $(STAMP)
+	$(BIN)/rightsizer validate --samconfig samconfig.toml --template template.yaml \
+		$(if $(CONFIG),--config $(CONFIG)) $(if $(POLICY),--policy $(POLICY))
+
+validate: validate-config tools-validate
 	$(SAM_ENV) $(SAM) validate --lint --region us-east-1 --template-file template.yaml
 	$(CFN_LINT) template.yaml
 	$(SAM_ENV) $(SAM) build --region us-east-1 --template-file template.yaml

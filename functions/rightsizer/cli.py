@@ -297,6 +297,55 @@ def cmd_history(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_validate(args: argparse.Namespace) -> int:
+    """``rightsizer validate [--config FILE] [--policy FILE] [--samconfig FILE --template FILE]``: check a
+    config, a policy and the parameters a ``sam deploy`` would use, before anything is deployed
+    (``rightsizer.deploycheck``). Prints every problem on stderr; exit 2 when there is one. Never acts."""
+    from rightsizer.deploycheck import check_deployment, check_offhours, samconfig_overrides
+    from rightsizer.handler_support import STATE_MACHINE_MARGIN_S, STATE_MACHINE_TIMEOUT_S
+
+    if not (args.config or args.policy or args.samconfig):
+        raise ConfigError("give --config FILE, --policy FILE and/or --samconfig FILE", field="validate")
+    problems: list[str] = []
+    checked: list[str] = []
+    policies: list[tuple[str, Policy]] = []
+    for label, load in (("config", load_config), ("policy", read_policy_file)):
+        path = getattr(args, label)
+        if not path:
+            continue
+        try:
+            loaded = load(path)
+        except ConfigError as exc:
+            problems.append(str(exc))
+            continue
+        checked.append(str(path))
+        if isinstance(loaded, Config):
+            problems += check_offhours(loaded.offhours, f"{path}: offhours")
+            policies.append((f"{path}: policy", loaded.policy))
+        else:
+            policies.append((str(path), loaded))
+    for source, policy in policies:
+        if policy.drain_timeout + STATE_MACHINE_MARGIN_S > STATE_MACHINE_TIMEOUT_S:
+            problems.append(
+                f"{source}: drain_timeout: {policy.drain_timeout}s leaves less than {STATE_MACHINE_MARGIN_S}s "
+                f"of the drain state machine's {STATE_MACHINE_TIMEOUT_S}s timeout"
+            )
+    if args.samconfig:
+        try:
+            overrides = samconfig_overrides(Path(args.samconfig), args.environment)
+            problems += check_deployment(Path(args.template), overrides, source=args.samconfig)
+            checked.append(f"{args.samconfig} against {args.template}")
+        except ConfigError as exc:
+            problems.append(str(exc))
+    for problem in problems:
+        print(f"rightsizer: invalid: {problem}", file=sys.stderr)
+    if problems:
+        return EXIT_BAD_INPUT
+    for name in checked:
+        print(f"ok: {name}")
+    return EXIT_OK
+
+
 def _print_progress(result: StepResult) -> None:
     print(
         f"drain {result.execution_id}: {result.step} -> {result.next_step or result.status} {result.message}",
@@ -619,6 +668,14 @@ def build_parser() -> argparse.ArgumentParser:
             c.add_argument("--node", metavar="NODE", help="only this node's entries")
             c.add_argument("--limit", type=int, default=50, metavar="N", help="newest N entries (default 50)")
         c.set_defaults(func=func)
+
+    v = sub.add_parser("validate", help="check a config, a policy and the deploy parameters before deploying")
+    v.add_argument("--config", metavar="FILE", help="a config file")
+    v.add_argument("--policy", metavar="FILE", help="a policy file (e.g. the text of PolicyParameterName)")
+    v.add_argument("--samconfig", metavar="FILE", help="samconfig.toml whose parameter_overrides to check")
+    v.add_argument("--environment", default="default", help="samconfig environment (default: default)")
+    v.add_argument("--template", default="template.yaml", metavar="FILE", help="the SAM template")
+    v.set_defaults(func=cmd_validate)
 
     w = sub.add_parser("serve", help="the webhook handler behind a local HTTP server (127.0.0.1)")
     w.add_argument(

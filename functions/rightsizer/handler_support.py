@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 __all__ = [
     "METRICS_NAMESPACE",
     "PARAMETER_MAX_AGE_S",
+    "STATE_MACHINE_MARGIN_S",
     "STATE_MACHINE_TIMEOUT_S",
     "DrainTask",
     "RollbackTask",
@@ -66,7 +67,7 @@ PARAMETER_MAX_AGE_S: Final = 300
 #: The drain state machine's ``TimeoutSeconds`` (infra/statemachine/drain.asl.json; a test compares).
 STATE_MACHINE_TIMEOUT_S: Final = 7200
 # drain_timeout + lease margin (5 min) + verify (5 min) + retries must fit the state machine's timeout.
-_STATE_MACHINE_MARGIN_S: Final = 1800
+STATE_MACHINE_MARGIN_S: Final = 1800
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -212,9 +213,9 @@ def load_config(settings: Settings, *, fetch: Callable[[Settings, str], str] = _
         source = "RIGHTSIZER_POLICY_INLINE"
         policy_doc = _yaml(settings.policy_inline, source=source)
     policy = load_policy(policy_doc, source=source)
-    if policy.drain_timeout + _STATE_MACHINE_MARGIN_S > STATE_MACHINE_TIMEOUT_S:
+    if policy.drain_timeout + STATE_MACHINE_MARGIN_S > STATE_MACHINE_TIMEOUT_S:
         raise ConfigError(
-            f"drain_timeout {policy.drain_timeout}s leaves less than {_STATE_MACHINE_MARGIN_S}s of the drain "
+            f"drain_timeout {policy.drain_timeout}s leaves less than {STATE_MACHINE_MARGIN_S}s of the drain "
             f"state machine's {STATE_MACHINE_TIMEOUT_S}s timeout",
             source=source,
             field="drain_timeout",

@@ -572,7 +572,7 @@ STACK_OUTPUTS = ("ClusterName", "StateTableName")
 
 def config_from_stack(stack: str, region: str | None = None) -> Config:
     """The config of a deployed stack (``rightsizer status --stack NAME``): cluster and state table from its
-    outputs, the off-hours node groups from its ``OffhoursSchedules`` parameter (CloudFormation
+    outputs, the off-hours node groups from its ``OffhoursConfig`` parameter (CloudFormation
     ``DescribeStacks``; region from ``region`` or the AWS environment, endpoint from ``AWS_ENDPOINT_URL``).
 
     Raises:
@@ -608,7 +608,7 @@ def config_from_stack(stack: str, region: str | None = None) -> Config:
         )
     parameters = {p["ParameterKey"]: p.get("ParameterValue", "") for p in described.get("Parameters", [])}
     try:
-        offhours = yaml.safe_load(parameters.get("OffhoursSchedules") or "{}") or {}
+        offhours = yaml.safe_load(parameters.get("OffhoursConfig") or "{}") or {}
         return Config.model_validate(
             {
                 "cluster": {"name": outputs["ClusterName"], "region": session.region_name},
@@ -617,4 +617,4 @@ def config_from_stack(stack: str, region: str | None = None) -> Config:
             }
         )
     except (yaml.YAMLError, ValidationError) as exc:
-        raise ConfigError(f"stack parameter OffhoursSchedules: {exc}", field="OffhoursSchedules") from exc
+        raise ConfigError(f"stack parameter OffhoursConfig: {exc}", field="OffhoursConfig") from exc

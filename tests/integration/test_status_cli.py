@@ -1,7 +1,7 @@
 """``rightsizer status`` / ``history`` against a deployed stack on moto (server mode).
 
 The stack is a CloudFormation stack on moto with the template's outputs (``ClusterName``,
-``StateTableName``) and the ``OffhoursSchedules`` parameter; the state table is filled the way the
+``StateTableName``) and the ``OffhoursConfig`` parameter; the state table is filled the way the
 functions fill it: a scheduled assessment (``run_assessment`` with the DynamoDB plan store) writes the
 decision records, drains and off-hours write the ledger, a slot and a workflow record stand for a drain in
 flight, and an off-hours scale-down saved its sizes.
@@ -35,7 +35,7 @@ CLUSTER = "prod-eks"
 TABLE = "rightsizer-state-ABC123"  # a generated name: the user never types it
 STACK = "gpu-rightsizer"
 STACK_TEMPLATE = {
-    "Parameters": {"OffhoursSchedules": {"Type": "String", "Default": "{}"}},
+    "Parameters": {"OffhoursConfig": {"Type": "String", "Default": "{}"}},
     "Resources": {"AlarmTopic": {"Type": "AWS::SNS::Topic"}},
     "Outputs": {
         "ClusterName": {"Value": CLUSTER},
@@ -64,7 +64,7 @@ def deployed(
     boto.client("cloudformation").create_stack(
         StackName=STACK,
         TemplateBody=json.dumps(STACK_TEMPLATE),
-        Parameters=[{"ParameterKey": "OffhoursSchedules", "ParameterValue": json.dumps(OFFHOURS)}],
+        Parameters=[{"ParameterKey": "OffhoursConfig", "ParameterValue": json.dumps(OFFHOURS)}],
     )
     dynamodb = boto.client("dynamodb")
     create_state_table(dynamodb, TABLE)
