@@ -8,8 +8,10 @@ computed in plain Python from the raw samples on randomized fleets with gaps, Na
 pod-label changes and exporter restarts.
 
 The reference (``reference_signals``) is written from the contract in README "How a node is judged",
-not from ``domain.usage``: per step (t − step, t] the maximum of every finite raw sample, coverage = steps
-holding one, non-finite = any NaN/±Inf raw sample in the window, freshness = the newest raw sample.
+not from ``domain.observation``: per step (t − step, t] the maximum of every finite raw sample, coverage =
+steps holding one, maxima over every finite sample, non-finite = any NaN/±Inf raw sample in the window,
+freshness = the newest raw sample, liveness = the counter's samples differ, framebuffer total = the newest
+used + free.
 """
 
 from __future__ import annotations
@@ -143,6 +145,9 @@ class Fleet:
     families: Families = field(default_factory=dict)
     raw: dict[str, dict[DeviceKey, list[tuple[float, float]]]] = field(default_factory=dict)
     up: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    by_labels: dict[tuple[str, DeviceKey], dict[tuple[tuple[str, str], ...], list[tuple[float, float]]]] = (
+        field(default_factory=dict)
+    )
 
     def series(
         self, metric: str, key: DeviceKey, labels: dict[str, str], samples: list[tuple[float, float]]
@@ -150,6 +155,7 @@ class Fleet:
         if samples:
             self.families.setdefault(metric, []).append((labels, samples))
             self.raw.setdefault(metric, {}).setdefault(key, []).extend(samples)
+            self.by_labels.setdefault((metric, key), {})[tuple(sorted(labels.items()))] = samples
 
 
 def generate(rng: random.Random, prefix: str, count: int, first_index: int) -> Fleet:
@@ -315,13 +321,15 @@ def reference_signals(fleet: Fleet, window: Window, threshold: float) -> dict[De
             if END - LOOKBACK < t <= END
         ]
         fb = _slot_max(in_window.get(FB_USED, {}).get(fb_key, []), window)
-        free = _slot_max(in_window.get(FB_FREE, {}).get(fb_key, []), window)
         power = _slot_max(in_window.get(POWER, {}).get(parent, []), window)
-        energy = _slot_max(in_window.get(ENERGY, {}).get(parent, []), window)
-        if parent in present.get(ENERGY, ()):
-            liveness = "moving" if len(set(energy.values())) > 1 else "frozen"
-        elif power:
-            liveness = "moving" if len(set(power.values())) > 1 else "frozen"
+        raw_energy = [v for _, v in in_window.get(ENERGY, {}).get(parent, [])]
+        raw_power = [v for _, v in in_window.get(POWER, {}).get(parent, [])]
+        if raw_energy:  # the counter moved: its samples differ (a non-finite sample decides nothing)
+            moved = all(math.isfinite(v) for v in raw_energy) and len(set(raw_energy)) > 1
+            liveness = "moving" if moved else "frozen"
+        elif raw_power:
+            moved = all(math.isfinite(v) for v in raw_power) and len(set(raw_power)) > 1
+            liveness = "moving" if moved else "frozen"
         else:
             liveness = "absent"
         prof, util = per_name.get(PROF_ACTIVE), per_name.get(GPU_UTIL)
@@ -335,12 +343,25 @@ def reference_signals(fleet: Fleet, window: Window, threshold: float) -> dict[De
             "newest_sample": max(newest) if newest else None,
             "has_fb": fb_key in present.get(FB_USED, ()),
             "fb_used_max_mib": max(fb.values()) if fb else None,
-            "fb_total_mib": max((fb[k] + free[k] for k in fb.keys() & free.keys()), default=None),
+            "fb_total_mib": newest_total(fleet, fb_key),
             "has_power": parent in present.get(POWER, ()),
             "power_max_w": max(power.values()) if power else None,
             "liveness": liveness,
         }
     return out
+
+
+def newest_total(fleet: Fleet, key: DeviceKey) -> float | None:
+    """FB_USED + FB_FREE of the newest sample at or before the end (within the 5-minute lookback) of each
+    series of the device; the largest."""
+    totals = []
+    for labels, used in fleet.by_labels.get((FB_USED, key), {}).items():
+        free = fleet.by_labels.get((FB_FREE, key), {}).get(labels, [])
+        u = [s for s in used if END - LOOKBACK < s[0] <= END]
+        f = [s for s in free if END - LOOKBACK < s[0] <= END]
+        if u and f and math.isfinite(total := u[-1][1] + f[-1][1]):
+            totals.append(total)
+    return max(totals) if totals else None
 
 
 def reference_up(fleet: Fleet, window: Window) -> dict[str, float]:

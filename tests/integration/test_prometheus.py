@@ -21,9 +21,15 @@ import pytest
 
 from rightsizer.adapters.prometheus import PrometheusClient, collect_live, plan_queries
 from rightsizer.adapters.secrets import resolve_secret
-from rightsizer.adapters.snapshot_dir import _metric_target, _parse_matrix
+from rightsizer.adapters.snapshot_dir import _parse_matrix
 from rightsizer.domain.join import NodeJoiner
 from rightsizer.domain.model import ClusterSnapshot
+from rightsizer.domain.observation import (
+    METRICS_FORMAT,
+    file_kind,
+    observation_queries,
+    signals_from_observation,
+)
 from rightsizer.domain.planner import plan
 from rightsizer.domain.policy import Policy
 from rightsizer.domain.usage import (
@@ -31,12 +37,10 @@ from rightsizer.domain.usage import (
     FB_FREE,
     FB_USED,
     GPU_UTIL,
-    METRICS_FORMAT,
     POWER,
     PROF_ACTIVE,
     UP,
     Window,
-    observation_queries,
 )
 from tests.builders import AT, STEP, WINDOW, exporter_pod, gpu_node, pod, snapshot
 
@@ -301,19 +305,16 @@ def snapshot_path(server: PrometheusServer, base: ClusterSnapshot) -> ClusterSna
         for q in observation_queries():
             start, end = q.span(END, WINDOW, STEP)
             docs[q.path] = json.loads(client.query_range_raw(q.expr(STEP, WINDOW), start, end, STEP))
-    files = {"metrics": {}, "timestamps": {}, "nonfinite": {}}
+    files: dict[str, dict[str, Any]] = {}
     for path, doc in docs.items():
-        kind, stem = _metric_target(path.removeprefix("metrics/").removesuffix(".json"))
-        files[kind][stem] = _parse_matrix(stem, doc)
+        kind, stem = file_kind(path.removeprefix("metrics/").removesuffix(".json"))
+        files.setdefault(kind, {})[stem] = _parse_matrix(stem, doc)
     problems = [m.problem for kind in files.values() for m in kind.values() if m.problem]
     assert not problems
     meta = dataclasses.replace(base.meta, metrics_format=METRICS_FORMAT)
+    extras = {k: v for k, v in files.items() if k not in ("step", "timestamp")}
     return dataclasses.replace(
-        base,
-        meta=meta,
-        metrics=files["metrics"],
-        timestamps=files["timestamps"],
-        nonfinite=files["nonfinite"],
+        base, meta=meta, metrics=files["step"], timestamps=files["timestamp"], metric_extras=extras
     )
 
 
@@ -383,22 +384,13 @@ def test_live_devices_match_snapshot_devices_field_by_field(
     cluster: Cluster, server: PrometheusServer
 ) -> None:
     """Coverage, active step slots and the other per-device signals are equal, not just the verdicts."""
-    from rightsizer.domain.usage import collect_signals
-
     policy = Policy()
     base = base_snapshot(cluster)
     snap = snapshot_path(server, base)
     window = Window.ending(AT, policy.idle_window, STEP)
     joiner = NodeJoiner(base.nodes, base.pods)
-    expected = collect_signals(
-        snap.metrics,
-        snap.timestamps,
-        joiner,
-        window,
-        policy.gpu_activity_max_pct,
-        nonfinite=snap.nonfinite,
-        metrics_format=METRICS_FORMAT,
-    )
+    files = {"step": snap.metrics, "timestamp": snap.timestamps, **snap.metric_extras}
+    expected = signals_from_observation(files, joiner, window, policy.gpu_activity_max_pct)
     live, _ = live_snapshot(server, base, policy)
     got = live.signals
     assert got.problems == expected.problems == ()

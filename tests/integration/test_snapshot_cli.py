@@ -413,11 +413,15 @@ def test_metric_queries_filter_by_job_and_cover_the_contract() -> None:
         == 'timestamp(DCGM_FI_DEV_GPU_UTIL{job="gpu \\"ops\\""})'
     )
     assert (
-        queries["metrics/DCGM_FI_DEV_POWER_USAGE.nonfinite.json"]
-        == '(sum_over_time(DCGM_FI_DEV_POWER_USAGE{job="gpu \\"ops\\""}[1799999ms]) * 0) != 0'
+        queries["metrics/DCGM_FI_DEV_FB_FREE.nonfinite.json"]
+        == '(sum_over_time(DCGM_FI_DEV_FB_FREE{job="gpu \\"ops\\""}[1799999ms]) * 0) != 0'
     )
-    assert set(metric_queries()) == {f"metrics/{m}.json" for m in METRICS} | {
-        "metrics/DCGM_FI_DEV_GPU_UTIL.timestamp.json",
-        "metrics/DCGM_FI_PROF_GR_ENGINE_ACTIVE.timestamp.json",
-        *(f"metrics/{m}.nonfinite.json" for m in METRICS if m != "up"),
-    }
+    assert (
+        queries["metrics/DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION.stddev.json"]
+        == 'stddev_over_time(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{job="gpu \\"ops\\""}[1799999ms])'
+    )
+    assert queries["metrics/DCGM_FI_DEV_FB_USED.json"] == (
+        'max_over_time(DCGM_FI_DEV_FB_USED{job="gpu \\"ops\\""}[1799999ms])'
+    )
+    assert len(queries) == 15
+    assert {p.split("/")[1].split(".")[0] for p in queries} == set(METRICS)

@@ -38,18 +38,10 @@ from rightsizer.adapters.prometheus import (
 from rightsizer.adapters.secrets import resolve_secret
 from rightsizer.domain.errors import ConfigError
 from rightsizer.domain.join import NodeJoiner
+from rightsizer.domain.observation import observation_queries
 from rightsizer.domain.planner import plan
 from rightsizer.domain.policy import Policy
-from rightsizer.domain.usage import (
-    ENERGY,
-    FB_FREE,
-    FB_USED,
-    GPU_UTIL,
-    POWER,
-    UP,
-    Window,
-    observation_queries,
-)
+from rightsizer.domain.usage import ENERGY, FB_FREE, FB_USED, GPU_UTIL, POWER, UP, Window
 from tests.builders import AT, STEP, WINDOW, gpu_node, snapshot
 
 AKID = "AKIDEXAMPLE"
@@ -424,14 +416,14 @@ def test_sigv4_signs_exactly_what_reaches_the_server(
 def test_plan_queries_split_the_window_exactly_and_do_not_depend_on_the_fleet() -> None:
     window = Window(end=1793613600.0, seconds=1800, step=60)
     tasks = plan_queries(window, split_seconds=900)
-    assert len(tasks) == 2 + 13 * 2
+    assert len(tasks) == 6 + 9 * 2
     assert len(plan_queries(window, job="dcgm", split_seconds=900)) == len(tasks)
     assert len(plan_queries(window, split_seconds=1800)) == 15
     # every step point of (end − W, end] is asked exactly once per per-step query
     util = [t for t in tasks if t.query.path == f"metrics/{GPU_UTIL}.json"]
     points = sorted(p for t in util for p in range(int(t.span(60)[0]), int(t.span(60)[1]) + 1, 60))
     assert points == [int(window.end) - 60 * k for k in range(29, -1, -1)]
-    # and the non-finite sub-windows tile the window
+    # and the sub-windows of the window-level queries tile the window
     nonfinite = [t for t in tasks if t.query.kind == "nonfinite" and t.query.metric == GPU_UTIL]
     assert sorted((t.end - t.seconds, t.end) for t in nonfinite) == [
         (window.end - 1800, window.end - 900),
@@ -439,6 +431,9 @@ def test_plan_queries_split_the_window_exactly_and_do_not_depend_on_the_fleet() 
     ]
     assert nonfinite[0].query.expr(60, 900) == "(sum_over_time(DCGM_FI_DEV_GPU_UTIL[899999ms]) * 0) != 0"
     assert util[0].query.expr(60, 900) == "max_over_time(DCGM_FI_DEV_GPU_UTIL[59999ms])"
+    # a spread does not merge across sub-windows: it reads the whole window once
+    spreads = [t for t in tasks if t.query.kind == "stddev"]
+    assert [(t.seconds, t.end) for t in spreads] == [(1800, window.end)] * 2
 
 
 NODE = "gpu-a"
@@ -467,14 +462,22 @@ def _query(metric: str, kind: str) -> str:
 def idle_answers() -> dict[str, Reply]:
     """What a healthy Prometheus answers for one idle 4-GPU node (one sub-window: the whole window)."""
     devs = [_dev(g) for g in range(4)]
-    values = {GPU_UTIL: "0", FB_USED: "300", FB_FREE: "22700", POWER: "27"}
-    answers = {_query(m, "step"): _matrix([(d, _steps(v)) for d in devs]) for m, v in values.items()}
-    answers[_query(ENERGY, "step")] = _matrix(
-        [(d, [(END - STEP * k, str(9.8e10 - k * 1e6)) for k in range(29, -1, -1)]) for d in devs]
-    )
-    answers[_query(UP, "step")] = _matrix([({"instance": "10.1.0.1:9400"}, _steps("1"))])
-    answers[_query(GPU_UTIL, "timestamp")] = _matrix([(d, [(END, str(END - 10))]) for d in devs])
-    return answers
+    at_end = [(END, "")]
+
+    def one(value: str, rows: list[dict[str, str]] = devs) -> Reply:
+        return _matrix([(d, [(t, value) for t, _ in at_end]) for d in rows])
+
+    return {
+        _query(GPU_UTIL, "step"): _matrix([(d, _steps("0")) for d in devs]),
+        _query(UP, "step"): _matrix([({"instance": "10.1.0.1:9400"}, _steps("1"))]),
+        _query(FB_USED, "max"): one("300"),
+        _query(POWER, "max"): one("27.5"),
+        _query(POWER, "stddev"): one("0.3"),
+        _query(ENERGY, "stddev"): one("1.2e6"),
+        _query(FB_USED, "latest"): one("300"),
+        _query(FB_FREE, "latest"): one("22700"),
+        _query(GPU_UTIL, "timestamp"): one(str(END - 10)),
+    }
 
 
 def run_plan(url: str, sleeps: list[float], answers: dict[str, Reply], **kw: Any) -> Any:
@@ -510,8 +513,10 @@ def test_healthy_answers_make_an_idle_node(prom: tuple[str, Script], sleeps: lis
     ("path", "labels", "points", "reason"),
     [
         (_query(GPU_UTIL, "nonfinite"), _dev(1), [(END, "NaN")], f"non_finite:{GPU_UTIL}"),
-        (_query(POWER, "nonfinite"), _dev(3), [(END, "NaN")], f"non_finite:{POWER}"),
-        (_query(FB_USED, "step"), _dev(2), _steps("+Inf", 3, 3), f"non_finite:{FB_USED}"),
+        (_query(FB_FREE, "nonfinite"), _dev(2), [(END, "NaN")], f"non_finite:{FB_FREE}"),
+        (_query(POWER, "stddev"), _dev(3), [(END, "NaN")], f"non_finite:{POWER}"),
+        (_query(ENERGY, "stddev"), _dev(3), [(END, "NaN")], f"non_finite:{ENERGY}"),
+        (_query(FB_USED, "max"), _dev(2), [(END, "+Inf")], f"non_finite:{FB_USED}"),
         (_query(GPU_UTIL, "step"), _dev(0), _steps("NaN", 7, 7), f"non_finite:{GPU_UTIL}"),
     ],
 )

@@ -8,10 +8,9 @@ Two parts:
   on 429/502/503/504 and connection errors (never on timeouts). Queries are POSTed as form bodies so long
   PromQL fits and SigV4 signs exactly the bytes that are sent.
 - ``collect_live`` — per-device signals for every GPU node from the same queries a snapshot records
-  (``rightsizer.domain.usage.observation_queries``: per-step maxima of every raw sample, newest sample
-  times, non-finite samples), split into sub-windows like a query frontend, with a CONSTANT number of
+  (``rightsizer.domain.observation.observation_queries``: every raw sample of the window counted), split into sub-windows like a query frontend, with a CONSTANT number of
   queries whatever the node count, merged into compact arrays and interpreted by the snapshot path's own
-  ``collect_signals``, so ``plan`` decides alike on both paths.
+  ``signals_from_observation``, so ``plan`` decides alike on both paths.
 
 Failure policy: an answer that is not ``success``, carries ``warnings`` (Thanos partial responses), has an
 unexpected result type, or an HTTP error left after retries makes the metric names that query feeds a
@@ -48,15 +47,9 @@ from botocore.awsrequest import AWSRequest
 from rightsizer.domain.errors import ConfigError, PermanentError, TransientError
 from rightsizer.domain.join import NodeJoiner
 from rightsizer.domain.model import MetricData, Series
+from rightsizer.domain.observation import MetricQuery, observation_queries, signals_from_observation
 from rightsizer.domain.policy import Policy
-from rightsizer.domain.usage import (
-    METRICS_FORMAT,
-    CollectedSignals,
-    MetricQuery,
-    Window,
-    collect_signals,
-    observation_queries,
-)
+from rightsizer.domain.usage import CollectedSignals, Window
 
 log = logging.getLogger(__name__)
 
@@ -500,11 +493,13 @@ def plan_queries(window: Window, *, job: str | None = None, split_seconds: int =
     """The requests of ``collect_live``: each ``observation_queries`` query, split like a query frontend.
 
     The window (end − W, end] is cut into sub-windows of at most ``split_seconds`` (rounded down to whole
-    steps, at least one step), newest first. Per-step and non-finite queries run once per sub-window —
-    their answers merge exactly: step points are disjoint, and a series has a non-finite sample in the
-    window iff it has one in some sub-window — so no single query reads more than ``split_seconds`` of
-    samples. ``timestamp`` queries run once, at the end. The count depends on W, the step and the split,
-    never on the number of nodes: 2 + 13 × ⌈W / split⌉.
+    steps, at least one step), newest first. The ``MetricQuery.splittable`` queries (per-step points,
+    maxima, non-finite sums) run once per sub-window, because their answers merge exactly: step points
+    are disjoint, a maximum is the maximum of the sub-windows' maxima, and a series has a non-finite
+    sample in the window iff it has one in some sub-window. The others run once over the whole window:
+    the spreads (``stddev_over_time`` does not merge), which read each sample of their family once, like
+    the floor, and the instant ``timestamp``/latest-value queries, which read one sample per series. The
+    count depends on W, the step and the split, never on the number of nodes: 6 + 9 × ⌈W / split⌉.
     """
     step = max(1, int(window.step))
     chunk = max(step, split_seconds // step * step)
@@ -516,7 +511,7 @@ def plan_queries(window: Window, *, job: str | None = None, split_seconds: int =
         covered += seconds
     out: list[SubQuery] = []
     for q in observation_queries(job):
-        if q.per_step or q.kind == "nonfinite":
+        if q.splittable:
             out.extend(SubQuery(q, end, seconds) for end, seconds in subs)
         else:
             out.append(SubQuery(q, window.end, window.seconds))
@@ -573,8 +568,8 @@ def collect_live(
 
     Issues ``plan_queries`` (a constant number whatever the node count), ``max_workers`` at a time, merges
     the sub-window answers exactly into compact ``array('d')`` matrices, and interprets them with
-    ``rightsizer.domain.usage.collect_signals`` in metrics format 2 — the very code ``plan --snapshot``
-    runs on a snapshot's files, so the two paths decide alike. DCGM fields: ``DCGM_FI_DEV_GPU_UTIL`` (%),
+    ``rightsizer.domain.observation.signals_from_observation`` — the very code ``plan --snapshot`` runs
+    on a format-2 snapshot's files, so the two paths decide alike. DCGM fields: ``DCGM_FI_DEV_GPU_UTIL`` (%),
     ``DCGM_FI_PROF_GR_ENGINE_ACTIVE`` (ratio ×100; the only activity of a MIG instance),
     ``DCGM_FI_DEV_FB_USED``/``FB_FREE`` (MiB), ``DCGM_FI_DEV_POWER_USAGE`` (W),
     ``DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION`` (mJ), and ``up``.
@@ -656,18 +651,12 @@ def collect_live(
             f"Prometheus unavailable: {len(expired)} of {len(tasks)} queries unanswered within the "
             f"cycle deadline of {deadline_seconds:g} s"
         )
-    files: dict[str, dict[str, MetricData]] = {"step": {}, "timestamp": {}, "nonfinite": {}}
+    files: dict[str, dict[str, MetricData]] = {}
     for q in observation_queries(job):
-        files[q.kind][q.metric] = merged.pop(q.path).metric_data(q.metric)
-    return collect_signals(
-        files["step"],
-        files["timestamp"],
-        joiner,
-        window,
-        float(policy.gpu_activity_max_pct),
-        nonfinite=files["nonfinite"],
-        metrics_format=METRICS_FORMAT,
-    )
+        # Window maxima share ``metrics/<M>.json`` with the per-step maxima, as in a snapshot.
+        kind = "step" if q.kind == "max" else q.kind
+        files.setdefault(kind, {})[q.metric] = merged.pop(q.path).metric_data(q.metric)
+    return signals_from_observation(files, joiner, window, float(policy.gpu_activity_max_pct))
 
 
 def _check_node_label(node_label: str | None) -> None:

@@ -32,6 +32,7 @@ from rightsizer.domain.model import (
     Series,
     SnapshotMeta,
 )
+from rightsizer.domain.observation import MetricFiles, file_kind
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -112,33 +113,18 @@ def _parse_matrix(name: str, data: Any) -> MetricData:
     return MetricData(name, tuple(series))
 
 
-#: Metrics file suffix (``metrics/<metric><suffix>.json``) → which dict of ``MetricFiles`` it fills.
-_SUFFIXES = {".timestamp": "timestamps", ".nonfinite": "nonfinite"}
-
-MetricFiles = dict[str, dict[str, MetricData]]
-"""``metrics`` / ``timestamps`` / ``nonfinite`` → metric name → its answer."""
-
-
-def _metric_target(stem: str) -> tuple[str, str]:
-    """(kind, metric name) of a metrics file stem (``DCGM_FI_DEV_GPU_UTIL.timestamp`` → timestamps)."""
-    for suffix, kind in _SUFFIXES.items():
-        if stem.endswith(suffix):
-            return kind, stem.removesuffix(suffix)
-    return "metrics", stem
-
-
 def _load_metrics(directory: Path) -> MetricFiles:
-    files: MetricFiles = {"metrics": {}, "timestamps": {}, "nonfinite": {}}
+    files: MetricFiles = {}
     if not directory.is_dir():
         return files
     for path in sorted(directory.glob("*.json")):
-        kind, stem = _metric_target(path.name.removesuffix(".json"))
+        kind, stem = file_kind(path.name.removesuffix(".json"))
         try:
             data = orjson.loads(path.read_bytes())
         except (OSError, orjson.JSONDecodeError):
-            files[kind][stem] = MetricData(stem, problem="invalid_json")
+            files.setdefault(kind, {})[stem] = MetricData(stem, problem="invalid_json")
             continue
-        files[kind][stem] = _parse_matrix(stem, data)
+        files.setdefault(kind, {})[stem] = _parse_matrix(stem, data)
     return files
 
 
@@ -399,10 +385,10 @@ def snapshot_from_documents(
         docs.get("instances.json"),
     )
     if metric_files is None:
-        metric_files = {"metrics": {}, "timestamps": {}, "nonfinite": {}}
+        metric_files = {}
         for path in sorted(p for p in docs if p.startswith("metrics/") and p.endswith(".json")):
-            kind, stem = _metric_target(path.removeprefix("metrics/").removesuffix(".json"))
-            metric_files[kind][stem] = _parse_matrix(stem, docs[path])
+            kind, stem = file_kind(path.removeprefix("metrics/").removesuffix(".json"))
+            metric_files.setdefault(kind, {})[stem] = _parse_matrix(stem, docs[path])
     recorded = docs["snapshot.json"].get("node_label") if isinstance(docs["snapshot.json"], dict) else None
     return ClusterSnapshot(
         meta=SnapshotMeta(
@@ -422,9 +408,9 @@ def snapshot_from_documents(
         # Both lists or neither: a snapshot with only one of them cannot resolve a claim to its volume.
         volumes_known=pvc_data is not None and pv_data is not None,
         inventory=inventory,
-        metrics=metric_files["metrics"],
-        timestamps=metric_files["timestamps"],
-        nonfinite=metric_files["nonfinite"],
+        metrics=metric_files.get("step", {}),
+        timestamps=metric_files.get("timestamp", {}),
+        metric_extras={k: v for k, v in metric_files.items() if k not in ("step", "timestamp")},
         node_label=node_label or (str(recorded) if recorded else None),
     )
 

@@ -581,7 +581,7 @@ class SnapshotMeta:
     region: str
     metrics_format: int = 1
     """1: a matrix point is the raw sample Prometheus' lookback shows at the step point (snapshots before
-    format 2); 2: a point is the maximum of every raw sample in (t − step, t] (``domain.usage``)."""
+    format 2); 2: every fact covers every raw sample of its interval (``domain.observation``)."""
 
 
 @dataclass(frozen=True)
@@ -605,8 +605,9 @@ class ClusterSnapshot:
     inventory: Inventory = field(default_factory=Inventory)
     metrics: dict[str, MetricData] = field(default_factory=dict)
     timestamps: dict[str, MetricData] = field(default_factory=dict)
-    nonfinite: dict[str, MetricData] = field(default_factory=dict)
-    """Format 2: metric name → the series with a NaN/±Inf raw sample in the window."""
+    metric_extras: dict[str, dict[str, MetricData]] = field(default_factory=dict)
+    """Format 2 only: the other answers (``stddev``, ``latest``, ``nonfinite`` → metric → answer), see
+    ``rightsizer.domain.observation``."""
     node_label: str | None = None
     source: Literal["snapshot", "live"] = "snapshot"
     signals: Any = None

@@ -25,6 +25,7 @@ from rightsizer.domain.model import (
     Pod,
     ResourceClaim,
 )
+from rightsizer.domain.observation import signals_from_observation
 from rightsizer.domain.periods import schedule_contains
 from rightsizer.domain.plan import Action, NodeReport, Plan, Savings, UnmappedReport, action_id
 from rightsizer.domain.pods import PodClassification, PodContext, classify_pods, wants_node
@@ -198,19 +199,15 @@ def plan(
     catalog = catalog or load_catalog()
     window = Window.ending(at, policy.idle_window, snapshot.meta.step_seconds)
     joiner = NodeJoiner(snapshot.nodes, snapshot.pods, node_label or snapshot.node_label)
-    signals = (
-        snapshot.signals
-        if isinstance(snapshot.signals, CollectedSignals)
-        else collect_signals(
-            snapshot.metrics,
-            snapshot.timestamps,
-            joiner,
-            window,
-            policy.gpu_activity_max_pct,
-            nonfinite=snapshot.nonfinite,
-            metrics_format=snapshot.meta.metrics_format,
+    if isinstance(snapshot.signals, CollectedSignals):
+        signals = snapshot.signals
+    elif snapshot.meta.metrics_format >= 2:
+        files = {"step": snapshot.metrics, "timestamp": snapshot.timestamps, **snapshot.metric_extras}
+        signals = signals_from_observation(files, joiner, window, policy.gpu_activity_max_pct)
+    else:
+        signals = collect_signals(
+            snapshot.metrics, snapshot.timestamps, joiner, window, policy.gpu_activity_max_pct
         )
-    )
     ambiguous: dict[str, set[str]] = {}
     for u in signals.unmapped:
         if u.reason.startswith("series_unmapped:ambiguous:"):

@@ -1,17 +1,10 @@
 """From DCGM series to per-device signals (design §3 "Device identity", "Signals", "Window, coverage").
 
-Both paths — the snapshot (``rightsizer snapshot`` + ``plan --snapshot``) and the live plan (Prometheus
-adapter ``collect_live``) — ask Prometheus the same ``observation_queries`` and turn the answers into
-``DeviceSignals`` with the same ``collect_signals``; the verdict rules in ``rightsizer.domain.gpu`` are
-shared too, so both paths decide alike.
-
-Fidelity contract (metrics format 2): every per-step fact covers *all raw samples* in that step's interval
-(t − step, t]: a point of a metric's matrix is ``max_over_time`` of the raw samples in the interval (the
-point exists when the interval holds a sample), non-finite samples are found over every raw sample of the
-window (``sum_over_time`` is non-finite exactly when one of its samples is), and freshness is the newest
-raw sample's own timestamp. Nothing is read at step points through Prometheus' 5-minute lookback, so a
-GPU busy between the step points is never read as idle, whatever the step. Snapshots of format 1 (raw
-``query_range`` points, one sample per step through the lookback) are still read as they always were.
+The shared vocabulary of both observation formats (metric names, ``Window``, ``DeviceSignals``,
+``CollectedSignals``) and the interpretation of format-1 snapshots (``collect_signals``: raw ``query_range``
+points, one sample per step through Prometheus' lookback), which older snapshots and the packaged examples
+use. Format 2 — every raw sample counted, what ``rightsizer snapshot`` and the live plan read today — is
+``rightsizer.domain.observation``. Everything after the signals (``rightsizer.domain.gpu``) is shared.
 
 DCGM fields (NVIDIA dcgm-exporter ``default-counters.csv`` / ``dcp-metrics-included.csv``):
 ``DCGM_FI_DEV_GPU_UTIL`` (percent), ``DCGM_FI_PROF_GR_ENGINE_ACTIVE`` (ratio 0..1), ``DCGM_FI_DEV_FB_USED``
@@ -25,7 +18,6 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal
 
 from rightsizer.domain.join import NodeJoiner
 from rightsizer.domain.model import MetricData, Series
@@ -41,10 +33,6 @@ ACTIVITY_METRICS = (GPU_UTIL, PROF_ACTIVE)
 REQUIRED_METRICS = (FB_USED, FB_FREE, POWER)
 DEVICE_METRICS = (GPU_UTIL, PROF_ACTIVE, FB_USED, FB_FREE, POWER, ENERGY)
 DISAGREE_POINTS = 50.0
-#: Metrics whose matrix holds per-step facts in a format-2 observation (``max_over_time`` per step).
-STEP_METRICS = (*DEVICE_METRICS, UP)
-#: Observation format written by ``rightsizer snapshot`` (``snapshot.json`` ``metrics_format``); absent = 1.
-METRICS_FORMAT = 2
 
 DeviceKey = tuple[str, str, str]
 """(node, UUID or gpu index, GPU_I_ID or "") — design §3 "Device identity"."""
@@ -78,78 +66,6 @@ class Window:
     def ending(cls, at: datetime, seconds: int, step: int) -> Window:
         """The window of ``seconds`` ending at ``at``."""
         return cls(end=at.timestamp(), seconds=seconds, step=step)
-
-
-def _selector(metric: str, job: str | None) -> str:
-    if not job:
-        return metric
-    escaped = job.replace("\\", "\\\\").replace('"', '\\"')
-    return f'{metric}{{job="{escaped}"}}'
-
-
-def _open_range(seconds: float) -> str:
-    # Prometheus 2.x ranges include both ends; one millisecond less than the interval makes them
-    # (t − interval, t] at the TSDB's millisecond resolution (Prometheus 3 ranges are left-open already).
-    return f"[{round(seconds * 1000) - 1}ms]"
-
-
-@dataclass(frozen=True, slots=True)
-class MetricQuery:
-    """One query of an observation (format 2) and the snapshot file that records its answer.
-
-    ``path`` is the snapshot file (``metrics/<metric>.json``, ``.timestamp.json``, ``.nonfinite.json``),
-    ``metric`` the metric it feeds (a failed answer makes that metric a problem). ``per_step`` queries
-    run as ``query_range`` at every step point of the window; the others at the window's end only, with
-    ``range_seconds`` the length their range selector must cover (the window, or a sub-window when a
-    client splits the window: such answers merge exactly, see ``nonfinite_expr``).
-    """
-
-    path: str
-    metric: str
-    kind: Literal["step", "timestamp", "nonfinite"]
-    job: str | None = None
-
-    @property
-    def per_step(self) -> bool:
-        """True when evaluated at every step point (``query_range`` over the window)."""
-        return self.kind == "step"
-
-    def span(self, end: float, range_seconds: float, step_seconds: float) -> tuple[float, float]:
-        """(start, end) of the ``query_range`` answering this query for (end − range_seconds, end].
-
-        Per-step queries run at end − k·step for k = 0 … range/step − 1 (Prometheus includes both ends
-        of [start, end], the window excludes its left end); the others at ``end`` only (one point).
-        """
-        return (end - range_seconds + step_seconds, end) if self.per_step else (end, end)
-
-    def expr(self, step_seconds: float, range_seconds: float) -> str:
-        """The PromQL text for a step of ``step_seconds`` and a window (or sub-window) of ``range_seconds``.
-
-        - ``step``: ``max_over_time(M[step − 1 ms])``: the maximum of every raw sample in (t − step, t]
-          (present when the interval holds a sample; NaN only when all its samples are NaN). Read
-          straight from the TSDB with no aggregation or join, so the engine reads each sample once.
-        - ``timestamp``: ``timestamp(M)``: the newest raw sample's own time at or before the end.
-        - ``nonfinite``: ``sum_over_time(M[W − 1 ms]) * 0 != 0``: the series holding a NaN or ±Inf sample
-          in the range, and only those (finite sums give 0 and are dropped) — no self-join.
-        """
-        sel = _selector(self.metric, self.job)
-        if self.kind == "step":
-            return f"max_over_time({sel}{_open_range(step_seconds)})"
-        if self.kind == "timestamp":
-            return f"timestamp({sel})"
-        return f"(sum_over_time({sel}{_open_range(range_seconds)}) * 0) != 0"
-
-
-def observation_queries(job: str | None = None) -> tuple[MetricQuery, ...]:
-    """Every query of an observation (format 2), in snapshot file order; the count is constant (15).
-
-    ``job`` restricts every selector to ``{job="<job>"}`` (config ``prometheus.job``): a second exporter
-    of the same GPUs, or ``up`` of every other scrape target, would otherwise be read as more devices.
-    """
-    out = [MetricQuery(f"metrics/{m}.json", m, "step", job) for m in STEP_METRICS]
-    out += [MetricQuery(f"metrics/{m}.timestamp.json", m, "timestamp", job) for m in ACTIVITY_METRICS]
-    out += [MetricQuery(f"metrics/{m}.nonfinite.json", m, "nonfinite", job) for m in DEVICE_METRICS]
-    return tuple(out)
 
 
 @dataclass(slots=True)
@@ -244,37 +160,24 @@ def collect_signals(
     joiner: NodeJoiner,
     window: Window,
     activity_threshold_pct: float,
-    *,
-    nonfinite: Mapping[str, MetricData] | None = None,
-    metrics_format: int = 1,
 ) -> CollectedSignals:
-    """Turn an observation's matrices into per-device signals (snapshot and live path alike).
-
-    A matrix point is one step's fact: in format 2 the maximum of every raw sample in (t − step, t]
-    (``MetricQuery``), in format 1 (older snapshots) the sample Prometheus' lookback showed at t. Series
-    of one device are merged per step by max; a step is covered when it has a finite point.
+    """Turn format-1 ``query_range`` matrices into per-device signals (snapshots without ``metrics_format``).
 
     Args:
-        metrics: metric name → its matrix (missing metrics are simply absent).
+        metrics: metric name → its query_range answer (missing metrics are simply absent).
         timestamps: metric name → the answer of ``timestamp(<metric>)`` (raw sample times), optional.
         joiner: resolves series labels to nodes (design §3 join).
         window: the idle window.
         activity_threshold_pct: the policy's ``gpu_activity_max_pct`` (percent) for ``active_steps``.
-        nonfinite: metric name → the series holding a NaN/±Inf raw sample in the window (format 2); those
-            devices get ``non_finite:<metric>``. An unusable answer makes the metric a problem.
-        metrics_format: 2 for per-step maxima (freshness then comes from ``timestamps`` only: a step
-            point's time is not a sample's), 1 for raw points (a point's time is its sample's).
 
     Returns:
         ``CollectedSignals``; series that cannot be joined are listed in ``unmapped`` and assigned to
         no node, so a node whose devices lack series ends up ``unknown``.
     """
-    nonfinite = nonfinite or {}
     problems = tuple(
         sorted(
             {m.name for m in metrics.values() if m.problem}
             | {m.name for m in timestamps.values() if m.problem}
-            | {m.name for m in nonfinite.values() if m.problem}
         )
     )
     grouped: dict[str, dict[DeviceKey, list[Series]]] = {}
@@ -321,15 +224,6 @@ def collect_signals(
                 # A raw sample time that is NaN/±Inf says nothing about freshness: unknown, never "fresh".
                 ts_bad.setdefault(key, set()).add(f"timestamp({name})")
 
-    bad_samples: dict[DeviceKey, set[str]] = {}
-    for name, data in nonfinite.items():
-        if data.problem:
-            continue
-        for s in data.series:
-            result = joiner.join(s.labels)
-            if result.node is not None:
-                bad_samples.setdefault(_device_key(result.node, s.labels), set()).add(name)
-
     # A MIG instance is a device only through the profiling metric (BUG-02): its GPU_UTIL series is ignored.
     activity_keys = set(grouped.get(PROF_ACTIVE, {})) | {k for k in grouped.get(GPU_UTIL, {}) if not k[2]}
     devices: dict[str, list[DeviceSignals]] = {}
@@ -339,8 +233,6 @@ def collect_signals(
         sig.mig_profile = meta.get(key, {}).get("profile")
         sig.exporter = meta.get(key, {}).get("exporter", "")
         _activity(sig, key, grouped, window, activity_threshold_pct)
-        if metrics_format >= 2:
-            sig.newest_sample = None  # a step point's time is the step's end, not a sample's time
         if key in ts_newest:
             sig.newest_sample = ts_newest[key]
         if key in ts_bad:
@@ -349,12 +241,6 @@ def collect_signals(
         fb_key = key if key in grouped.get(FB_USED, {}) else parent
         _framebuffer(sig, fb_key, grouped, window)
         _power_and_liveness(sig, parent, grouped, window)
-        flagged = [
-            *(m for m in ((PROF_ACTIVE,) if gi else ACTIVITY_METRICS) if m in bad_samples.get(key, ())),
-            *(m for m in (FB_USED, FB_FREE) if m in bad_samples.get(fb_key, ())),
-            *(m for m in (POWER, ENERGY) if m in bad_samples.get(parent, ())),
-        ]
-        sig.non_finite = (*sig.non_finite, *(m for m in flagged if m not in sig.non_finite))
         devices.setdefault(node, []).append(sig)
 
     up_coverage: dict[str, float] = {}

@@ -26,12 +26,8 @@ from typing import Any, Final
 
 from rightsizer.domain.errors import ConfigError, PermanentError
 from rightsizer.domain.model import Node
-from rightsizer.domain.usage import (
-    ACTIVITY_METRICS,
-    METRICS_FORMAT,
-    STEP_METRICS,
-    observation_queries,
-)
+from rightsizer.domain.observation import METRICS_FORMAT, observation_queries
+from rightsizer.domain.usage import ACTIVITY_METRICS, DEVICE_METRICS, UP
 from rightsizer.ports import JSON, AccessCheck, ClusterReader, MetricsRangeReader, NodeGroupInventory
 
 __all__ = [
@@ -50,8 +46,9 @@ __all__ = [
     "write_snapshot",
 ]
 
-#: Every metric with a per-step matrix in a snapshot, in file order (design §5 "metrics/<METRIC_NAME>.json").
-METRICS: Final = STEP_METRICS
+#: Every metric with a ``metrics/<METRIC_NAME>.json`` file (design §5); format 2 adds files with suffixes
+#: (``rightsizer.domain.observation``).
+METRICS: Final = (*DEVICE_METRICS, UP)
 #: Activity metrics whose newest raw sample time is recorded too (``<metric>.timestamp.json``, sample age).
 TIMESTAMPED_METRICS: Final = ACTIVITY_METRICS
 #: Env values a snapshot keeps: they say which GPUs a container sees, and carry no secrets.
@@ -124,7 +121,7 @@ def metric_queries(
 ) -> dict[str, str]:
     """Relative snapshot path → PromQL, for every metrics file of a format-2 snapshot (design §5).
 
-    The queries are ``rightsizer.domain.usage.observation_queries`` (the live plan asks the same); with
+    The queries are ``rightsizer.domain.observation.observation_queries`` (the live plan asks the same); with
     ``job`` every series selector gets ``{job="<job>"}``.
     """
     return {q.path: q.expr(step_seconds, window_seconds) for q in observation_queries(job)}
@@ -186,8 +183,8 @@ def observe(
 
     Order: discovery (is ``resource.k8s.io`` served?), one ``SelfSubjectAccessReview`` per read
     permission, then the Kubernetes lists (⌈N/page⌉ calls each), the AWS inventory for the nodes'
-    instances, and the 15 ``observation_queries`` (metrics format 2: per-step maxima of every raw sample,
-    newest sample times, non-finite samples) over (at − W, at] at the configured step.
+    instances, and the 15 ``observation_queries`` (metrics format 2: every raw sample of (at − W, at]
+    counted, ``rightsizer.domain.observation``) at the configured step.
 
     Returns:
         Documents ``snapshot.json``, ``nodes.json``, ``pods.json``, ``pdbs.json``,

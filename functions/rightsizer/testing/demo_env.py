@@ -239,13 +239,14 @@ _SELECTOR = re.compile(r"^\s*([A-Za-z_:][A-Za-z0-9_:]*)\s*(?:\{(.*)\})?\s*$")
 _MATCHER = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_]*)\s*(=|!=)\s*"((?:[^"\\]|\\.)*)"\s*(?:,|$)')
 _TIMESTAMP = re.compile(r"^\s*timestamp\s*\((.*)\)\s*$")
 _MAX_OVER_TIME = re.compile(r"^\s*max_over_time\s*\((.*)\[(\d+)ms\]\s*\)\s*$")
+_STDDEV_OVER_TIME = re.compile(r"^\s*stddev_over_time\s*\((.*)\[(\d+)ms\]\s*\)\s*$")
 _NONFINITE = re.compile(r"^\s*\(\s*sum_over_time\s*\((.*)\[(\d+)ms\]\s*\)\s*\*\s*0\s*\)\s*!=\s*0\s*$")
 
 
 @dataclass(frozen=True)
 class _Query:
-    """A parsed expression: ``kind`` (``plain``, ``timestamp``, ``max``, ``nonfinite``), the metric,
-    the label matchers and the range in ms of ``max_over_time`` / ``sum_over_time``."""
+    """A parsed expression: ``kind`` (``plain``, ``timestamp``, ``max``, ``stddev``, ``nonfinite``), the
+    metric, the label matchers and the range in ms of the ``*_over_time`` function."""
 
     kind: str
     name: str
@@ -258,10 +259,17 @@ def _parse_query(expr: str) -> _Query:
 
     Raises:
         ValueError: anything but ``name``, ``name{l="v", l!="v"}``, ``timestamp(<sel>)``,
-            ``max_over_time(<sel>[<n>ms])`` or ``(sum_over_time(<sel>[<n>ms]) * 0) != 0``.
+            ``max_over_time(<sel>[<n>ms])``, ``stddev_over_time(<sel>[<n>ms])`` or
+            ``(sum_over_time(<sel>[<n>ms]) * 0) != 0``.
     """
     kind, inner, range_ms = "plain", expr, 0
-    for pattern, name in ((_TIMESTAMP, "timestamp"), (_MAX_OVER_TIME, "max"), (_NONFINITE, "nonfinite")):
+    patterns = (
+        (_TIMESTAMP, "timestamp"),
+        (_MAX_OVER_TIME, "max"),
+        (_STDDEV_OVER_TIME, "stddev"),
+        (_NONFINITE, "nonfinite"),
+    )
+    for pattern, name in patterns:
         found = pattern.match(expr)
         if found is not None:
             kind, inner = name, found.group(1)
@@ -287,8 +295,8 @@ class SnapshotMetrics:
     """A ``MetricsRangeReader`` over a snapshot directory's ``metrics/*.json``, moved to the present.
 
     Answers what :func:`rightsizer.services.snapshot.observe` asks (``metric_queries``, format 2):
-    ``max_over_time(<sel>[<n>ms])``, ``(sum_over_time(<sel>[<n>ms]) * 0) != 0``, ``timestamp(<sel>)``, and
-    plain selectors, each optionally with ``{label="value"}`` / ``{label!="value"}`` matchers (``job`` in
+    ``max_over_time(<sel>[<n>ms])``, ``stddev_over_time(<sel>[<n>ms])``,
+    ``(sum_over_time(<sel>[<n>ms]) * 0) != 0``, ``timestamp(<sel>)``, and plain selectors, each optionally with ``{label="value"}`` / ``{label!="value"}`` matchers (``job`` in
     practice). Each snapshot point is one raw sample, scraped ``lag`` before its point (from the
     ``timestamp`` files). Evaluation follows Prometheus: a selector shows the newest point at most 5
     minutes old, range functions see the raw samples in (t − n, t], nothing after a target went away
@@ -328,7 +336,7 @@ class SnapshotMetrics:
         lags = self._lags(root / "metrics")
         self._series: list[_Series] = []
         for path in sorted((root / "metrics").glob("*.json")):
-            if path.name.endswith((".timestamp.json", ".nonfinite.json")):
+            if path.name.count(".") > 1:  # format-2 files (.timestamp, .stddev, …): not series of their own
                 continue
             doc = _load(path)
             for item in doc.get("data", {}).get("result", []):
@@ -520,6 +528,9 @@ def _evaluate(series: _Series, query: _Query, at: int) -> str | None:
             if v > top or math.isnan(top):
                 top = v
         return _format_value(top)
+    if query.kind == "stddev":
+        mean = sum(samples) / len(samples)
+        return _format_value(math.sqrt(sum((v - mean) ** 2 for v in samples) / len(samples)))
     total = math.fsum(samples) if all(math.isfinite(v) for v in samples) else sum(samples)
     return None if math.isfinite(total) else "NaN"
 
