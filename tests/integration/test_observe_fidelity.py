@@ -10,8 +10,8 @@ pod-label changes and exporter restarts.
 The reference (``reference_signals``) is written from the contract in README "How a node is judged",
 not from ``domain.observation``: per step (t − step, t] the maximum of every finite raw sample, coverage =
 steps holding one, maxima over every finite sample, non-finite = any NaN/±Inf raw sample in the window,
-freshness = the newest raw sample, liveness = the counter's samples differ, framebuffer total = the newest
-used + free.
+freshness = the newest raw sample, liveness = the counter's samples differ, framebuffer total = average
+used + average free.
 """
 
 from __future__ import annotations
@@ -343,7 +343,7 @@ def reference_signals(fleet: Fleet, window: Window, threshold: float) -> dict[De
             "newest_sample": max(newest) if newest else None,
             "has_fb": fb_key in present.get(FB_USED, ()),
             "fb_used_max_mib": max(fb.values()) if fb else None,
-            "fb_total_mib": newest_total(fleet, fb_key),
+            "fb_total_mib": average_total(fleet, fb_key),
             "has_power": parent in present.get(POWER, ()),
             "power_max_w": max(power.values()) if power else None,
             "liveness": liveness,
@@ -351,15 +351,14 @@ def reference_signals(fleet: Fleet, window: Window, threshold: float) -> dict[De
     return out
 
 
-def newest_total(fleet: Fleet, key: DeviceKey) -> float | None:
-    """FB_USED + FB_FREE of the newest sample at or before the end (within the 5-minute lookback) of each
-    series of the device; the largest."""
+def average_total(fleet: Fleet, key: DeviceKey) -> float | None:
+    """avg(FB_USED) + avg(FB_FREE) over the window of each series of the device (its memory); the largest."""
     totals = []
     for labels, used in fleet.by_labels.get((FB_USED, key), {}).items():
         free = fleet.by_labels.get((FB_FREE, key), {}).get(labels, [])
-        u = [s for s in used if END - LOOKBACK < s[0] <= END]
-        f = [s for s in free if END - LOOKBACK < s[0] <= END]
-        if u and f and math.isfinite(total := u[-1][1] + f[-1][1]):
+        u = [v for t, v in used if END - WINDOW < t <= END]
+        f = [v for t, v in free if END - WINDOW < t <= END]
+        if u and f and math.isfinite(total := sum(u) / len(u) + sum(f) / len(f)):
             totals.append(total)
     return max(totals) if totals else None
 
@@ -405,9 +404,10 @@ def test_live_facts_equal_plain_python_facts_on_random_fleets(fleets: Any, step:
             d = seen[key]
             actual = {name: getattr(d, name) for name in facts}
             actual["non_finite"] = set(d.non_finite)
-            if facts["newest_sample"] is not None:
-                assert actual["newest_sample"] == pytest.approx(facts["newest_sample"], abs=1e-3)
-                actual["newest_sample"] = facts["newest_sample"]
+            for name, tolerance in (("newest_sample", 1e-3), ("fb_total_mib", 1e-6)):
+                if facts[name] is not None:
+                    assert actual[name] == pytest.approx(facts[name], abs=tolerance), (key, name)
+                    actual[name] = facts[name]
             assert actual == facts, key
         up = reference_up(fleet, window)
         assert {k: v for k, v in got.up_coverage.items()} == pytest.approx(up)

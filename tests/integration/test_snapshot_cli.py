@@ -413,8 +413,11 @@ def test_metric_queries_filter_by_job_and_cover_the_contract() -> None:
         == 'timestamp(DCGM_FI_DEV_GPU_UTIL{job="gpu \\"ops\\""})'
     )
     assert (
-        queries["metrics/DCGM_FI_DEV_FB_FREE.nonfinite.json"]
-        == '(sum_over_time(DCGM_FI_DEV_FB_FREE{job="gpu \\"ops\\""}[1799999ms]) * 0) != 0'
+        queries["metrics/DCGM_FI_DEV_GPU_UTIL.nonfinite.json"]
+        == '(sum_over_time(DCGM_FI_DEV_GPU_UTIL{job="gpu \\"ops\\""}[1799999ms]) * 0) != 0'
+    )
+    assert queries["metrics/DCGM_FI_DEV_FB_FREE.avg.json"] == (
+        'avg_over_time(DCGM_FI_DEV_FB_FREE{job="gpu \\"ops\\""}[1799999ms])'
     )
     assert (
         queries["metrics/DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION.stddev.json"]
@@ -423,5 +426,5 @@ def test_metric_queries_filter_by_job_and_cover_the_contract() -> None:
     assert queries["metrics/DCGM_FI_DEV_FB_USED.json"] == (
         'max_over_time(DCGM_FI_DEV_FB_USED{job="gpu \\"ops\\""}[1799999ms])'
     )
-    assert len(queries) == 15
+    assert len(queries) == 13
     assert {p.split("/")[1].split(".")[0] for p in queries} == set(METRICS)

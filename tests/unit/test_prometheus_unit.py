@@ -416,9 +416,9 @@ def test_sigv4_signs_exactly_what_reaches_the_server(
 def test_plan_queries_split_the_window_exactly_and_do_not_depend_on_the_fleet() -> None:
     window = Window(end=1793613600.0, seconds=1800, step=60)
     tasks = plan_queries(window, split_seconds=900)
-    assert len(tasks) == 6 + 9 * 2
+    assert len(tasks) == 6 + 7 * 2
     assert len(plan_queries(window, job="dcgm", split_seconds=900)) == len(tasks)
-    assert len(plan_queries(window, split_seconds=1800)) == 15
+    assert len(plan_queries(window, split_seconds=1800)) == 13
     # every step point of (end − W, end] is asked exactly once per per-step query
     util = [t for t in tasks if t.query.path == f"metrics/{GPU_UTIL}.json"]
     points = sorted(p for t in util for p in range(int(t.span(60)[0]), int(t.span(60)[1]) + 1, 60))
@@ -474,8 +474,8 @@ def idle_answers() -> dict[str, Reply]:
         _query(POWER, "max"): one("27.5"),
         _query(POWER, "stddev"): one("0.3"),
         _query(ENERGY, "stddev"): one("1.2e6"),
-        _query(FB_USED, "latest"): one("300"),
-        _query(FB_FREE, "latest"): one("22700"),
+        _query(FB_USED, "avg"): one("300"),
+        _query(FB_FREE, "avg"): one("22700"),
         _query(GPU_UTIL, "timestamp"): one(str(END - 10)),
     }
 
@@ -505,7 +505,7 @@ def test_healthy_answers_make_an_idle_node(prom: tuple[str, Script], sleeps: lis
     signals, p = run_plan(url, sleeps, script.by_query)
     assert signals.problems == ()
     assert [(n.verdict, n.reasons) for n in p.nodes] == [("idle", ["idle_window_clean"])]
-    assert len(script.seen) == 15
+    assert len(script.seen) == 13
     assert {s.path for s in script.seen} == {"/api/v1/query_range"}
 
 
@@ -513,7 +513,8 @@ def test_healthy_answers_make_an_idle_node(prom: tuple[str, Script], sleeps: lis
     ("path", "labels", "points", "reason"),
     [
         (_query(GPU_UTIL, "nonfinite"), _dev(1), [(END, "NaN")], f"non_finite:{GPU_UTIL}"),
-        (_query(FB_FREE, "nonfinite"), _dev(2), [(END, "NaN")], f"non_finite:{FB_FREE}"),
+        (_query(FB_FREE, "avg"), _dev(2), [(END, "NaN")], f"non_finite:{FB_FREE}"),
+        (_query(FB_USED, "avg"), _dev(1), [(END, "-Inf")], f"non_finite:{FB_USED}"),
         (_query(POWER, "stddev"), _dev(3), [(END, "NaN")], f"non_finite:{POWER}"),
         (_query(ENERGY, "stddev"), _dev(3), [(END, "NaN")], f"non_finite:{ENERGY}"),
         (_query(FB_USED, "max"), _dev(2), [(END, "+Inf")], f"non_finite:{FB_USED}"),

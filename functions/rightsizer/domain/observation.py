@@ -13,14 +13,16 @@ Fidelity contract: every fact covers *all raw samples* of its interval, whatever
 - Framebuffer used and power over the window: ``max_over_time(m[W − 1ms])`` at the end.
 - Liveness (energy counter, else power) and their non-finite samples: ``stddev_over_time(m[W − 1ms])`` —
   0 for a counter that never moved, > 0 when it moved, NaN when a sample is NaN or ±Inf.
-- Non-finite samples of the other device metrics: ``(sum_over_time(m[W − 1ms]) * 0) != 0`` keeps only the
-  series with a NaN/±Inf sample (a sum is non-finite exactly then), with no self-join.
-- Freshness: ``timestamp(m)`` at the end, the newest raw sample's own time; framebuffer total: the newest
-  ``FB_USED`` + ``FB_FREE`` of one series (a device constant).
+- Framebuffer total and its non-finite samples: ``avg_over_time(m[W − 1ms])`` of ``FB_USED`` and
+  ``FB_FREE`` — used + free is the device's constant memory, so the averages add up to it; an average is
+  NaN/±Inf exactly when a sample is.
+- Non-finite activity samples: ``(sum_over_time(m[W − 1ms]) * 0) != 0`` keeps only the series with a
+  NaN/±Inf sample (a sum is non-finite exactly then), with no self-join.
+- Freshness: ``timestamp(m)`` at the end, the newest raw sample's own time.
 
-Every query reads raw samples straight from the TSDB with no aggregation or join, so the engine reads
-each sample a bounded number of times; no fact comes from Prometheus' 5-minute lookback except the
-newest-sample time and the framebuffer total, which are about the newest sample by definition.
+Every query reads raw samples straight from the TSDB with no aggregation or join, each family at most
+twice, so the engine stays near the floor of reading each sample once; no fact comes from Prometheus'
+5-minute lookback except the newest-sample time, which is about the newest sample by definition.
 
 DCGM fields (NVIDIA dcgm-exporter ``default-counters.csv`` / ``dcp-metrics-included.csv``): percent, ratio,
 MiB, W, mJ (see ``rightsizer.domain.usage``).
@@ -56,7 +58,7 @@ from rightsizer.domain.usage import (
 #: Observation format ``rightsizer snapshot`` writes (``snapshot.json`` ``metrics_format``; absent = 1).
 METRICS_FORMAT = 2
 
-Kind = Literal["step", "max", "stddev", "latest", "timestamp", "nonfinite"]
+Kind = Literal["step", "max", "stddev", "avg", "timestamp", "nonfinite"]
 #: Metrics whose ``metrics/<M>.json`` is a per-step matrix (the others' is one point at the end).
 STEP_METRICS = (GPU_UTIL, PROF_ACTIVE, UP)
 #: kind → (file suffix, metrics asked).
@@ -64,15 +66,15 @@ KINDS: Mapping[Kind, tuple[str, tuple[str, ...]]] = {
     "step": ("", STEP_METRICS),
     "max": ("", (FB_USED, POWER)),
     "stddev": (".stddev", (POWER, ENERGY)),
-    "latest": (".latest", (FB_USED, FB_FREE)),
+    "avg": (".avg", (FB_USED, FB_FREE)),
     "timestamp": (".timestamp", ACTIVITY_METRICS),
-    "nonfinite": (".nonfinite", (GPU_UTIL, PROF_ACTIVE, FB_USED, FB_FREE)),
+    "nonfinite": (".nonfinite", ACTIVITY_METRICS),
 }
 #: File suffix → kind (``metrics/<M><suffix>.json``); "" holds both per-step and window maxima.
 SUFFIX_KINDS = {suffix: kind for kind, (suffix, _) in KINDS.items() if kind != "max"}
 
 MetricFiles = dict[str, dict[str, MetricData]]
-"""kind (``step`` also holding the window maxima, ``stddev``, ``latest``, ``timestamp``, ``nonfinite``)
+"""kind (``step`` also holding the window maxima, ``stddev``, ``avg``, ``timestamp``, ``nonfinite``)
 → metric name → its answer."""
 
 
@@ -132,17 +134,15 @@ class MetricQuery:
             return f"max_over_time({sel}{_open_range(step_seconds)})"
         if self.kind == "max":
             return f"max_over_time({sel}{_open_range(range_seconds)})"
-        if self.kind == "stddev":
-            return f"stddev_over_time({sel}{_open_range(range_seconds)})"
+        if self.kind in ("stddev", "avg"):
+            return f"{self.kind}_over_time({sel}{_open_range(range_seconds)})"
         if self.kind == "timestamp":
             return f"timestamp({sel})"
-        if self.kind == "latest":
-            return sel
         return f"(sum_over_time({sel}{_open_range(range_seconds)}) * 0) != 0"
 
 
 def observation_queries(job: str | None = None) -> tuple[MetricQuery, ...]:
-    """Every query of an observation, in snapshot file order; their number is a constant (15)."""
+    """Every query of an observation, in snapshot file order; their number is a constant (13)."""
     return tuple(MetricQuery(m, kind, job) for kind, (_, metrics) in KINDS.items() for m in metrics)
 
 
@@ -235,7 +235,7 @@ def signals_from_observation(
     energy_unmapped: list[UnmappedSeries] = []
     stddev = _Grouped(files.get("stddev", {}), joiner, energy_unmapped)
     unmapped = [u for u in unmapped if u.metric != UP] + [u for u in energy_unmapped if u.metric == ENERGY]
-    latest = _Grouped(files.get("latest", {}), joiner, None)
+    averages = _Grouped(files.get("avg", {}), joiner, None)
     stamps = _Grouped(files.get("timestamp", {}), joiner, None)
     nonfinite = _Grouped(files.get("nonfinite", {}), joiner, None)
 
@@ -285,11 +285,11 @@ def signals_from_observation(
             sig.has_fb = True
             used = main.values(FB_USED, fb_key)
             sig.fb_used_max_mib = _window_max(used)
-            if any(not math.isfinite(v) for v in used) or nonfinite.has(FB_USED, fb_key):
+            if any(not math.isfinite(v) for v in (*used, *averages.values(FB_USED, fb_key))):
                 bad.append(FB_USED)
-            if nonfinite.has(FB_FREE, fb_key):
+            if any(not math.isfinite(v) for v in averages.values(FB_FREE, fb_key)):
                 bad.append(FB_FREE)
-            sig.fb_total_mib = _fb_total(latest, fb_key)
+            sig.fb_total_mib = _fb_total(averages, fb_key)
 
         if main.has(POWER, parent):
             sig.has_power = True
@@ -323,7 +323,7 @@ def signals_from_observation(
 
     main_files = {
         **{m: files.get("step", {}).get(m) for m in (GPU_UTIL, PROF_ACTIVE, FB_USED, POWER)},
-        FB_FREE: files.get("latest", {}).get(FB_FREE),
+        FB_FREE: files.get("avg", {}).get(FB_FREE),
         ENERGY: files.get("stddev", {}).get(ENERGY),
     }
     present = frozenset(m for m in DEVICE_METRICS if (d := main_files.get(m)) is not None and not d.problem)
@@ -345,15 +345,15 @@ def _window_max(points: Iterable[float]) -> float | None:
     return max(finite) if finite else None
 
 
-def _fb_total(latest: _Grouped, key: DeviceKey) -> float | None:
-    """FB_USED + FB_FREE of the newest sample of one series (same labels), the largest over series."""
+def _fb_total(averages: _Grouped, key: DeviceKey) -> float | None:
+    """avg(FB_USED) + avg(FB_FREE) of one series (same labels) — the device's memory — largest over series."""
 
     def ident(s: Series) -> tuple[tuple[str, str], ...]:
-        return tuple(sorted((k, v) for k, v in s.labels.items() if k != "__name__"))
+        return tuple(sorted(s.labels.items()))
 
-    free = {ident(s): s for s in latest.series(FB_FREE, key)}
+    free = {ident(s): s for s in averages.series(FB_FREE, key)}
     totals = []
-    for s in latest.series(FB_USED, key):
+    for s in averages.series(FB_USED, key):
         other = free.get(ident(s))
         if other is not None and s.values and other.values:
             total = s.values[-1] + other.values[-1]

@@ -240,12 +240,13 @@ _MATCHER = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_]*)\s*(=|!=)\s*"((?:[^"\\]|\\.)*
 _TIMESTAMP = re.compile(r"^\s*timestamp\s*\((.*)\)\s*$")
 _MAX_OVER_TIME = re.compile(r"^\s*max_over_time\s*\((.*)\[(\d+)ms\]\s*\)\s*$")
 _STDDEV_OVER_TIME = re.compile(r"^\s*stddev_over_time\s*\((.*)\[(\d+)ms\]\s*\)\s*$")
+_AVG_OVER_TIME = re.compile(r"^\s*avg_over_time\s*\((.*)\[(\d+)ms\]\s*\)\s*$")
 _NONFINITE = re.compile(r"^\s*\(\s*sum_over_time\s*\((.*)\[(\d+)ms\]\s*\)\s*\*\s*0\s*\)\s*!=\s*0\s*$")
 
 
 @dataclass(frozen=True)
 class _Query:
-    """A parsed expression: ``kind`` (``plain``, ``timestamp``, ``max``, ``stddev``, ``nonfinite``), the
+    """A parsed expression: ``kind`` (``plain``, ``timestamp``, ``max``, ``stddev``, ``avg``, ``nonfinite``), the
     metric, the label matchers and the range in ms of the ``*_over_time`` function."""
 
     kind: str
@@ -259,7 +260,7 @@ def _parse_query(expr: str) -> _Query:
 
     Raises:
         ValueError: anything but ``name``, ``name{l="v", l!="v"}``, ``timestamp(<sel>)``,
-            ``max_over_time(<sel>[<n>ms])``, ``stddev_over_time(<sel>[<n>ms])`` or
+            ``max_over_time``/``stddev_over_time``/``avg_over_time(<sel>[<n>ms])`` or
             ``(sum_over_time(<sel>[<n>ms]) * 0) != 0``.
     """
     kind, inner, range_ms = "plain", expr, 0
@@ -267,6 +268,7 @@ def _parse_query(expr: str) -> _Query:
         (_TIMESTAMP, "timestamp"),
         (_MAX_OVER_TIME, "max"),
         (_STDDEV_OVER_TIME, "stddev"),
+        (_AVG_OVER_TIME, "avg"),
         (_NONFINITE, "nonfinite"),
     )
     for pattern, name in patterns:
@@ -295,7 +297,7 @@ class SnapshotMetrics:
     """A ``MetricsRangeReader`` over a snapshot directory's ``metrics/*.json``, moved to the present.
 
     Answers what :func:`rightsizer.services.snapshot.observe` asks (``metric_queries``, format 2):
-    ``max_over_time(<sel>[<n>ms])``, ``stddev_over_time(<sel>[<n>ms])``,
+    ``max_over_time``, ``stddev_over_time``, ``avg_over_time`` (``(<sel>[<n>ms])``),
     ``(sum_over_time(<sel>[<n>ms]) * 0) != 0``, ``timestamp(<sel>)``, and plain selectors, each optionally with ``{label="value"}`` / ``{label!="value"}`` matchers (``job`` in
     practice). Each snapshot point is one raw sample, scraped ``lag`` before its point (from the
     ``timestamp`` files). Evaluation follows Prometheus: a selector shows the newest point at most 5
@@ -528,6 +530,8 @@ def _evaluate(series: _Series, query: _Query, at: int) -> str | None:
             if v > top or math.isnan(top):
                 top = v
         return _format_value(top)
+    if query.kind == "avg":
+        return _format_value(sum(samples) / len(samples))
     if query.kind == "stddev":
         mean = sum(samples) / len(samples)
         return _format_value(math.sqrt(sum((v - mean) ** 2 for v in samples) / len(samples)))
