@@ -489,7 +489,7 @@ class SubQuery:
         return self.query.span(self.end, self.seconds, step)
 
 
-def plan_queries(window: Window, *, job: str | None = None, split_seconds: int = 900) -> list[SubQuery]:
+def plan_queries(window: Window, *, job: str | None = None, split_seconds: int = 3600) -> list[SubQuery]:
     """The requests of ``collect_live``: each ``observation_queries`` query, split like a query frontend.
 
     The window (end − W, end] is cut into sub-windows of at most ``split_seconds`` (rounded down to whole
@@ -529,24 +529,27 @@ class _Merged:
 
     def add(self, result: Sequence[Mapping[str, Any]]) -> None:
         for item in result:
-            labels = tuple(sorted((str(k), str(v)) for k, v in (item.get("metric") or {}).items() if v != ""))
+            # Prometheus writes a series' labels in one (sorted) order: the items are its identity.
+            labels = tuple((item.get("metric") or {}).items())
             points = item.get("values")
             if points is None:
                 points = [item["value"]]
-            times = array("d", [float(p[0]) for p in points])
-            values = array("d", [float(p[1]) for p in points])
+            times = array("d", [p[0] for p in points])  # JSON numbers: floats or ints already
+            values = array("d", map(float, [p[1] for p in points]))  # "NaN", "+Inf" included
             self.chunks.setdefault(labels, []).append((times, values))
 
     def metric_data(self, name: str) -> MetricData:
         if self.problem:
             return MetricData(name, problem=self.problem)
         series: list[Series] = []
-        for labels, chunks in sorted(self.chunks.items()):
-            chunks.sort(key=lambda c: c[0][0] if c[0] else 0.0)
-            times, values = array("d"), array("d")
-            for t, v in chunks:
-                times.extend(t)
-                values.extend(v)
+        for labels, chunks in self.chunks.items():
+            times, values = chunks[0]
+            if len(chunks) > 1:
+                chunks.sort(key=lambda c: c[0][0] if c[0] else 0.0)
+                times, values = array("d"), array("d")
+                for t, v in chunks:
+                    times.extend(t)
+                    values.extend(v)
             series.append(Series(dict(labels), times, values))
         return MetricData(name, tuple(series))
 
@@ -560,7 +563,7 @@ def collect_live(
     *,
     job: str | None = None,
     max_workers: int = 4,
-    split_seconds: int = 900,
+    split_seconds: int = 3600,
     deadline_seconds: float | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> CollectedSignals:

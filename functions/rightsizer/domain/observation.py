@@ -35,7 +35,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from rightsizer.domain.join import NodeJoiner
+from rightsizer.domain.join import JoinResult, NodeJoiner
 from rightsizer.domain.model import MetricData, Series
 from rightsizer.domain.usage import (
     ACTIVITY_METRICS,
@@ -163,7 +163,11 @@ class _Grouped:
     """The answers of one kind joined to devices: metric → device key → series."""
 
     def __init__(
-        self, files: Mapping[str, MetricData], joiner: NodeJoiner, unmapped: list[UnmappedSeries] | None
+        self,
+        files: Mapping[str, MetricData],
+        joiner: NodeJoiner,
+        unmapped: list[UnmappedSeries] | None,
+        joined: dict[tuple[tuple[str, str], ...], JoinResult],
     ) -> None:
         self.by_metric: dict[str, dict[DeviceKey, list[Series]]] = {}
         self.labels: dict[DeviceKey, Mapping[str, str]] = {}
@@ -172,7 +176,11 @@ class _Grouped:
                 continue
             per_key = self.by_metric.setdefault(name, {})
             for s in data.series:
-                result = joiner.join(s.labels)
+                # One series shows up in several answers with the same labels: join it once.
+                ident = tuple(s.labels.items())
+                result = joined.get(ident)
+                if result is None:
+                    result = joined[ident] = joiner.join(s.labels)
                 if result.node is None:
                     if unmapped is not None:
                         reason = f"series_unmapped:{result.reason}"
@@ -193,17 +201,24 @@ class _Grouped:
 
 
 def _per_step(series: Iterable[Series], window: Window) -> tuple[dict[int, float], bool]:
-    """Merge per-step points of one device's series by max: (finite value by step slot, any non-finite)."""
+    """Merge per-step points of one device's series by max: (finite value by step slot, any non-finite).
+
+    Slots as ``Window.step_index`` (0 = the window's end), inlined: this loop sees every point.
+    """
     finite: dict[int, float] = {}
     bad = False
+    end, start, step = window.end, window.start, max(window.step, 1)
+    last = window.expected_points - 1
+    isfinite = math.isfinite
     for s in series:
         for t, v in zip(s.times, s.values, strict=True):
-            slot = window.step_index(t)
-            if slot is None:
+            if not (start < t <= end):
                 continue
-            if not math.isfinite(v):
+            if not isfinite(v):
                 bad = True
-            elif slot not in finite or v > finite[slot]:
+                continue
+            slot = min(round((end - t) / step), last)
+            if v > finite.get(slot, -math.inf):
                 finite[slot] = v
     return finite, bad
 
@@ -230,14 +245,15 @@ def signals_from_observation(
     """
     problems = tuple(sorted({d.name for kind in files.values() for d in kind.values() if d.problem}))
     unmapped: list[UnmappedSeries] = []
-    main = _Grouped(files.get("step", {}), joiner, unmapped)
+    joined: dict[tuple[tuple[str, str], ...], JoinResult] = {}
+    main = _Grouped(files.get("step", {}), joiner, unmapped, joined)
     # POWER's spread repeats the series of its maximum: only ENERGY's unjoinable series are new here.
     energy_unmapped: list[UnmappedSeries] = []
-    stddev = _Grouped(files.get("stddev", {}), joiner, energy_unmapped)
+    stddev = _Grouped(files.get("stddev", {}), joiner, energy_unmapped, joined)
     unmapped = [u for u in unmapped if u.metric != UP] + [u for u in energy_unmapped if u.metric == ENERGY]
-    averages = _Grouped(files.get("avg", {}), joiner, None)
-    stamps = _Grouped(files.get("timestamp", {}), joiner, None)
-    nonfinite = _Grouped(files.get("nonfinite", {}), joiner, None)
+    averages = _Grouped(files.get("avg", {}), joiner, None, joined)
+    stamps = _Grouped(files.get("timestamp", {}), joiner, None, joined)
+    nonfinite = _Grouped(files.get("nonfinite", {}), joiner, None, joined)
 
     activity_keys = set(main.by_metric.get(PROF_ACTIVE, {})) | {
         k for k in main.by_metric.get(GPU_UTIL, {}) if not k[2]
