@@ -1,0 +1,136 @@
+"""Metrics format 2 (``rightsizer.domain.observation``): snapshot files in, verdict facts out; old snapshots.
+
+Pure: snapshot directories written to ``tmp_path`` and decoded by the real loader, no server.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rightsizer.adapters.snapshot_dir import load_snapshot
+from rightsizer.domain.errors import SnapshotError
+from rightsizer.domain.observation import file_kind, observation_queries
+from rightsizer.domain.planner import plan
+from rightsizer.domain.policy import Policy
+from rightsizer.domain.usage import ENERGY, FB_FREE, FB_USED, GPU_UTIL, POWER, UP
+from tests.builders import AT, STEP, WINDOW, gpu_node, rfc
+
+END = AT.timestamp()
+NODE = "gpu-a"
+DEV = {"node": NODE, "gpu": "0", "UUID": "GPU-a-0", "instance": "10.1.0.1:9400"}
+
+
+def matrix(points: list[tuple[float, str]], labels: dict[str, str] = DEV) -> dict[str, Any]:
+    result = [{"metric": labels, "values": [[t, v] for t, v in points]}]
+    return {"status": "success", "data": {"resultType": "matrix", "result": result}}
+
+
+def steps(value: str) -> list[tuple[float, str]]:
+    return [(END - STEP * k, value) for k in range(WINDOW // STEP - 1, -1, -1)]
+
+
+def write(root: Path, files: dict[str, dict[str, Any]], *, metrics_format: int | None = 2) -> Path:
+    meta: dict[str, Any] = {
+        "taken_at": rfc(AT),
+        "window_seconds": WINDOW,
+        "step_seconds": STEP,
+        "cluster": "c",
+        "region": "us-east-1",
+    }
+    if metrics_format is not None:
+        meta["metrics_format"] = metrics_format
+    node = gpu_node(NODE, instance_type="g5.2xlarge", gpus=1, ip="10.0.0.5")
+    docs = {
+        "snapshot.json": meta,
+        "nodes.json": {"kind": "List", "items": [node]},
+        "pods.json": {"kind": "List", "items": []},
+        **files,
+    }
+    for relative, doc in docs.items():
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(doc))
+    return root
+
+
+def idle_files(**override: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    files = {
+        f"metrics/{GPU_UTIL}.json": matrix(steps("1")),
+        f"metrics/{UP}.json": matrix(steps("1"), {"instance": "10.1.0.1:9400"}),
+        f"metrics/{FB_USED}.json": matrix([(END, "300")]),
+        f"metrics/{POWER}.json": matrix([(END, "27")]),
+        f"metrics/{POWER}.stddev.json": matrix([(END, "0.4")]),
+        f"metrics/{ENERGY}.stddev.json": matrix([(END, "2.5e6")]),
+        f"metrics/{FB_USED}.avg.json": matrix([(END, "300")]),
+        f"metrics/{FB_FREE}.avg.json": matrix([(END, "22428")]),
+        f"metrics/{GPU_UTIL}.timestamp.json": matrix([(END, str(END - 12))]),
+    }
+    files.update(override)
+    return files
+
+
+def decide(root: Path) -> Any:
+    return plan(load_snapshot(root), Policy()).nodes[0]
+
+
+def test_every_query_has_its_own_file_and_the_file_names_parse_back() -> None:
+    paths = [q.path for q in observation_queries()]
+    assert len(paths) == len(set(paths)) == 13
+    for q in observation_queries():
+        kind, metric = file_kind(q.path.removeprefix("metrics/").removesuffix(".json"))
+        assert metric == q.metric
+        assert kind == ("step" if q.kind == "max" else q.kind)
+
+
+def test_a_format_2_snapshot_decides_on_its_files(tmp_path: Path) -> None:
+    row = decide(write(tmp_path, idle_files()))
+    # clean evidence: the only finding is the missing AWS inventory of this minimal snapshot
+    assert row.reasons == ["node_group_unknown:no_inventory"]
+    assert row.coverage == 1.0
+    assert row.fb_used_max_mib == 300.0
+
+
+@pytest.mark.parametrize(
+    ("override", "reason"),
+    [
+        ({f"metrics/{ENERGY}.stddev.json": matrix([(END, "0")])}, "exporter_frozen"),
+        ({f"metrics/{ENERGY}.stddev.json": matrix([(END, "NaN")])}, f"non_finite:{ENERGY}"),
+        ({f"metrics/{FB_FREE}.avg.json": matrix([(END, "NaN")])}, f"non_finite:{FB_FREE}"),
+        ({f"metrics/{GPU_UTIL}.nonfinite.json": matrix([(END, "NaN")])}, f"non_finite:{GPU_UTIL}"),
+        ({f"metrics/{FB_USED}.json": matrix([(END, "+Inf")])}, f"non_finite:{FB_USED}"),
+        ({f"metrics/{GPU_UTIL}.timestamp.json": matrix([(END, str(END - 900))])}, "stale_metrics:900s"),
+        ({f"metrics/{GPU_UTIL}.json": matrix(steps("1")[:20])}, "coverage_below_min"),
+        ({f"metrics/{GPU_UTIL}.json": {"status": "error", "errorType": "timeout"}}, "partial_response"),
+    ],
+)
+def test_evidence_problems_make_the_node_unknown(
+    tmp_path: Path, override: dict[str, dict[str, Any]], reason: str
+) -> None:
+    row = decide(write(tmp_path, idle_files(**override)))
+    assert row.verdict == "unknown", row.reasons
+    assert any(r.startswith(reason) for r in row.reasons), row.reasons
+
+
+def test_a_step_point_means_a_maximum_in_format_2_and_a_sample_in_format_1(tmp_path: Path) -> None:
+    # GIVEN the same files, once marked format 2 and once without a format (a format-1 snapshot)
+    files = idle_files()
+    v2 = decide(write(tmp_path / "v2", files))
+    v1 = decide(write(tmp_path / "v1", files, metrics_format=None))
+    # THEN both read the activity points alike, and format 1 still reads its timestamp file
+    assert v2.gpu_activity_max_pct == v1.gpu_activity_max_pct == 1.0
+    assert not any(r.startswith("stale_metrics") for r in (*v1.reasons, *v2.reasons))
+    # AND only format 2 reads the window files: format 1 finds no FB_FREE matrix and takes the one power
+    # point for a frozen exporter
+    assert f"partial_response:{FB_FREE}" in v1.reasons and any(
+        r.startswith("exporter_frozen") for r in v1.reasons
+    )
+    assert v2.reasons == ["node_group_unknown:no_inventory"]
+
+
+def test_an_unknown_metrics_format_is_refused_with_its_field(tmp_path: Path) -> None:
+    with pytest.raises(SnapshotError, match="metrics_format"):
+        load_snapshot(write(tmp_path, idle_files(), metrics_format=3))
