@@ -1,4 +1,4 @@
-"""Lambda ``assess``: the scheduled assessment (EventBridge Scheduler, design §2 and §6).
+"""Lambda ``assess``: the scheduled assessment (EventBridge Scheduler, docs/architecture.md §2 and §6).
 
 Heals expired drain leases, plans the cluster at the tick's ``scheduled_time`` and starts one drain state
 machine execution per ``scale_in`` action, named deterministically from the tick's ``execution_id`` so a
@@ -16,8 +16,9 @@ from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from rightsizer.domain.decisions import DECISION_LOG_MESSAGE
-from rightsizer.handler_support import METRICS_NAMESPACE, ScheduledTick, Settings, assessment_deps, traced
+from rightsizer.handler_support import METRICS_NAMESPACE, ScheduledTick, traced
 from rightsizer.services.assess import run_assessment
+from rightsizer.wiring import lambda_runtime
 
 logger = Logger(service="assess")
 metrics = Metrics(namespace=METRICS_NAMESPACE, service="assess")
@@ -30,7 +31,7 @@ metrics = Metrics(namespace=METRICS_NAMESPACE, service="assess")
 def handler(event: ScheduledTick, context: LambdaContext) -> dict[str, Any]:
     """Assess at ``event.scheduled_time``; returns the :class:`AssessmentSummary` as JSON."""
     metrics.add_metric(name="AssessInvocations", unit=MetricUnit.Count, value=1)  # flushed even on failure
-    deps = assessment_deps(Settings.from_env())
+    deps = lambda_runtime().assessment()
     metrics.add_dimension(name="cluster", value=deps.cluster_name)
     summary = run_assessment(deps, event.scheduled_time, event.execution_id)
     metrics.add_metric(name="IdleNodes", unit=MetricUnit.Count, value=summary.verdicts.get("idle", 0))

@@ -14,15 +14,9 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from rightsizer.handler_support import (
-    METRICS_NAMESPACE,
-    ScheduledTick,
-    Settings,
-    emit_dimensioned,
-    offhours_deps,
-    traced,
-)
+from rightsizer.handler_support import METRICS_NAMESPACE, ScheduledTick, emit_dimensioned, traced
 from rightsizer.services.offhours import run_offhours
+from rightsizer.wiring import lambda_runtime
 
 logger = Logger(service="offhours")
 metrics = Metrics(namespace=METRICS_NAMESPACE, service="offhours")
@@ -35,7 +29,7 @@ metrics = Metrics(namespace=METRICS_NAMESPACE, service="offhours")
 def handler(event: ScheduledTick, context: LambdaContext) -> dict[str, Any]:
     """Converge at ``event.scheduled_time``; returns the off-hours report as JSON."""
     metrics.add_metric(name="OffhoursInvocations", unit=MetricUnit.Count, value=1)  # flushed even on failure
-    deps = offhours_deps(Settings.from_env())
+    deps = lambda_runtime().offhours()
     metrics.add_dimension(name="cluster", value=deps.cluster)
     report = run_offhours(deps, event.scheduled_time)
     metrics.add_metric(name="OffhoursGroups", unit=MetricUnit.Count, value=len(report.groups))

@@ -101,26 +101,22 @@ def _now_on_step(step_seconds: int) -> datetime:
 def _observe_live(config: Config, policy: Policy, at: datetime | None) -> ClusterSnapshot:
     """Observe the configured cluster at ``at`` (default now) into an in-memory ``ClusterSnapshot``
     whose GPU signals are aggregated in Prometheus (``collect_live``)."""
-    from rightsizer import wiring
-    from rightsizer.services.snapshot import observe
+    from rightsizer.wiring import PolicyProvider, Runtime
 
-    request = wiring.observe_request(config, policy, at or _now_on_step(config.prometheus.step))
-    observers = wiring.build_observers(config)
-    observation = observe(observers.cluster, observers.inventory, None, request)
-    snapshot = wiring.snapshot_from_observation(observation)
-    return wiring.live_signals(config, policy, snapshot, observers.metrics)
+    runtime = Runtime(config, "cli", policy=PolicyProvider.fixed(policy))
+    return runtime.observe_fresh(at or _now_on_step(config.prometheus.step), floor=False)
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:
     """``rightsizer snapshot``: record the live cluster as a snapshot directory (design §5); never acts."""
-    from rightsizer import wiring
     from rightsizer.services.snapshot import observe, require_free_output, write_snapshot
+    from rightsizer.wiring import Runtime, observe_request
 
     config = load_config(args.config)
     at = parse_time(args.at) if args.at else _now_on_step(config.prometheus.step)
     require_free_output(args.out)  # refuse bad input before contacting anything; write_snapshot re-checks
-    request = wiring.observe_request(config, config.policy, at)
-    observers = wiring.build_observers(config)
+    request = observe_request(config, config.policy, at)
+    observers = Runtime(config, "cli").observers
     observation = observe(observers.cluster, observers.inventory, observers.metrics, request)
     out = write_snapshot(observation, args.out)
     nodes = len(observation.documents["nodes.json"]["items"])
@@ -160,34 +156,22 @@ def cmd_apply(args: argparse.Namespace) -> int:
     opted-in standalone instance, ``rightsizer.services.resize``) in this process, with progress on stderr. Acts only with
     ``--execute`` and the policy's ``dry_run: false``; otherwise each workflow validates and records what
     it would do. Exit 1 when a workflow failed or was rolled back (design §5)."""
-    from rightsizer import wiring
-    from rightsizer.services.assess import AssessmentDeps, run_assessment
-    from rightsizer.services.runner import InProcessRunner
+    from rightsizer.services.assess import run_assessment
+    from rightsizer.wiring import Runtime
 
     config = load_config(args.config)
     if args.policy:
         config = config.model_copy(update={"policy": read_policy_file(args.policy)})
-    act = wiring.build_act_deps(config, dry_run=not args.execute)
-    now = datetime.now(UTC)
-    runner = InProcessRunner(act.workflow, progress=_print_progress)
+    runtime = Runtime(config, "cli", dry_run=not args.execute, progress=_print_progress)
+    dry_run = runtime.effective_dry_run()
+    runner = runtime.runner()
     summary = run_assessment(
-        AssessmentDeps(
-            cluster_name=config.cluster.name or "",
-            observe=act.observe,
-            policy=act.policy,
-            cluster=act.cluster,
-            state=act.state,
-            starter=runner,
-            node_label=config.prometheus.node_label,
-            plans=wiring.build_plan_history(config),
-        ),
-        now,
-        f"apply-{uuid.uuid4().hex[:12]}",
+        runtime.assessment(starter=runner), datetime.now(UTC), f"apply-{uuid.uuid4().hex[:12]}"
     )
     finals = {eid: runner.results.get(eid) for eid in summary.started}
     document = summary.to_json()
     # The plan says whether the policy allows acting; without --execute nothing is executed either.
-    document["dry_run"] = act.dry_run
+    document["dry_run"] = dry_run
     document["workflows"] = {
         eid: {"status": r.status if r else "not_run", "message": r.message if r else ""}
         for eid, r in finals.items()
@@ -196,7 +180,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
         _emit_json(document)
     else:
         print(
-            f"apply ({'dry run' if act.dry_run else 'EXECUTE'}): verdicts {summary.verdicts}, {len(finals)} drain(s)"
+            f"apply ({'dry run' if dry_run else 'EXECUTE'}): verdicts {summary.verdicts}, {len(finals)} drain(s)"
         )
         for eid, r in finals.items():
             print(f"  {eid}: {r.status if r else 'not run'} {r.message if r else ''}")
@@ -208,12 +192,12 @@ def cmd_savings(args: argparse.Namespace) -> int:
     """``rightsizer savings --config FILE [--json]``: realized savings read back from the ledger (state
     table ``aws.table``) — instance-hours actually avoided and USD per UTC day and node group
     (``rightsizer.services.realized``). Never acts."""
-    from rightsizer import wiring
     from rightsizer.services.realized import realized_savings
+    from rightsizer.wiring import Runtime
 
     config = load_config(args.config)
     now = datetime.now(UTC)
-    rows = realized_savings(wiring.build_state(config).entries(), now)
+    rows = realized_savings(Runtime(config, "cli").state.entries(), now)
     if args.json:
         _emit_json(
             {
@@ -249,12 +233,12 @@ def _deployed_config(args: argparse.Namespace) -> Config:
     Raises:
         ConfigError: neither or both given, a missing stack or output, an invalid config file.
     """
-    from rightsizer import wiring
+    from rightsizer.wiring import config_from_stack
 
     if bool(args.stack) == bool(args.config):
         raise ConfigError("give exactly one of --stack NAME or --config FILE", field="--stack")
     if args.stack:
-        return wiring.config_from_stack(args.stack, args.region)
+        return config_from_stack(args.stack, args.region)
     return load_config(args.config)
 
 
@@ -262,14 +246,15 @@ def cmd_status(args: argparse.Namespace) -> int:
     """``rightsizer status --stack NAME | --config FILE [--json]``: the latest assessment's decision
     records, drains in flight with their step, off-hours groups with saved sizes, realized savings (per
     day, node group and action kind) and the last failures, read from the state table. Never acts."""
-    from rightsizer import wiring
     from rightsizer.render import render_status
     from rightsizer.services.status import read_status
+    from rightsizer.wiring import Runtime
 
     config = _deployed_config(args)
+    runtime = Runtime(config, "cli")
     report = read_status(
-        wiring.build_state(config),
-        wiring.build_plan_history(config),
+        runtime.state,
+        runtime.plans,
         datetime.now(UTC),
         offhours_groups=[g.name for g in config.offhours.node_groups],
         failures=args.failures,
@@ -284,12 +269,12 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_history(args: argparse.Namespace) -> int:
     """``rightsizer history --stack NAME | --config FILE [--node N] [--limit N] [--json]``: the ledger,
     newest ``--limit`` entries, oldest first. Never acts."""
-    from rightsizer import wiring
     from rightsizer.render import render_history
     from rightsizer.services.status import history_rows
+    from rightsizer.wiring import Runtime
 
     config = _deployed_config(args)
-    rows = history_rows(wiring.build_state(config), node=args.node, limit=args.limit)
+    rows = history_rows(Runtime(config, "cli").state, node=args.node, limit=args.limit)
     if args.json:
         _emit_json({"cluster": config.cluster.name, "entries": rows})
     else:
@@ -302,7 +287,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     config, a policy and the parameters a ``sam deploy`` would use, before anything is deployed
     (``rightsizer.deploycheck``). Prints every problem on stderr; exit 2 when there is one. Never acts."""
     from rightsizer.deploycheck import check_deployment, check_offhours, samconfig_overrides
-    from rightsizer.handler_support import STATE_MACHINE_MARGIN_S, STATE_MACHINE_TIMEOUT_S
+    from rightsizer.wiring.settings import STATE_MACHINE_MARGIN_S, STATE_MACHINE_TIMEOUT_S
 
     if not (args.config or args.policy or args.samconfig):
         raise ConfigError("give --config FILE, --policy FILE and/or --samconfig FILE", field="validate")
@@ -384,52 +369,22 @@ if TYPE_CHECKING:
 
 
 def build_offhours_deps(config: Config, *, dry_run: bool) -> OffhoursDeps:
-    """The off-hours ports for ``config``: the act side of :func:`rightsizer.wiring.build_act_deps`
-    (Kubernetes, DynamoDB state, drain workflow) plus EKS node group sizing, with in-process drains.
-
-    The group pre-check plans the cluster once per tick (the drains still assess freshly themselves).
+    """The off-hours ports for ``config`` (:meth:`rightsizer.wiring.Runtime.offhours`, mode ``cli``): the
+    cluster observed once per tick for the group pre-check, drains in this process (also forced ones).
 
     Raises:
         ConfigError: no ``cluster.name`` (node groups are EKS's) or no ``aws.table`` (saved sizes must
             outlive the process).
     """
-    from rightsizer import wiring
-    from rightsizer.adapters.aws import make_clients
-    from rightsizer.adapters.eks_nodegroups import EksNodeGroups
-    from rightsizer.services.assess import PlanningAssessor
-    from rightsizer.services.offhours import OffhoursDeps, in_process_starters
+    from rightsizer.wiring import Runtime
 
-    if not config.cluster.name:
-        raise ConfigError("off-hours needs the EKS cluster name", field="cluster.name")
-    act = wiring.build_act_deps(config, dry_run=dry_run)
-    groups = EksNodeGroups(
-        make_clients(config.cluster.region or config.aws.region, endpoint_url=config.aws.endpoint_url)
+    runtime = Runtime(
+        config,
+        "cli",
+        dry_run=dry_run,
+        progress=lambda r: log.info("drain %s: %s %s", r.execution_id, r.step, r.message),
     )
-    observed: dict[datetime, ClusterSnapshot] = {}
-
-    def observe_once(at: datetime) -> ClusterSnapshot:
-        # One tick asks about every node of a group at the same instant: observe the cluster once.
-        if at not in observed:
-            observed.clear()
-            observed[at] = act.observe(at)
-        return observed[at]
-
-    normal, forced = in_process_starters(
-        act.workflow.deps, progress=lambda r: log.info("drain %s: %s %s", r.execution_id, r.step, r.message)
-    )
-    return OffhoursDeps(
-        cluster=config.cluster.name,
-        config=config.offhours,
-        policy=act.policy,
-        nodes=act.observers.cluster,
-        sizer=groups,
-        scaler=groups,
-        assessor=PlanningAssessor(observe_once, act.policy, node_label=config.prometheus.node_label),
-        state=act.state,
-        starter=normal,
-        forced_starter=forced,
-        dry_run=act.dry_run,
-    )
+    return runtime.offhours()
 
 
 def cmd_offhours(
@@ -484,9 +439,9 @@ def _backtest_source(args: argparse.Namespace) -> tuple[Any, Config | None]:
     if not args.from_time or not args.to_time:
         raise ConfigError("--prometheus needs --from TIME and --to TIME", field="--from")
     config = load_config(args.config)
-    from rightsizer import wiring
+    from rightsizer.wiring import build_metrics_reader
 
-    client = wiring.build_metrics_reader(config)
+    client = build_metrics_reader(config)
     try:
         source = sources.fetch_prometheus_history(
             client,

@@ -16,7 +16,6 @@ It acts only on the moto endpoint it started itself and refuses any other.
 
 from __future__ import annotations
 
-import functools
 import json
 import sys
 import time
@@ -26,7 +25,6 @@ from typing import Any, TextIO
 
 from rightsizer.config import OffhoursConfig, OffhoursGroup
 from rightsizer.domain.catalog import HOURS_PER_MONTH
-from rightsizer.domain.model import ClusterSnapshot
 from rightsizer.domain.periods import Period
 from rightsizer.domain.planner import plan
 from rightsizer.domain.policy import Policy
@@ -46,16 +44,12 @@ def run_demo(*, json_output: bool = False, out: TextIO | None = None, err: TextI
     Raises:
         ValueError: the environment's AWS endpoint is not its own loopback moto server.
     """
-    from rightsizer import wiring
-    from rightsizer.adapters.eks_nodegroups import EksNodeGroups
-    from rightsizer.services.assess import AssessmentDeps, PlanningAssessor, run_assessment
-    from rightsizer.services.drain import DrainDeps, StepResult
-    from rightsizer.services.offhours import OffhoursDeps, run_offhours
+    from rightsizer.services.assess import run_assessment
+    from rightsizer.services.drain import StepResult
+    from rightsizer.services.offhours import run_offhours
     from rightsizer.services.resize import KIND as RESIZE_KIND
-    from rightsizer.services.resize import ResizeWorkflow
-    from rightsizer.services.runner import InProcessRunner
-    from rightsizer.services.snapshot import observe
     from rightsizer.testing.demo_env import DemoEnvironment
+    from rightsizer.wiring import Runtime
 
     out = out or sys.stdout
     err = err or sys.stderr
@@ -96,26 +90,11 @@ def run_demo(*, json_output: bool = False, out: TextIO | None = None, err: TextI
         policy = Policy(dry_run=False, allow_resize=True, resize_allow_instance_store_loss=True)
         config = env.config(policy=policy, offhours=offhours)
         env.require_own_endpoint(config.aws.endpoint_url)
-        writer = wiring.build_cluster_writer(config)
-        inventory = wiring.build_inventory(config)
-        scaler = wiring.build_node_scaler(config)
-        state = wiring.build_state(config)
-
-        # The plan table and the assessment both look at `now`: observe that instant once. Every later
-        # call (validate, revalidate, off-hours ticks) asks for a new instant and so observes afresh.
-        @functools.lru_cache(maxsize=1)
-        def snapshot_at(at: datetime) -> ClusterSnapshot:
-            request = wiring.observe_request(config, policy, at)
-            return wiring.snapshot_from_observation(observe(writer, inventory, env.metrics, request))  # type: ignore[arg-type]
-
-        assessor = PlanningAssessor(snapshot_at, policy)
-        workflow = ResizeWorkflow(
-            DrainDeps(
-                writer, scaler, assessor, state, policy, dry_run=False, clock=lambda: datetime.now(UTC)
-            ),
-            wiring.build_instance_type_changer(config),
-        )
-        runner = InProcessRunner(workflow, progress=progress)
+        runtime = Runtime(config, "demo", dry_run=False, metrics=env.metrics, progress=progress)
+        writer, scaler, state = runtime.cluster, runtime.scaler, runtime.state
+        # The plan table and the assessment both look at `now`: the runtime observes that instant once.
+        # Every later call (validate, revalidate, off-hours ticks) asks for a new instant and observes afresh.
+        runner = runtime.runner()
         say(
             f"GPU Rightsizer demo — moto {env.endpoint_url}, Kubernetes API double {env.kube_url} (loopback only)"
         )
@@ -124,7 +103,7 @@ def run_demo(*, json_output: bool = False, out: TextIO | None = None, err: TextI
         # 1. the scheduled assessment: plan table, then one drain per scale_in action
         a10g_asg = env.asg_name("gpu-a10g")
         before = scaler.group_sizes(a10g_asg)
-        first = plan(snapshot_at(now), policy, now)
+        first = plan(runtime.observe(now), policy, now)
         say("")
         say("== Scheduled assessment ==")
         say(render_plan(first))
@@ -134,9 +113,7 @@ def run_demo(*, json_output: bool = False, out: TextIO | None = None, err: TextI
         say(
             f"== Drain and resize workflows (in-process runner; {len(victims)} drain(s), {len(resizes)} resize(s)) =="
         )
-        summary = run_assessment(
-            AssessmentDeps(env.cluster_name, snapshot_at, policy, writer, state, runner), now, "demo-tick-1"
-        )
+        summary = run_assessment(runtime.assessment(starter=runner), now, "demo-tick-1")
         results = {eid: runner.results.get(eid) for eid in summary.started}
         after = scaler.group_sizes(a10g_asg)
         removed: list[dict[str, str]] = []
@@ -204,21 +181,9 @@ def run_demo(*, json_output: bool = False, out: TextIO | None = None, err: TextI
         }
 
         # 2. off-hours down/up on the dev node group
-        groups = EksNodeGroups(env.clients)
         dev_asg = env.asg_name(DEV_GROUP)
         dev_before = scaler.group_sizes(dev_asg)
-        off_deps = OffhoursDeps(
-            cluster=env.cluster_name,
-            config=offhours,
-            policy=policy,
-            nodes=writer,
-            sizer=groups,
-            scaler=scaler,
-            assessor=assessor,
-            state=state,
-            starter=runner,
-            dry_run=False,
-        )
+        off_deps = runtime.offhours()
         say("")
         say(
             f"== Off-hours on {DEV_GROUP} (schedule 'nights': {_hhmm(now - timedelta(hours=1))}-{_hhmm(now + timedelta(hours=1))} UTC) =="

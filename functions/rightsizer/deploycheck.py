@@ -8,9 +8,9 @@ CloudFormation and the functions will:
 - every override names a parameter of ``template.yaml`` (a renamed parameter is reported with the new name);
 - every value matches the parameter's ``AllowedValues`` / ``AllowedPattern``;
 - the environment the template gives the functions (``Globals.Function.Environment``) goes through exactly
-  the code the functions run at a cold start — :meth:`rightsizer.handler_support.Settings.from_env` and
-  :func:`rightsizer.handler_support.load_config` (policy, off-hours timetable, drain timeout vs the state
-  machine) — plus the off-hours schedule references.
+  the code the functions run at a cold start — :meth:`rightsizer.wiring.settings.DeploymentSettings.from_env`
+  and :func:`rightsizer.wiring.settings.config_from_settings` (policy, off-hours timetable, drain timeout vs
+  the state machine) — plus the off-hours schedule references.
 
 A policy kept in SSM (``PolicyParameterName``) is not fetched: pass ``--policy FILE`` to check its text.
 """
@@ -101,7 +101,7 @@ def check_offhours(offhours: OffhoursConfig, source: str) -> list[str]:
 def check_deployment(template: Path, overrides: Mapping[str, str], *, source: str) -> list[str]:
     """Every problem a deploy with ``overrides`` would meet (empty = none), one line each naming the
     parameter (``source`` names where the overrides came from)."""
-    from rightsizer.handler_support import Settings, load_config
+    from rightsizer.wiring.settings import DeploymentSettings, config_from_settings
 
     document = _template(template)
     parameters: dict[str, dict[str, Any]] = document.get("Parameters", {})
@@ -131,11 +131,11 @@ def check_deployment(template: Path, overrides: Mapping[str, str], *, source: st
         if isinstance(value, dict) and "Ref" in value and value["Ref"] in values:
             env[variable] = values[value["Ref"]]
 
-    def no_ssm(_settings: Settings, name: str) -> str:
+    def no_ssm(name: str) -> str:
         raise ConfigError(f"the policy is in SSM parameter {name}: check its text with --policy FILE")
 
     try:
-        config = load_config(Settings.from_env(env), fetch=no_ssm)
+        config = config_from_settings(DeploymentSettings.from_env(env), fetch=no_ssm)
     except ConfigError as exc:
         problems.append(f"{source}: {exc}")
     else:

@@ -15,15 +15,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from rightsizer.config import Config
-from rightsizer.domain.errors import ConfigError
 from rightsizer.webhook_handler import LambdaHandler
 
 if TYPE_CHECKING:
-    from rightsizer.ports import ClusterReader, WorkflowStarter
-    from rightsizer.services.drain import StepResult
+    from rightsizer.ports import WorkflowStarter
     from rightsizer.services.webhook import DuplicateGuard
     from rightsizer.state import StateStore
 
@@ -217,42 +215,15 @@ def build_serve_starter(config: Config, state: StateStore, *, execute: bool) -> 
     """The ``WorkflowStarter`` of ``rightsizer serve``: the in-process runner in background threads over
     ``state`` (the same store the webhook reads leases from), so the webhook answers at once.
 
-    Dry run unless ``execute`` and the policy's ``dry_run: false`` (design §5 "Live needs every switch").
+    Dry run unless ``execute`` and the policy's ``dry_run: false`` (docs/architecture.md §5 "Live needs
+    every switch").
 
     Raises:
         ConfigError: no ``cluster.name`` (the node scaler needs the EKS cluster).
     """
-    from rightsizer import wiring
-    from rightsizer.services.drain import DrainDeps, DrainWorkflow
-    from rightsizer.services.runner import InProcessRunner
+    from rightsizer.wiring import Runtime
 
-    if not config.cluster.name:
-        raise ConfigError("acting needs the EKS cluster name", field="cluster.name")
-    writer = wiring.build_cluster_writer(config)
-    observers = wiring.Observers(
-        cluster=cast("ClusterReader", writer),
-        inventory=wiring.build_inventory(config),
-        metrics=wiring.build_metrics_reader(config),
-    )
-    deps = DrainDeps(
-        cluster=writer,
-        scaler=wiring.build_node_scaler(config),
-        assessor=wiring.build_assessor(config, config.policy, observers),
-        state=state,
-        policy=config.policy,
-        dry_run=not execute or config.policy.dry_run,
-    )
-    return InProcessRunner(DrainWorkflow(deps), background=True, progress=_log_progress)
-
-
-def _log_progress(result: StepResult) -> None:
-    log.info(
-        "drain %s: %s -> %s %s",
-        result.execution_id,
-        result.step,
-        result.next_step or result.status,
-        result.message,
-    )
+    return Runtime(config, "serve", dry_run=not execute, state=state).starter()
 
 
 def build_webhook_server(
@@ -267,23 +238,20 @@ def build_webhook_server(
 ) -> WebhookHTTPServer:
     """The ``serve`` server on 127.0.0.1:``port`` (0 = any free port), not yet serving.
 
-    The webhook intake is built as the Lambda builds it (:func:`rightsizer.wiring.build_intake`) and
-    served by the Lambda's handler body; ``starter``/``state``/``guard`` override the defaults (the factory
-    hook :func:`build_serve_starter`; the ``aws.table`` store or memory; Powertools Idempotency on the
-    table, or memory without one).
+    The webhook intake comes from the composition root (:meth:`rightsizer.wiring.Runtime.webhook_intake`,
+    mode ``serve``) and is served by the Lambda's own handler body; ``starter``/``state``/``guard``
+    override the defaults (in-process drains in background threads; the ``aws.table`` store or memory;
+    Powertools Idempotency on the table, or memory without one).
 
     Raises:
-        ConfigError: no token (``RIGHTSIZER_WEBHOOK_TOKEN`` / ``webhook.token_secret``), or no starter.
+        ConfigError: no token (``RIGHTSIZER_WEBHOOK_TOKEN`` / ``webhook.token_secret``), or no
+            ``cluster.name`` for the drains.
     """
-    from rightsizer import wiring
-    from rightsizer.services.webhook import MAX_BODY_BYTES, MemoryDuplicateGuard
+    from rightsizer.services.webhook import MAX_BODY_BYTES
     from rightsizer.webhook_handler import function_url_handler
+    from rightsizer.wiring import Runtime
 
-    wiring.webhook_token(config, environ)  # fail closed on a missing token before building anything else
-    state = state if state is not None else wiring.build_local_state(config)
-    if guard is None and not config.aws.table:
-        guard = MemoryDuplicateGuard()
-    starter = starter if starter is not None else build_serve_starter(config, state, execute=execute)
-    intake = wiring.build_intake(config, starter=starter, leases=state, guard=guard, environ=environ)
+    runtime = Runtime(config, "serve", dry_run=not execute, state=state)
+    intake = runtime.webhook_intake(starter=starter, guard=guard, environ=environ)
     handler = function_url_handler(lambda: intake)
     return WebhookHTTPServer(("127.0.0.1", port), handler, max_body_bytes=MAX_BODY_BYTES)

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,10 +24,11 @@ import boto3
 import pytest
 
 from rightsizer.adapters.aws import AwsClients
-from rightsizer.handler_support import clear_caches
+from rightsizer.cli import main
 from rightsizer.testing.dynamodb_table import create_state_table
 from rightsizer.testing.k8s import KubernetesDouble
 from rightsizer.testing.moto_eks import BuiltCluster, MotoServer
+from rightsizer.wiring import clear_lambda_runtime, lambda_runtime, parts, settings
 from tests.builders import AT, STEP
 from tests.integration.test_snapshot_cli import dcgm_families, seed_cluster
 from tests.integration.test_statemachine import LambdaContext, load_asl
@@ -133,11 +136,11 @@ def deployment(
         }
         for key, value in env.items():
             monkeypatch.setenv(key, value)
-        clear_caches()
+        clear_lambda_runtime()
         try:
             yield Deployment(gpu_cluster, double, machine["stateMachineArn"], sfn, dynamodb)
         finally:
-            clear_caches()
+            clear_lambda_runtime()
 
 
 def executions(deployment: Deployment) -> list[dict[str, Any]]:
@@ -260,7 +263,7 @@ def test_offhours_tick_in_dry_run_reports_and_changes_nothing(
         "RIGHTSIZER_OFFHOURS",
         json.dumps({"schedules": {"night": night}, "node_groups": [{"name": "gpu-l4", "schedule": "night"}]}),
     )
-    clear_caches()
+    clear_lambda_runtime()
     autoscaling = boto3.session.Session(region_name="us-east-1").client(
         "autoscaling", endpoint_url=deployment.sfn.meta.endpoint_url
     )
@@ -314,3 +317,106 @@ class LambdaContextStub:
     @staticmethod
     def get_remaining_time_in_millis() -> int:
         return 30_000
+
+
+# ------------------------------------------------------------------------------------- composition root
+
+
+def test_a_policy_change_in_ssm_reaches_the_warm_handler_after_max_age(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN the policy in an SSM parameter, re-read after 60 s (the default), and a clock we can move
+    later = [0.0]
+    real = settings.monotonic
+    monkeypatch.setattr(settings, "monotonic", lambda: real() + later[0])
+    ssm = boto3.session.Session(region_name="us-east-1").client(
+        "ssm", endpoint_url=deployment.sfn.meta.endpoint_url
+    )
+    name = "/rightsizer/policy"
+    ssm.put_parameter(Name=name, Type="String", Value=POLICY + "dry_run: false\n")
+    monkeypatch.setenv("RIGHTSIZER_POLICY_PARAMETER", name)
+    clear_lambda_runtime()
+    assess = handler("assess")
+    assert assess(event("assess-tick"), LambdaContext())["dry_run"] is False
+    warm = lambda_runtime()
+
+    # WHEN an operator flips the emergency switch in SSM
+    ssm.put_parameter(Name=name, Type="String", Value=POLICY + "dry_run: true\n", Overwrite=True)
+
+    # THEN within max_age the warm handler still uses the policy it read …
+    later[0] = 50.0
+    assert assess(event("assess-tick"), LambdaContext())["dry_run"] is False
+    # … and after max_age the same warm runtime (no cold start, same clients) uses the new one
+    later[0] = 61.0
+    assert assess(event("assess-tick"), LambdaContext())["dry_run"] is True
+    assert lambda_runtime() is warm
+    assert warm.drain_workflow().deps.dry_run is True
+
+
+def _count_observations(monkeypatch: pytest.MonkeyPatch) -> list[datetime]:
+    """Record every live observation of the cluster (``wiring.parts.observe_live``) made from now on."""
+    seen: list[datetime] = []
+    real = parts.observe_live
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        seen.append(args[3])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(parts, "observe_live", counting)
+    return seen
+
+
+OFFHOURS_A10G = {
+    "schedules": {
+        "always": [
+            {
+                "days": ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"],
+                "start": "00:00",
+                "end": "23:59",
+                "timezone": "UTC",
+            }
+        ]
+    },
+    "node_groups": [{"name": "gpu-a10g", "schedule": "always"}],
+}
+
+
+def test_one_observation_per_offhours_tick_on_the_lambda_path(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN node group gpu-a10g (three nodes) inside its off-hours schedule
+    monkeypatch.setenv("RIGHTSIZER_OFFHOURS", json.dumps(OFFHOURS_A10G))
+    clear_lambda_runtime()
+    seen = _count_observations(monkeypatch)
+
+    # WHEN one off-hours tick runs
+    report = handler("offhours")(event("offhours-tick"), LambdaContext(function_name="rightsizer-offhours"))
+
+    # THEN every node of the group was checked, on exactly one observation of the cluster
+    (group,) = [g for g in report["groups"] if g["node_group"] == "gpu-a10g"]
+    assert len(group["node_reasons"]) + len(group["actions"]) >= 2, group
+    assert len(seen) == 1
+
+
+def test_one_observation_per_offhours_tick_on_the_cli_path(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # GIVEN the same deployment as a config file for the CLI
+    config = {
+        "cluster": {"name": deployment.cluster.cluster, "region": "us-east-1", "context": "double"},
+        "prometheus": {"url": os.environ["RIGHTSIZER_PROMETHEUS_URL"]},
+        "aws": {"region": "us-east-1", "endpoint_url": deployment.sfn.meta.endpoint_url, "table": TABLE},
+        "policy": {"max_nodes_per_run": 10, "max_nodes_per_node_group": 10, "cooldown": "0s"},
+        "offhours": OFFHOURS_A10G,
+    }
+    config["cluster"]["kubeconfig"] = os.environ["KUBECONFIG"]
+    path = tmp_path / "config.yaml"
+    path.write_text(json.dumps(config), encoding="utf-8")
+    seen = _count_observations(monkeypatch)
+
+    # WHEN `rightsizer offhours down` evaluates one tick (dry run)
+    code = main(["offhours", "down", "--config", str(path), "--at", event("offhours-tick")["scheduled_time"]])
+
+    # THEN it observed the cluster exactly once for the whole group
+    assert code == 0
+    assert len(seen) == 1

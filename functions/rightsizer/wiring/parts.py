@@ -1,8 +1,8 @@
-"""Wiring: the only place SDK clients and adapters are built from a validated ``Config``.
+"""The parts the composition root assembles: SDK clients and adapters built from a validated ``Config``.
 
-Services receive ports (``rightsizer.ports``); handlers and the CLI ask this module for them. Nothing
-here runs at import time — clients, tokens and the Kubernetes package are created on the first call, so a
-handler that never needs Kubernetes (the webhook) never imports it.
+Services receive ports (``rightsizer.ports``); :class:`rightsizer.wiring.Runtime` asks this module for
+them. Nothing here runs at import time — clients, tokens and the Kubernetes package are created on the
+first call, so a handler that never needs Kubernetes (the webhook) never imports it.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from rightsizer.config import Config
 from rightsizer.domain.errors import ConfigError
@@ -36,13 +36,10 @@ from rightsizer.state import LeaseStore, PlanHistory, StateStore
 if TYPE_CHECKING:
     from rightsizer.adapters.prometheus import PrometheusClient
     from rightsizer.services.assess import PlanningAssessor
-    from rightsizer.services.drain import DrainWorkflow
     from rightsizer.services.webhook import DuplicateGuard, WebhookIntake
 
 __all__ = [
-    "ActDeps",
     "Observers",
-    "build_act_deps",
     "build_assessor",
     "build_cluster_reader",
     "build_cluster_writer",
@@ -61,7 +58,6 @@ __all__ = [
     "observe_live",
     "observe_request",
     "snapshot_from_observation",
-    "webhook_intake_from_env",
     "webhook_token",
 ]
 
@@ -328,15 +324,18 @@ def build_cluster_writer(config: Config, *, page_size: int = 500) -> ClusterWrit
     return cluster
 
 
-def observe_live(config: Config, policy: Policy, observers: Observers, at: datetime) -> ClusterSnapshot:
-    """A live ``ClusterSnapshot`` at ``at`` (floored to the query step, so range and subquery points
-    coincide) with GPU signals aggregated in Prometheus (``collect_live``)."""
+def observe_live(
+    config: Config, policy: Policy, observers: Observers, at: datetime, *, floor: bool = True
+) -> ClusterSnapshot:
+    """A live ``ClusterSnapshot`` at ``at`` (floored to the query step unless ``floor`` is false, so range
+    and subquery points coincide) with GPU signals aggregated in Prometheus (``collect_live``)."""
     from rightsizer.services.snapshot import observe
 
-    step = int(config.prometheus.step)
-    epoch = int(at.timestamp())
-    floored = datetime.fromtimestamp(epoch - epoch % step, at.tzinfo)
-    request = observe_request(config, policy, floored)
+    if floor:
+        step = int(config.prometheus.step)
+        epoch = int(at.timestamp())
+        at = datetime.fromtimestamp(epoch - epoch % step, at.tzinfo)
+    request = observe_request(config, policy, at)
     observation = observe(observers.cluster, observers.inventory, None, request)
     return live_signals(config, policy, snapshot_from_observation(observation), observers.metrics)
 
@@ -364,68 +363,6 @@ def build_workflow_starter(config: Config, state_machine_arn: str | None) -> Wor
     if not state_machine_arn:
         raise ConfigError("the drain state machine is required", field="RIGHTSIZER_STATE_MACHINE_ARN")
     return StepFunctionsStarter(_aws_client(config, "stepfunctions"), state_machine_arn)
-
-
-@dataclass(frozen=True)
-class ActDeps:
-    """Everything the act side needs for one cluster, built once per cold start.
-
-    ``cluster`` is the Kubernetes adapter as a writer (``observers.cluster`` is the same object);
-    ``dry_run`` is True unless both the deployment and the policy say otherwise (design §5 "Live").
-    """
-
-    config: Config
-    policy: Policy
-    observers: Observers
-    cluster: ClusterWriter
-    scaler: NodeScaler
-    state: StateStore
-    workflow: DrainWorkflow
-    dry_run: bool
-
-    def observe(self, at: datetime) -> ClusterSnapshot:
-        """A live snapshot of the cluster at ``at`` (see :func:`observe_live`)."""
-        return observe_live(self.config, self.policy, self.observers, at)
-
-
-def build_act_deps(config: Config, *, dry_run: bool, page_size: int = 500) -> ActDeps:
-    """Build the act side for ``config``: one Kubernetes adapter (reader and writer), the AWS inventory
-    and node scaler, the Prometheus client, the DynamoDB state and the drain workflow over them.
-
-    Args:
-        dry_run: the deployment's switch (template parameter ``DryRun``); the policy's ``dry_run`` must
-            also be false for anything to be touched.
-
-    Raises:
-        ConfigError: no ``cluster.name`` (the node scaler needs the EKS cluster), no ``aws.table``.
-    """
-    from rightsizer.services.drain import DrainDeps
-    from rightsizer.services.resize import ResizeWorkflow
-
-    if not config.cluster.name:
-        raise ConfigError("acting needs the EKS cluster name", field="cluster.name")
-    writer = build_cluster_writer(config, page_size=page_size)
-    observers = Observers(
-        cluster=cast(ClusterReader, writer),
-        inventory=build_inventory(config),
-        metrics=build_metrics_reader(config),
-    )
-    policy = config.policy
-    effective_dry_run = dry_run or policy.dry_run
-    scaler = build_node_scaler(config)
-    state = build_state(config)
-    workflow = ResizeWorkflow(
-        DrainDeps(
-            cluster=writer,
-            scaler=scaler,
-            assessor=build_assessor(config, policy, observers),
-            state=state,
-            policy=policy,
-            dry_run=effective_dry_run,
-        ),
-        build_instance_type_changer(config),
-    )
-    return ActDeps(config, policy, observers, writer, scaler, state, workflow, effective_dry_run)
 
 
 def build_instance_type_changer(config: Config) -> InstanceTypeChanger:
@@ -456,8 +393,6 @@ def build_nodegroup_sizer(config: Config) -> NodeGroupSizer:
 
 #: Overrides ``webhook.token_secret`` (``rightsizer serve``, tests).
 TOKEN_ENV = "RIGHTSIZER_WEBHOOK_TOKEN"  # noqa: S105 (a variable name, not a secret)
-#: A config file instead of the template's ``RIGHTSIZER_*`` variables (the webhook handler).
-CONFIG_ENV = "RIGHTSIZER_CONFIG"
 
 
 def _secret_reference(name: str) -> str:
@@ -542,28 +477,6 @@ def build_intake(
         node_labels=config.policy.alert_node_labels,
         logger=logger,
     )
-
-
-def webhook_intake_from_env(environ: Mapping[str, str] | None = None) -> WebhookIntake:
-    """The deployed webhook's intake, built at cold start: the config file ``RIGHTSIZER_CONFIG`` plus
-    ``RIGHTSIZER_STATE_MACHINE_ARN``, else the template's ``RIGHTSIZER_*`` variables.
-
-    Raises:
-        ConfigError: an invalid config or environment, no token, no state table, no state machine.
-    """
-    from rightsizer.config import load_config
-
-    env = os.environ if environ is None else environ
-    if CONFIG_ENV in env:
-        config = load_config(env[CONFIG_ENV])
-        arn = env.get("RIGHTSIZER_STATE_MACHINE_ARN")
-    else:  # deployed: the template's RIGHTSIZER_* variables (rightsizer.handler_support.Settings)
-        from rightsizer.handler_support import Settings
-        from rightsizer.handler_support import load_config as load_deployment_config
-
-        settings = Settings.from_env(env)
-        config, arn = load_deployment_config(settings), settings.state_machine_arn
-    return build_intake(config, starter=build_workflow_starter(config, arn), environ=environ)
 
 
 #: Stack outputs ``config_from_stack`` reads (template.yaml ``Outputs``).

@@ -1,0 +1,62 @@
+"""The composition root: the only place SDK clients, adapters and use cases are built.
+
+- :class:`Runtime` (``runtime``) — one per process and mode: ``assessment()``, ``offhours()``,
+  ``drain_workflow()``, ``webhook_intake()``, ``observe(at)`` (once per tick) and the ``starter()`` of the
+  mode; :func:`lambda_runtime` is the warm Lambda's.
+- ``settings`` — the deployment environment (one pydantic-settings model) and the policy provider
+  (``max_age``, default 60 s).
+- ``parts`` — the builders of single adapters and clients the runtime assembles.
+
+Only this package and ``rightsizer.adapters`` import boto3, botocore, kubernetes or httpx (an import
+contract in pyproject.toml).
+"""
+
+from rightsizer.wiring.parts import (
+    TOKEN_ENV,
+    Observers,
+    build_intake,
+    build_metrics_reader,
+    build_observers,
+    config_from_stack,
+    live_signals,
+    observe_request,
+    snapshot_from_observation,
+    webhook_token,
+)
+from rightsizer.wiring.runtime import (
+    CONFIG_ENV,
+    Mode,
+    Runtime,
+    clear_lambda_runtime,
+    lambda_runtime,
+    webhook_intake_from_env,
+)
+from rightsizer.wiring.settings import (
+    POLICY_MAX_AGE_S,
+    STATE_MACHINE_TIMEOUT_S,
+    DeploymentSettings,
+    PolicyProvider,
+)
+
+__all__ = [
+    "CONFIG_ENV",
+    "POLICY_MAX_AGE_S",
+    "STATE_MACHINE_TIMEOUT_S",
+    "TOKEN_ENV",
+    "DeploymentSettings",
+    "Mode",
+    "Observers",
+    "PolicyProvider",
+    "Runtime",
+    "build_intake",
+    "build_metrics_reader",
+    "build_observers",
+    "clear_lambda_runtime",
+    "config_from_stack",
+    "lambda_runtime",
+    "live_signals",
+    "observe_request",
+    "snapshot_from_observation",
+    "webhook_intake_from_env",
+    "webhook_token",
+]
