@@ -32,7 +32,7 @@ from rightsizer.testing.demo_env import (
     is_loopback_url,
     shift_timestamps,
 )
-from rightsizer.wiring import (
+from rightsizer.wiring.parts import (
     build_cluster_reader,
     build_inventory,
     observe_request,
