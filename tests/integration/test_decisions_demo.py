@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 
-from rightsizer import wiring
 from rightsizer.cli import main
 from rightsizer.domain.decisions import EVENT_REASONS
 from rightsizer.domain.model import ClusterSnapshot
@@ -26,6 +25,7 @@ from rightsizer.services.drain import DrainRequest
 from rightsizer.services.snapshot import observe
 from rightsizer.state import LedgerEntry
 from rightsizer.testing.demo_env import DemoEnvironment, demo_snapshot_dir
+from rightsizer.wiring import parts as wiring
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
