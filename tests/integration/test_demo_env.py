@@ -199,7 +199,7 @@ def test_metrics_are_moved_to_the_present_on_the_snapshot_grid(env: DemoEnvironm
     assert answer["status"] == "success"
     assert answer["data"]["resultType"] == "matrix"
     assert metrics.shift_seconds % STEP == 0
-    assert 0 <= time.time() - metrics.taken_at.timestamp() < STEP + 5
+    assert metrics.taken_at.timestamp() <= time.time()  # no sample in the future
     for series in answer["data"]["result"]:
         assert series["metric"]["__name__"] == GPU_UTIL
         assert series["values"][-1][0] == end
@@ -236,6 +236,19 @@ def test_metrics_are_moved_to_the_present_on_the_snapshot_grid(env: DemoEnvironm
 def answer_of(metrics: SnapshotMetrics, expr: str, start: float, end: float) -> list[dict[str, Any]]:
     result: list[dict[str, Any]] = metrics.query_range_raw(expr, start, end, STEP)["data"]["result"]
     return result
+
+
+def test_shift_lands_the_snapshot_end_in_the_last_whole_step_before_now() -> None:
+    # GIVEN "now" at several offsets from the snapshot's own end (no wall clock: a loaded machine
+    # must not turn this into a timing test)
+    base = SnapshotMetrics(demo_snapshot_dir(), now=0.0)
+    original_end = base.taken_at.timestamp() - base.shift_seconds
+    for offset in (0.0, 1.0, STEP - 0.001, STEP, 7 * STEP + 13.5, 86_400 * 3 + 59.9):
+        now = original_end + offset
+        metrics = SnapshotMetrics(demo_snapshot_dir(), now=now)
+        # THEN the shift is whole steps and the newest sample is within one step before "now"
+        assert metrics.shift_seconds % STEP == 0
+        assert 0 <= now - metrics.taken_at.timestamp() < STEP
 
 
 def test_series_continue_past_the_snapshot_with_growing_energy() -> None:
