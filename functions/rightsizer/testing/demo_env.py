@@ -655,21 +655,27 @@ class NodeLifecycleSyncer:
             return SyncChanges(tuple(removed), tuple(added))
 
     def _kubelet(self, node: JSON, instance: Mapping[str, Any]) -> None:
-        """A stopped instance's Node is NotReady; once it runs again its kubelet re-registers it with the
-        instance's type (labels) and that type's GPUs (catalog count) as capacity and allocatable. The
-        Node object is kept with its annotations and cordon; only a change is written."""
+        """A stopped instance's Node turns NotReady; when it runs again its kubelet reports Ready, and when
+        its type changed (a resize) re-registers it with the new type (labels) and that type's GPUs (catalog
+        count) as capacity and allocatable. A steady node is left exactly as it is; the Node object is kept
+        with its annotations and cordon; only a change is written."""
         state, instance_type = str(instance["State"]["Name"]), str(instance["InstanceType"])
         updated = copy.deepcopy(node)
         running = state == "running"
-        conditions = [c for c in updated["status"].get("conditions", []) if c.get("type") != "Ready"]
-        ready = {"type": "Ready", "status": "True" if running else "Unknown",
-                 "reason": "KubeletReady" if running else "NodeStatusUnknown"}  # fmt: skip
-        updated["status"]["conditions"] = [*conditions, ready]
-        if running:
-            row = load_catalog().get(instance_type)
-            labels = updated["metadata"].setdefault("labels", {})
+        conditions = updated["status"].setdefault("conditions", [])
+        ready = next((c for c in conditions if c.get("type") == "Ready"), None)
+        if ready is None:
+            ready = {"type": "Ready"}
+            conditions.append(ready)
+        if running and ready.get("status") != "True":
+            ready.update(status="True", reason="KubeletReady")
+        elif not running and state != "pending" and ready.get("status") == "True":
+            ready.update(status="Unknown", reason="NodeStatusUnknown")
+        labels = updated["metadata"].setdefault("labels", {})
+        if running and labels.get("node.kubernetes.io/instance-type") != instance_type:
             labels["node.kubernetes.io/instance-type"] = instance_type
             labels["beta.kubernetes.io/instance-type"] = instance_type
+            row = load_catalog().get(instance_type)
             if row is not None and row.gpu_count >= 1:
                 updated["status"].setdefault("capacity", {})["nvidia.com/gpu"] = str(row.gpu_count)
                 updated["status"].setdefault("allocatable", {})["nvidia.com/gpu"] = str(row.gpu_count)
