@@ -13,6 +13,8 @@ import pytest
 import yaml
 from botocore.credentials import ReadOnlyCredentials
 
+from rightsizer.adapters.asg_scaler import AsgNodeScaler
+from rightsizer.adapters.aws import AwsClients
 from rightsizer.adapters.eks_auth import EksTokenSource
 from rightsizer.adapters.kubernetes import KubernetesCluster
 from rightsizer.adapters.memory_state import MemoryState
@@ -24,9 +26,11 @@ from rightsizer.services.drain import DrainDeps, DrainRequest, DrainWorkflow
 from rightsizer.services.runner import InProcessRunner
 from rightsizer.testing.fakes import FakeClock, FakeNodeScaler
 from rightsizer.testing.k8s import KubernetesDouble
+from rightsizer.testing.moto_eks import BuiltCluster
 from tests.builders import AT, claim_volume, gpu_node, merge_metrics, node_devices, pod, pv, pvc, snapshot
 
 pytestmark = pytest.mark.integration
+pytest_plugins = ["tests.support.moto_fixtures"]
 
 RBAC = Path(__file__).resolve().parents[2] / "infra" / "k8s" / "rbac.yaml"
 NODES = ("gpu-1", "gpu-2", "gpu-3")
@@ -53,12 +57,13 @@ def double(clock: FakeClock) -> Iterator[KubernetesDouble]:
         yield d
 
 
-def drain(double: KubernetesDouble, clock: FakeClock) -> tuple[str, FakeNodeScaler]:
+def drain(double: KubernetesDouble, clock: FakeClock, scaler: Any = None) -> tuple[str, Any]:
     cluster = KubernetesCluster.for_eks(
         double.base_url, EksTokenSource("prod", "us-east-1", lambda: ReadOnlyCredentials("AKID", "s", None))
     )
-    scaler = FakeNodeScaler()
-    scaler.add_group(ASG, min_size=0, desired=3, max_size=5, instance_ids=["i-1", "i-2", "i-3"])
+    if scaler is None:
+        scaler = FakeNodeScaler()
+        scaler.add_group(ASG, min_size=0, desired=3, max_size=5, instance_ids=["i-1", "i-2", "i-3"])
     metrics = merge_metrics(*(node_devices(n, 1) for n in NODES))
 
     def observe(now: datetime) -> ClusterSnapshot:
@@ -183,3 +188,31 @@ def test_the_assessment_identity_heals_a_stale_cordon_with_exactly_its_roles(
     assert double.get_pod("default", "nothing") is None
     denied = cluster.preflight([AccessCheck("create", "pods", "eviction")])
     assert denied == [AccessCheck("create", "pods", "eviction")]
+
+
+@pytest.mark.parametrize("local", [True, False], ids=["local-pv-kept", "network-pv-drained"])
+def test_node_local_data_on_moto_auto_scaling(
+    clock: FakeClock, aws_clients: AwsClients, gpu_cluster: BuiltCluster, local: bool
+) -> None:
+    """The same drain against Auto Scaling on moto: a local volume leaves the group untouched; a network
+    volume ends with exactly that instance terminated and DesiredCapacity one lower."""
+    group = gpu_cluster.nodegroups["gpu-a10g"]
+    with KubernetesDouble(seed=7, resource_api_versions=None, clock=clock) as double:
+        double.bind_cluster_role(cluster_role("rightsizer"))
+        for name, instance in zip(NODES, group.instance_ids, strict=True):
+            double.add_node(gpu_node(name, instance_type="g5.2xlarge", gpus=1, instance_id=instance))
+        double.add_pod(
+            pod("db-0", "gpu-1", owner=("StatefulSet", "apps/v1"), volumes=[claim_volume("data-db-0")])
+        )
+        double.add_pvc(pvc("data-db-0", "pv-1"))
+        affinity = {"kubernetes.io/hostname": ["gpu-1"]}
+        double.add_pv(pv("pv-1", local_path="/mnt/nvme0", affinity=affinity) if local else pv("pv-1"))
+        scaler = AsgNodeScaler(aws_clients.autoscaling)
+        status, _ = drain(double, clock, scaler)
+    _min, desired, _max, in_service = scaler.group_sizes(group.asg_name)
+    if local:
+        assert status == "abandoned"
+        assert desired == 3 and group.instance_ids[0] in in_service
+    else:
+        assert status == "succeeded"
+        assert desired == 2 and group.instance_ids[0] not in in_service
