@@ -81,3 +81,13 @@ def test_pdb_names_are_in_the_reason_the_event_and_the_ledger() -> None:
     assert "multiple_pdbs:default/web-1:front,web" in reasons(world)[-1][2]
     assert "front,web" in world.writer.events[-1]["message"]
     assert event_reasons(world)[-1] == "RolledBack"
+
+
+def test_a_gpu_job_that_tolerates_every_taint_still_protects_its_node() -> None:
+    """Not evicted because it would come back — but its work would die with the instance: it blocks."""
+    trainer = pod("trainer-0", "gpu-1", owner=("Job", "batch/v1"), gpus=1, extra_spec=TOLERATE_ALL)
+    world = make_world(pods=[trainer])
+    assert world.drain().status == "abandoned"
+    blocking = reasons(world)[-1][2]
+    assert "running_batch_pod:default/trainer-0" in blocking and "idle_gpu_holder:default/trainer-0" in blocking
+    assert world.writer.evictions == [] and world.scaler.terminated == []

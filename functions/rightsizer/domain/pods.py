@@ -373,15 +373,25 @@ def classify_pod(pod: Pod, ctx: PodContext) -> PodClassification:
         if why:
             if why in ("terminal_phase", "terminating"):
                 return PodClassification(pod, why, (), None)
-            findings = tuple(f for f in (flt(pod, ctx) for flt in ALWAYS_FILTERS) if f is not None)
-            return PodClassification(pod, why, findings, None)
-    findings = tuple(f for f in (flt(pod, ctx) for flt in BLOCK_FILTERS) if f is not None)
+            if why != "tolerates_cordon":
+                findings = tuple(f for f in (flt(pod, ctx) for flt in ALWAYS_FILTERS) if f is not None)
+                return PodClassification(pod, why, findings, None)
+            # Not evicted (it would come back), but its instance still goes: everything that protects a
+            # pod's work or data still applies (a GPU job tolerating every taint is still a GPU job).
+            return _blocked(pod, ctx, why, tuple(f for f in BLOCK_FILTERS if f is not _grace))
+    return _blocked(pod, ctx, None, BLOCK_FILTERS)
+
+
+def _blocked(
+    pod: Pod, ctx: PodContext, ignored: str | None, filters: Sequence[BlockFilter]
+) -> PodClassification:
+    findings = tuple(f for f in (flt(pod, ctx) for flt in filters) if f is not None)
     holder_why = gpu_holding(pod, ctx.claims_on_node)
     holder = None
     if holder_why:
         switch = "" if ctx.policy.evict_idle_gpu_holders else "; set evict_idle_gpu_holders: true to evict"
         holder = Finding("idle_gpu_holder", pod.key, f"holds a GPU ({holder_why}){switch}")
-    return PodClassification(pod, None, findings, holder)
+    return PodClassification(pod, ignored, findings, holder)
 
 
 def classify_pods(pods: Sequence[Pod], ctx: PodContext) -> list[PodClassification]:

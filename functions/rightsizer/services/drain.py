@@ -263,13 +263,12 @@ class DrainWorkflow:
         for c in classify_pods(parsed, ctx):
             # A pod that is not evicted can still block (do-not-disrupt or a PDB on a DaemonSet pod).
             blocking.extend(f.reason for f in c.findings)
-            if c.ignored == "terminating":
-                to_evict.append(c.pod)  # not evicted again, but waited for (adopted by the evict step)
-            if c.ignored is not None:
-                continue
             if c.gpu_holder is not None and self._holders_block(record):
                 blocking.append(c.gpu_holder.reason)
-            to_evict.append(c.pod)
+            if c.ignored == "terminating":
+                to_evict.append(c.pod)  # not evicted again, but waited for (adopted by the evict step)
+            elif c.ignored is None:
+                to_evict.append(c.pod)
         return to_evict, blocking
 
     # ------------------------------------------------------------------------------------- entry
