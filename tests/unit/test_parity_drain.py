@@ -89,5 +89,7 @@ def test_a_gpu_job_that_tolerates_every_taint_still_protects_its_node() -> None:
     world = make_world(pods=[trainer])
     assert world.drain().status == "abandoned"
     blocking = reasons(world)[-1][2]
-    assert "running_batch_pod:default/trainer-0" in blocking and "idle_gpu_holder:default/trainer-0" in blocking
+    assert (
+        "running_batch_pod:default/trainer-0" in blocking and "idle_gpu_holder:default/trainer-0" in blocking
+    )
     assert world.writer.evictions == [] and world.scaler.terminated == []
