@@ -46,7 +46,7 @@ clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .aws-sam
 
 # ---------------------------------------------------------------------------------------------- validate
-# The deployment checks (design §6). SAM CLI pins old boto3/pydantic, so it lives in its own venv and never
+# The deployment checks (docs/architecture.md §6). SAM CLI pins old boto3/pydantic, so it lives in its own venv and never
 # beside the app; asl-validator comes from npm into a local prefix. `sam build` runs without Docker and needs
 # python3.12 on PATH (pyenv: PYENV_VERSION=3.12.1).
 SAM_VENV := .venv-sam

@@ -1,4 +1,4 @@
-"""Cold start of the Lambda handlers (design §8): import time of each handler module in a fresh interpreter.
+"""Cold start of the Lambda handlers (docs/architecture.md §8): import time of each handler module in a fresh interpreter.
 
 Each figure is the median of ``--runs`` fresh ``python`` processes timing ``import <module>`` with
 ``time.perf_counter`` (interpreter start-up excluded), beside a bare ``import boto3`` — the floor every

@@ -1,4 +1,4 @@
-"""Webhook latency benchmark (design §8: the webhook answers within one second; it starts work only).
+"""Webhook latency benchmark (docs/architecture.md §8: the webhook answers within one second; it starts work only).
 
 Starts ``rightsizer serve``'s server (:func:`rightsizer.localserve.build_webhook_server`) on 127.0.0.1 with the
 real handler (``alert_webhook.app.lambda_handler``: Function URL event, Powertools Parser and Logger,
@@ -15,7 +15,7 @@ the handler itself costs) or ``--backend moto`` (leases and Powertools Idempoten
 moto server: two to three DynamoDB calls over HTTP per alert; moto is slower than DynamoDB, so read this
 as an upper bound). The workflow starter is a recording double in both (Step Functions ``StartExecution``
 is one more AWS call, typically 20-50 ms). Also prints the handler module's import time beside a bare
-``import boto3`` in fresh interpreters (cold start, design §8).
+``import boto3`` in fresh interpreters (cold start, docs/architecture.md §8).
 
 Usage: ``.venv/bin/python benchmarks/handlers_webhook.py [--requests 1000] [--backend memory|moto]``.
 """

@@ -360,7 +360,7 @@ def write_snapshot_dir(
     groups: list[AsgInfo] | None = None,
     at: datetime = AT,
 ) -> Any:
-    """Write a design §5 snapshot directory (kubectl Lists, query_range matrices, nodegroups.json)."""
+    """Write a docs/architecture.md §5 snapshot directory (kubectl Lists, query_range matrices, nodegroups.json)."""
     import json
     from pathlib import Path
 

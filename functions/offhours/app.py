@@ -1,4 +1,4 @@
-"""Lambda ``offhours``: the off-hours convergence tick (EventBridge Scheduler rate, design §4 "Off-hours").
+"""Lambda ``offhours``: the off-hours convergence tick (EventBridge Scheduler rate, docs/architecture.md §4 "Off-hours").
 
 Each tick converges every selected node group one step towards its schedule at the tick's
 ``scheduled_time`` (:func:`rightsizer.services.offhours.run_offhours`); drains go through the drain state

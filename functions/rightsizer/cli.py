@@ -1,4 +1,4 @@
-"""The ``rightsizer`` command line (design §5 "CLI").
+"""The ``rightsizer`` command line (docs/architecture.md §5 "CLI").
 
 Logs go to stderr; ``--json`` prints exactly one JSON document on stdout. Exit codes: 0 success, 1 an
 action failed or another failure, 2 bad input or configuration (stderr names the file and the field).
@@ -108,7 +108,7 @@ def _observe_live(config: Config, policy: Policy, at: datetime | None) -> Cluste
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:
-    """``rightsizer snapshot``: record the live cluster as a snapshot directory (design §5); never acts."""
+    """``rightsizer snapshot``: record the live cluster as a snapshot directory (docs/architecture.md §5); never acts."""
     from rightsizer.services.snapshot import observe, require_free_output, write_snapshot
     from rightsizer.wiring import Runtime, observe_request
 
@@ -155,7 +155,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
     drain workflow per ``scale_in`` action and one resize workflow per ``resize_instance`` action (an
     opted-in standalone instance, ``rightsizer.services.resize``) in this process, with progress on stderr. Acts only with
     ``--execute`` and the policy's ``dry_run: false``; otherwise each workflow validates and records what
-    it would do. Exit 1 when a workflow failed or was rolled back (design §5)."""
+    it would do. Exit 1 when a workflow failed or was rolled back (docs/architecture.md §5)."""
     from rightsizer.services.assess import run_assessment
     from rightsizer.wiring import Runtime
 

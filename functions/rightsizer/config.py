@@ -1,4 +1,4 @@
-"""The configuration file (design §5 "Config"): cluster, Prometheus, AWS, policy, off-hours, webhook.
+"""The configuration file (docs/architecture.md §5 "Config"): cluster, Prometheus, AWS, policy, off-hours, webhook.
 
 YAML validated with pydantic (``extra="forbid"`` everywhere, so a typo names the key). Every section but
 ``cluster`` has defaults. Secrets are never inlined: ``secret`` is a reference resolved at run time —
@@ -99,7 +99,7 @@ class OffhoursGroup(_Section):
 
 
 class OffhoursConfig(_Section):
-    """Off-hours: named schedules (unions of periods, design §4) and the node groups that follow them."""
+    """Off-hours: named schedules (unions of periods, docs/architecture.md §4) and the node groups that follow them."""
 
     schedules: dict[str, list[Period]] = Field(default_factory=dict)
     node_groups: list[OffhoursGroup] = Field(default_factory=list)

@@ -1,4 +1,4 @@
-"""``rightsizer demo``: the whole loop on the embedded default (design §7), loopback only.
+"""``rightsizer demo``: the whole loop on the embedded default (docs/architecture.md §7), loopback only.
 
 Starts the demo environment (moto server, the Kubernetes API double whose nodes follow moto's EC2 state,
 snapshot-form DCGM metrics), then runs the code paths the Lambda functions run, wired to those servers:

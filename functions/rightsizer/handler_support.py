@@ -81,7 +81,7 @@ def drain_workflow() -> DrainWorkflow:
 
 
 class ScheduledTick(BaseModel):
-    """The EventBridge Scheduler ``Input`` of design §6: ``<aws.scheduler.scheduled-time>`` (RFC 3339 UTC)
+    """The EventBridge Scheduler ``Input`` of docs/architecture.md §6: ``<aws.scheduler.scheduled-time>`` (RFC 3339 UTC)
     and ``<aws.scheduler.execution-id>`` (stable across the retries of one invocation)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

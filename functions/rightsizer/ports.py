@@ -3,7 +3,7 @@
 Services depend on these Protocols only; adapters (``rightsizer.adapters.*``) implement them and
 ``rightsizer.wiring`` connects the two. Everything crossing a port is plain data: Kubernetes objects as
 the dicts ``kubectl get -o json`` prints, AWS answers in their API shapes, Prometheus answers as the
-``/api/v1/query_range`` JSON document — so a snapshot directory (design §5) is exactly what crossed the
+``/api/v1/query_range`` JSON document — so a snapshot directory (docs/architecture.md §5) is exactly what crossed the
 ports, unchanged.
 """
 
@@ -99,7 +99,7 @@ class MetricsRangeReader(Protocol):
             The ``/api/v1/query_range`` response document unchanged — its JSON bytes as received
             (``PrometheusClient``) or already parsed — with ``status``, ``data.resultType`` ``matrix``,
             ``data.result`` and optional ``warnings``. An answer with ``status: error`` is returned, not
-            raised, so the snapshot records it (design §5: the metric becomes a problem).
+            raised, so the snapshot records it (docs/architecture.md §5: the metric becomes a problem).
 
         Raises:
             TransientError / PermanentError: the endpoint could not be reached or refused the caller.
@@ -108,7 +108,7 @@ class MetricsRangeReader(Protocol):
 
 
 class NodeGroupInventory(Protocol):
-    """Node group membership and EC2 facts, in the snapshot's AWS shapes (design §5)."""
+    """Node group membership and EC2 facts, in the snapshot's AWS shapes (docs/architecture.md §5)."""
 
     def describe(self, instance_ids: Sequence[str], cluster: str) -> JSON:
         """The ``nodegroups.json`` document for ``cluster`` and these instances (EKS DescribeNodegroup,
@@ -121,12 +121,12 @@ class NodeGroupInventory(Protocol):
 
 
 # --------------------------------------------------------------------------------------------------
-# Act (design §4): writes to Kubernetes and AWS, fresh decisions, workflow starters
+# Act (docs/architecture.md §4): writes to Kubernetes and AWS, fresh decisions, workflow starters
 # --------------------------------------------------------------------------------------------------
 
 
 class EvictionOutcome(NamedTuple):
-    """What policy/v1 Eviction answered for one pod (design §4 "Evict").
+    """What policy/v1 Eviction answered for one pod (docs/architecture.md §4 "Evict").
 
     ``status``: ``accepted`` (201), ``gone`` (404), ``uid_mismatch`` (409: the UID precondition failed, the
     pod with that UID is gone), ``blocked`` (429: a PodDisruptionBudget allows no disruption now),
@@ -199,7 +199,7 @@ class ClusterWriter(Protocol):
 
 
 class NodeScaler(Protocol):
-    """Auto Scaling group membership, sizes and targeted scale-in (design §4 "Remove")."""
+    """Auto Scaling group membership, sizes and targeted scale-in (docs/architecture.md §4 "Remove")."""
 
     def find_group(self, instance_id: str) -> str | None:
         """The Auto Scaling group of the instance (DescribeAutoScalingInstances), None when standalone."""
@@ -262,7 +262,7 @@ class Assessor(Protocol):
 
 
 class WorkflowStarter(Protocol):
-    """Starts drain workflows: Step Functions in production, the in-process runner elsewhere (design §2)."""
+    """Starts drain workflows: Step Functions in production, the in-process runner elsewhere (docs/architecture.md §2)."""
 
     def start(self, request: Any) -> str:
         """Start a drain for ``request`` (``rightsizer.services.drain.DrainRequest``); returns the
@@ -271,7 +271,7 @@ class WorkflowStarter(Protocol):
 
 
 # --------------------------------------------------------------------------------------------------
-# Off-hours (design §4 "Off-hours", "Node group sizing"): managed node group sizes and their health
+# Off-hours (docs/architecture.md §4 "Off-hours", "Node group sizing"): managed node group sizes and their health
 # --------------------------------------------------------------------------------------------------
 
 

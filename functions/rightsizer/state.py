@@ -1,6 +1,6 @@
 """Durable state of the act phase: ports (Protocols) and the value types that cross them.
 
-Design §3 "Disruption budget (ours)", §4 "Lease", "Off-hours", "Webhook" and BUG-32 (resumable drains).
+docs/architecture.md §3 "Disruption budget (ours)", §4 "Lease", "Off-hours", "Webhook" and BUG-32 (resumable drains).
 Two implementations keep the same semantics and are held to it by one contract suite
 (``tests/integration/test_state_contract.py``): :class:`rightsizer.adapters.dynamodb_state.DynamoDbState`
 (production, one DynamoDB table) and :class:`rightsizer.adapters.memory_state.MemoryState` (in memory).
@@ -66,7 +66,7 @@ __all__ = [
     "sorted_slots",
 ]
 
-#: Refusal reason codes of :meth:`BudgetSlots.take_slot` (the first two are design §3 reason codes).
+#: Refusal reason codes of :meth:`BudgetSlots.take_slot` (the first two are docs/architecture.md §3 reason codes).
 REFUSAL_BUDGET_EXHAUSTED: Final = "disruption_budget_exhausted"
 REFUSAL_AT_MIN_SIZE: Final = "node_group_at_min_size"
 #: Another execution holds the slot of this very node (it is already in flight).
@@ -80,7 +80,7 @@ LEDGER_RESULTS: Final[frozenset[str]] = frozenset(
     {"applied", "already_done", "abandoned", "rolled_back", "failed", "dry_run"}
 )
 
-# Design §4: a lease outlives the drain deadline by this margin so that the last steps (remove,
+# docs/architecture.md §4: a lease outlives the drain deadline by this margin so that the last steps (remove,
 # verify) still run under it.
 _LEASE_MARGIN: Final = timedelta(minutes=5)
 
@@ -96,7 +96,7 @@ def require_aware(value: datetime, name: str = "now") -> datetime:
 
 
 def lease_ttl_seconds(drain_timeout: timedelta) -> int:
-    """Lease duration in seconds for a drain: ``drain_timeout`` + 5 min (design §4 "Lease")."""
+    """Lease duration in seconds for a drain: ``drain_timeout`` + 5 min (docs/architecture.md §4 "Lease")."""
     return int((drain_timeout + _LEASE_MARGIN).total_seconds())
 
 
@@ -126,7 +126,7 @@ class ConflictError(StalePlan):
 
 @dataclass(frozen=True, slots=True)
 class Lease:
-    """A node lease (design §4): who drains ``node`` and until when.
+    """A node lease (docs/architecture.md §4): who drains ``node`` and until when.
 
     Attributes:
         cluster: cluster name the store is bound to.
@@ -152,7 +152,7 @@ class Lease:
 
 @runtime_checkable
 class LeaseStore(Protocol):
-    """Node leases, one per node of the bound cluster, fenced by ``epoch`` (design §4 "Lease").
+    """Node leases, one per node of the bound cluster, fenced by ``epoch`` (docs/architecture.md §4 "Lease").
 
     Expiry is decided by comparing ``expires_at`` with the caller's ``now`` inside the write condition,
     never by DynamoDB TTL (which deletes up to days late).
@@ -195,7 +195,7 @@ class LeaseStore(Protocol):
         ...
 
     def request_cancel(self, node: str, epoch: int) -> bool:
-        """Ask the holder of ``epoch`` to stop (a resolved alert, design §4 "Webhook").
+        """Ask the holder of ``epoch`` to stop (a resolved alert, docs/architecture.md §4 "Webhook").
 
         Returns:
             True when recorded on that held epoch; False (no-op) when no lease is held or the held
@@ -233,7 +233,7 @@ class SlotRefusal:
 
 @runtime_checkable
 class BudgetSlots(Protocol):
-    """Our disruption budget (design §3), enforced by the validate step with conditional writes.
+    """Our disruption budget (docs/architecture.md §3), enforced by the validate step with conditional writes.
 
     Slot lifetime: taken by validate after the node lease is acquired, released when the workflow ends
     (:meth:`release_slot`) or, when the workflow died, by :meth:`reap_slots` once the node's lease held
@@ -301,7 +301,7 @@ def _utc(value: datetime) -> datetime:
 
 @dataclass(frozen=True, slots=True)
 class LedgerEntry:
-    """One action/step outcome (design §4: every action is logged and priced).
+    """One action/step outcome (docs/architecture.md §4: every action is logged and priced).
 
     Attributes:
         execution_id: the workflow execution that acted.
@@ -468,7 +468,7 @@ class SavedSizes:
 
 @runtime_checkable
 class OffhoursStore(Protocol):
-    """Saved node group sizes for off-hours (design §4): written once, no TTL, forgotten on success."""
+    """Saved node group sizes for off-hours (docs/architecture.md §4): written once, no TTL, forgotten on success."""
 
     def save_sizes(self, group: str, sizes: GroupSizes, now: datetime) -> SavedSizes:
         """Save ``sizes`` unless sizes are already saved for ``group``.
@@ -534,7 +534,7 @@ def slot_refusal(
     desired: int,
     min_size: int,
 ) -> SlotRefusal | None:
-    """The budget rule of design §3 on counts of slots already held; ``None`` = a slot may be taken.
+    """The budget rule of docs/architecture.md §3 on counts of slots already held; ``None`` = a slot may be taken.
 
     Shared by both stores so their refusal reasons (and their priority) cannot drift: the node group's
     MinSize first (it holds however long we wait), then nodes per cluster, then nodes per group.

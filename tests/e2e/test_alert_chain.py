@@ -1,4 +1,4 @@
-"""The real alert chain (design §2, §4, §7): dcgm-exporter → Prometheus → Alertmanager → ``serve`` → drain.
+"""The real alert chain (docs/architecture.md §2, §4, §7): dcgm-exporter → Prometheus → Alertmanager → ``serve`` → drain.
 
 GIVEN EKS cluster ``prod-eks`` on moto (node group ``gpu-a10g``: min 1, desired 3, g5.2xlarge), the
 Kubernetes double with its three Nodes, a local dcgm-exporter endpoint whose values move with time

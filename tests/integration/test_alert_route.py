@@ -1,4 +1,4 @@
-"""GPUNodeIdle reaches the webhook under kube-prometheus-stack's defaults (design §4, issue 16).
+"""GPUNodeIdle reaches the webhook under kube-prometheus-stack's defaults (docs/architecture.md §4, issue 16).
 
 GIVEN kube-prometheus-stack's default Alertmanager configuration (``tests/fixtures/kube-prometheus-stack``)
 and the AlertmanagerConfig the overlay renders, merged as the Prometheus Operator does

@@ -1,5 +1,5 @@
 """The Lambda artifact (functions/Makefile, SAM's makefile builder) ships the handlers and the product
-package, never the test doubles or demo data (design §7), and every handler imports from it alone."""
+package, never the test doubles or demo data (docs/architecture.md §7), and every handler imports from it alone."""
 
 from __future__ import annotations
 

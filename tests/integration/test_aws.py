@@ -1,4 +1,4 @@
-"""The AWS adapter against a moto server over HTTP (design §4, BUG-23/25/26/27).
+"""The AWS adapter against a moto server over HTTP (docs/architecture.md §4, BUG-23/25/26/27).
 
 Real boto3 clients with ``endpoint_url``; faults are injected with botocore event hooks, never by
 mocking the client. moto links neither node group ⇄ ASG direction, so tests call the reconciler.

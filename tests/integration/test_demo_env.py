@@ -1,4 +1,4 @@
-"""The embedded default (design §7): moto, the Kubernetes double and snapshot-form DCGM series together.
+"""The embedded default (docs/architecture.md §7): moto, the Kubernetes double and snapshot-form DCGM series together.
 
 Everything goes through the product's real adapters over HTTP on 127.0.0.1: the Kubernetes adapter from
 the environment's kubeconfig, the AWS inventory and Auto Scaling scaler on moto, and the snapshot-form

@@ -1,4 +1,4 @@
-"""Off-hours against a moto server (design §4, §7; BUG-27): real EKS/Auto Scaling/DynamoDB calls over HTTP.
+"""Off-hours against a moto server (docs/architecture.md §4, §7; BUG-27): real EKS/Auto Scaling/DynamoDB calls over HTTP.
 
 moto links neither direction between a managed node group and its ASG, so the fixtures' reconciler
 mirrors ``UpdateNodegroupConfig`` onto the ASG (which then launches or terminates instances) and the

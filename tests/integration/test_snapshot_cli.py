@@ -208,7 +208,7 @@ def test_snapshot_then_plan_reproduces_the_live_plan(
     assert rows["gpu-busy"]["coverage"] == 1.0
     assert any(a["kind"] == "scale_in" and a["node"] == "gpu-idle-2" for a in live_doc["actions"])
 
-    # AND the directory is the design §5 layout
+    # AND the directory is the docs/architecture.md §5 layout
     names = sorted(p.relative_to(out).as_posix() for p in out.rglob("*.json"))
     assert names == sorted(
         [

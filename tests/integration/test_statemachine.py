@@ -4,7 +4,7 @@ A small interpreter for the subset ``infra/statemachine/drain.asl.json`` uses �
 with Parameters/ResultSelector/ResultPath, Retry with backoff, Catch), Choice (StringEquals,
 NumericGreaterThan, IsNull, And/Or/Not), Wait (SecondsPath), Succeed, Fail, the execution's
 TimeoutSeconds — runs whole drains in-process on a fake clock against the in-memory fakes (MemoryState,
-FakeClusterWriter, FakeNodeScaler), so the ASL and the step functions cannot drift (design §2).
+FakeClusterWriter, FakeNodeScaler), so the ASL and the step functions cannot drift (docs/architecture.md §2).
 
 Lambda's side is simulated too: the error name of a failed invocation is the exception's class name (as the
 Python runtime reports ``errorType``), and a killed invocation surfaces as ``Sandbox.Timedout``. Each
@@ -582,7 +582,7 @@ def test_a_node_that_vanished_ends_abandoned_and_succeeds(world: World) -> None:
     # WHEN the state machine runs
     run = world.interpreter.run(request(), "gone")
 
-    # THEN it is abandoned quietly (an abandoned drain is a success, design §5 exit codes)
+    # THEN it is abandoned quietly (an abandoned drain is a success, docs/architecture.md §5 exit codes)
     assert run.status == "SUCCEEDED"
     assert run.output["drain"]["status"] == "abandoned"
     assert run.output["drain"]["message"] == "node_not_found"

@@ -1,7 +1,7 @@
 """Locate the real Debian binaries the integration tests need (prometheus, promtool, alertmanager, amtool).
 
 On a laptop without them the tests skip with a clear reason; with ``CI=true`` a missing binary fails the
-run (design §7), because CI must exercise the real parts.
+run (docs/architecture.md §7), because CI must exercise the real parts.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The real alert chain's parts for ``tests/e2e`` and ``tests/integration/test_apply.py`` (design §7).
+"""The real alert chain's parts for ``tests/e2e`` and ``tests/integration/test_apply.py`` (docs/architecture.md §7).
 
 - :func:`start_serialized_moto`: a private moto server that handles one request at a time (moto applies
   DynamoDB conditional writes without a lock; our state store relies on DynamoDB's per-item atomicity,
@@ -12,7 +12,7 @@
 - :class:`DcgmExporter`: an ``http.server`` serving dcgm-exporter text whose values move with time
   (power jitter, a climbing energy counter) per node profile ``idle`` / ``busy``, switchable at run time;
   :func:`dcgm_families` gives the same series as backfill input for :mod:`tests.support.prometheus_server`.
-- :func:`write_config`: a config file (design §5 "Config") for ``rightsizer apply`` / ``serve``.
+- :func:`write_config`: a config file (docs/architecture.md §5 "Config") for ``rightsizer apply`` / ``serve``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Seeded example-snapshot generator: real DCGM scrapes and EKS node objects → snapshot directories (design §5).
+"""Seeded example-snapshot generator: real DCGM scrapes and EKS node objects → snapshot directories (docs/architecture.md §5).
 
 Everything is derived from the copies in ``tests/fixtures/sources`` (see its ``PROVENANCE.md``); nothing is
 read from outside the repository, so a user's clone can regenerate the committed demo byte for byte (a
@@ -6,7 +6,7 @@ developer tool: it is not part of the installed package)::
 
     python -m tests.support.examplegen --out DIR [--nodes N] [--seed S] [--scenario demo|scale]
 
-Output (the snapshot directory contract of design §5, plus two files for people and tests):
+Output (the snapshot directory contract of docs/architecture.md §5, plus two files for people and tests):
 
 - ``snapshot.json`` ``{"taken_at", "window_seconds", "step_seconds", "cluster", "region"}``.
 - ``nodes.json``, ``pods.json``, ``pdbs.json``: ``kubectl get -o json`` lists (``kind: List``).
@@ -17,7 +17,7 @@ Output (the snapshot directory contract of design §5, plus two files for people
   [taken_at − window, taken_at] at ``step_seconds`` (W/step + 1 points, both ends, like Prometheus 2.x),
   ``metrics/DCGM_FI_DEV_GPU_UTIL.timestamp.json`` (``timestamp()`` of the raw samples, 15 s scrapes).
 - ``expected.json`` ``{"<node>": {"verdict", "reasons_include": [code, ...]}}`` and ``PROVENANCE.md``: what
-  each node is meant to show under the default policy, and why (design §3).
+  each node is meant to show under the default policy, and why (docs/architecture.md §3).
 
 Determinism: only ``random.Random(seed)`` is used, every JSON file is written with sorted keys, so the same
 arguments give byte-identical files.
@@ -663,7 +663,7 @@ def _daemonset_pods(ids: Ids, node: NodeCast, *, full: bool) -> list[Json]:
     return pods
 
 
-# A busy node's reasons in code-list order: thresholds crossed, and its GPU-requesting pod (design §3 keeps
+# A busy node's reasons in code-list order: thresholds crossed, and its GPU-requesting pod (docs/architecture.md §3 keeps
 # "every reason from every check, whatever the verdict", so the holder shows even though the GPU is busy).
 _BUSY_HOLDER = ("activity_above_threshold", "fb_above_threshold", "power_above_idle", "idle_gpu_holder")
 
@@ -691,7 +691,7 @@ def _mng_group(name: str, itype: str, min_size: int, max_size: int, spot: bool =
 
 
 def build_demo(src: Sources, ids: Ids, taken_at: datetime) -> Scenario:
-    """The demo cast: one node per behaviour the planner must get right (design §3, BUG-01/02/04/05)."""
+    """The demo cast: one node per behaviour the planner must get right (docs/architecture.md §3, BUG-01/02/04/05)."""
     a10g, l4, a100, h100 = (src.models[k] for k in ("a10g", "l4", "a100", "h100"))
     day = timedelta(days=1)
     nodes: list[NodeCast] = []
@@ -723,7 +723,7 @@ def build_demo(src: Sources, ids: Ids, taken_at: datetime) -> Scenario:
         reasons=("disruption_budget_exhausted",),
         why="Exactly as idle as the first idle node, but max_nodes_per_run = max_nodes_per_node_group = 1: "
         f"the budget slot went to {idle1.name} (older), so this one is idle by metrics yet protected "
-        "(design §3: 'disruption budget used up' is a protected reason).",
+        "(docs/architecture.md §3: 'disruption budget used up' is a protected reason).",
     )
     busy = add(
         _new_node(ids, taken_at, "g5.12xlarge", owner="mng", group="gpu-a10g", age=17 * day, az="us-east-1b"),
@@ -1849,7 +1849,7 @@ def _provenance(scenario: Scenario, taken_at: datetime, window_s: int, step_s: i
         "p4d/MIG scrapes; node objects are derived from our node JSONs; the nodegroup shape from our "
         "constructed DescribeNodegroup. Values over time are seeded jitter around them, not recordings.",
         "",
-        "Verdicts assume the default policy (design §5): idle window 30 m, activity ≤ 5 %, FB ≤ 1024 MiB, "
+        "Verdicts assume the default policy (docs/architecture.md §5): idle window 30 m, activity ≤ 5 %, FB ≤ 1024 MiB, "
         "packaged idle-power ceilings, min_coverage 0.9, max_sample_age 5 m, max_nodes_per_run 1, "
         "max_nodes_per_node_group 1. `expected.json` lists reason codes; a reason `code:detail` matches `code`.",
         "",
@@ -1882,7 +1882,7 @@ def generate_snapshot(
     window_seconds: int = 1800,
     step_seconds: int = 60,
 ) -> Path:
-    """Generate a snapshot directory (design §5) and return its path.
+    """Generate a snapshot directory (docs/architecture.md §5) and return its path.
 
     Args:
         out_dir: directory to write (created; files of the same names are overwritten).
@@ -1965,7 +1965,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """CLI: ``python -m tests.support.examplegen --out DIR [--nodes N] [--seed S] [--scenario demo|scale]``."""
     parser = argparse.ArgumentParser(
         prog="python -m tests.support.examplegen",
-        description="Seeded example snapshot generator (design §5 snapshot directories).",
+        description="Seeded example snapshot generator (docs/architecture.md §5 snapshot directories).",
     )
     parser.add_argument("--out", required=True, type=Path, help="snapshot directory to write")
     parser.add_argument("--scenario", choices=SCENARIOS, default="demo")

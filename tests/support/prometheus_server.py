@@ -4,7 +4,7 @@ Series are written as OpenMetrics text (``openmetrics_text``), turned into TSDB 
 ``promtool tsdb create-blocks-from openmetrics`` in a fresh data directory, and served by a Prometheus
 started with its own empty config and ``--web.listen-address=127.0.0.1:<free port>``; the fixture waits
 for ``/-/ready``. Without the binaries the tests skip with the reason — unless ``CI=true``, where a
-missing binary fails the run (design §7).
+missing binary fails the run (docs/architecture.md §7).
 
 Use from a test module with ``pytest_plugins = ["tests.support.prometheus_server"]``.
 """

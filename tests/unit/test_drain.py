@@ -1,4 +1,4 @@
-"""The drain workflow on fakes (design §4): every path ends with the cluster as it was, or the exact
+"""The drain workflow on fakes (docs/architecture.md §4): every path ends with the cluster as it was, or the exact
 instance removed once (BUG-14, 17, 21, 23, 31, 32)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The example-snapshot generator: deterministic, in the design §5 snapshot contract, faithful to DCGM."""
+"""The example-snapshot generator: deterministic, in the docs/architecture.md §5 snapshot contract, faithful to DCGM."""
 
 from __future__ import annotations
 
@@ -93,7 +93,7 @@ def test_sources_are_read_from_the_repository_only() -> None:
     assert (sources / "PROVENANCE.md").is_file()
 
 
-# --- contract shape (design §5) ----------------------------------------------------------------------------
+# --- contract shape (docs/architecture.md §5) ----------------------------------------------------------------------------
 
 
 def test_every_contract_file_is_present(demo: Path) -> None:
@@ -279,7 +279,7 @@ def test_expected_verdicts_use_design_codes(expected: dict[str, dict[str, Any]])
         reasons = entry["reasons_include"]
         assert entry["verdict"] in VERDICTS
         assert set(reasons) <= set(REASON_CODES)
-        assert reasons == order_reasons(reasons)  # design §3: in the order of the code list
+        assert reasons == order_reasons(reasons)  # docs/architecture.md §3: in the order of the code list
         # The listed codes alone already decide the class (they are the reasons that make the verdict).
         assert verdict_of(reasons, cheaper_shape_fits=entry["verdict"] == "underutilized") == entry["verdict"]
     verdicts = Counter(e["verdict"] for e in expected.values())

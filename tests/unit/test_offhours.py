@@ -1,4 +1,4 @@
-"""Off-hours on fakes (design §4 "Off-hours", "Periods"; BUG-27, BUG-28, BUG-29).
+"""Off-hours on fakes (docs/architecture.md §4 "Off-hours", "Periods"; BUG-27, BUG-28, BUG-29).
 
 The drain is the real :class:`~rightsizer.services.drain.DrainWorkflow` run by the in-process runner; the
 cluster, the node groups and the assessor are small in-memory fakes whose node lifecycle follows the
@@ -536,7 +536,7 @@ def test_force_report_lifts_only_busy_codes() -> None:
 
 
 def test_exempt_protections_do_not_skip_an_offhours_group() -> None:
-    """cooldown, disruption windows, MinSize and our budget do not apply to off-hours (design §4)."""
+    """cooldown, disruption windows, MinSize and our budget do not apply to off-hours (docs/architecture.md §4)."""
     world = make_world()
     for node in world.nodes_of("gpu-a10g"):
         world.assessor.reasons[node] = [

@@ -1,4 +1,4 @@
-"""Periods (design §4): local wall-clock windows, wrap-around, DST, and cases BUG-28 / BUG-29."""
+"""Periods (docs/architecture.md §4): local wall-clock windows, wrap-around, DST, and cases BUG-28 / BUG-29."""
 
 from __future__ import annotations
 

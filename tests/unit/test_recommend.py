@@ -1,4 +1,4 @@
-"""Recommendations with exact types and honest savings (design §3 "Recommendations", issue 17).
+"""Recommendations with exact types and honest savings (docs/architecture.md §3 "Recommendations", issue 17).
 
 Prices are the catalog's us-east-1 on-demand figures. A recommendation carries no USD (nothing executes
 it); its reason says what it would save.

@@ -1,4 +1,4 @@
-"""``template.yaml`` read as data: the deployment contract of design §6 (no AWS, no SAM CLI needed)."""
+"""``template.yaml`` read as data: the deployment contract of docs/architecture.md §6 (no AWS, no SAM CLI needed)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Webhook intake (design §4 "Webhook", §5 "Webhook (contract)") on in-memory ports, no sockets.
+"""Webhook intake (docs/architecture.md §4 "Webhook", §5 "Webhook (contract)") on in-memory ports, no sockets.
 
 Every test asserts the answer *and* the side effects: which drains the recording starter was asked to
 start, which cancels the lease store recorded, which keys the duplicate guard holds. De-duplication on

@@ -1,4 +1,4 @@
-"""``NodeScaler`` over Auto Scaling: group membership, fresh sizes and targeted scale-in (design §4 "Remove").
+"""``NodeScaler`` over Auto Scaling: group membership, fresh sizes and targeted scale-in (docs/architecture.md §4 "Remove").
 
 A thin port implementation over :class:`rightsizer.adapters.aws.AsgScaler`, which owns the scale-in
 itself: ``TerminateInstanceInAutoScalingGroup(ShouldDecrementDesiredCapacity=True)`` for exactly the

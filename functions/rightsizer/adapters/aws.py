@@ -1,6 +1,6 @@
 """AWS adapter: inventory, targeted scale-in, managed node group sizing and standalone EC2 resize.
 
-Implements design §4 "Remove", "Resize" and "Node group sizing", and the AWS half of the snapshot
+Implements docs/architecture.md §4 "Remove", "Resize" and "Node group sizing", and the AWS half of the snapshot
 (§5 ``nodegroups.json`` / ``instances.json``). Every SDK error leaves this module as one of the taxonomy
 in :mod:`rightsizer.domain.errors`, chosen by the AWS error ``Code`` (never by message text); the
 ``Aws*`` subclasses below keep the code and the operation for logs and alarms.
@@ -332,7 +332,7 @@ def _unique(items: Iterable[str]) -> list[str]:
 
 
 class AwsInventory:
-    """Reads node group, Auto Scaling and EC2 state in the snapshot's shapes (design §5)."""
+    """Reads node group, Auto Scaling and EC2 state in the snapshot's shapes (docs/architecture.md §5)."""
 
     def __init__(self, clients: AwsClients, *, activity_pages: int = 2) -> None:
         """Args: clients; activity_pages: DescribeScalingActivities pages read per ASG (newest first)."""

@@ -232,7 +232,7 @@ def _parse_name(name: str) -> datetime | None:
 
 
 def read_snapshot_series(directory: str | Path) -> Source:
-    """Read a directory of snapshot directories (design §5) named by their RFC 3339 time.
+    """Read a directory of snapshot directories (docs/architecture.md §5) named by their RFC 3339 time.
 
     Each snapshot is a frame from its time to the next one's (the first also covers its own metric
     window); the metric series of all snapshots are merged per series (labels) and time, so the history
@@ -355,7 +355,7 @@ class RangeQuerier(Protocol):
         ...
 
 
-#: DCGM fields fetched for the history (design §5 metric names).
+#: DCGM fields fetched for the history (docs/architecture.md §5 metric names).
 DCGM_METRICS = (GPU_UTIL, PROF_ACTIVE, FB_USED, FB_FREE, POWER, ENERGY, UP)
 #: kube-state-metrics label names (``kube_node_labels`` sanitises ``.``/``/``/``-`` to ``_``) → Node labels.
 KSM_NODE_LABELS = {

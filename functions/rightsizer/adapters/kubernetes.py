@@ -2,7 +2,7 @@
 (``ClusterWriter``: cordon, uncordon, policy/v1 Eviction, Events on nodes).
 
 Built on the official ``kubernetes`` client, imported lazily inside this module's functions: the package
-costs ~0.7 s on first import and the webhook, which imports nothing of Kubernetes (design §8), must not
+costs ~0.7 s on first import and the webhook, which imports nothing of Kubernetes (docs/architecture.md §8), must not
 pay it. Responses are read raw (``_preload_content=False``) and parsed with ``json``: that is exactly the
 API server's JSON — what ``kubectl get -o json`` prints — including fields newer than the client's models,
 RFC 3339 timestamps unchanged (``sanitize_for_serialization`` rewrites ``Z`` as ``+00:00`` and drops
@@ -16,7 +16,7 @@ second consecutive 401 — or any 403 — is a :class:`KubernetesAccessError` (a
 the identity, the refused verb and resource, and the remedy (BUG-31). Nothing is returned from a partial
 list: any failure raises.
 
-RBAC verbs needed (design §5 "Names", ``infra/k8s/rbac.yaml``). Reading (``ClusterReader``; ClusterRole
+RBAC verbs needed (docs/architecture.md §5 "Names", ``infra/k8s/rbac.yaml``). Reading (``ClusterReader``; ClusterRole
 ``rightsizer-read``, the assess function):
 
 - ``get``, ``list`` on ``nodes``, ``pods`` and ``poddisruptionbudgets.policy``;
@@ -71,7 +71,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_PAGE_SIZE: Final = 500
 DRA_GROUP: Final = "resource.k8s.io"
-#: Newest first: the first one the server lists in ``/apis`` is used (design §5 "Kubernetes API versions").
+#: Newest first: the first one the server lists in ``/apis`` is used (docs/architecture.md §5 "Kubernetes API versions").
 DRA_VERSIONS: Final = ("v1", "v1beta2", "v1beta1")
 
 _REMEDY_401 = (
@@ -89,7 +89,7 @@ _WRITE_VERBS: Final = frozenset({"create", "patch", "update", "delete"})
 #: Node Events live in ``default``: the API server accepts an Event about a cluster-scoped object only
 #: in ``default`` (or ``kube-system``), and ``kubectl describe node`` looks there.
 EVENT_NAMESPACE: Final = "default"
-#: ``source.component`` and ``reportingComponent`` of every Event we write (design §4).
+#: ``source.component`` and ``reportingComponent`` of every Event we write (docs/architecture.md §4).
 EVENT_COMPONENT: Final = "rightsizer"
 #: The API server keeps Event messages short (events.k8s.io ``note``: 1 kB); longer ones are cut here.
 _EVENT_MESSAGE_LIMIT: Final = 1024
@@ -187,7 +187,7 @@ def _eviction_retry_after(headers: Mapping[str, str], body: JSON) -> float | Non
 
 
 def _utc_rfc3339(value: str) -> str:
-    """Validate ``value`` as an RFC 3339 instant in UTC and return it unchanged (cordoned-at, design §4)."""
+    """Validate ``value`` as an RFC 3339 instant in UTC and return it unchanged (cordoned-at, docs/architecture.md §4)."""
     try:
         parsed = datetime.fromisoformat(value)
     except ValueError as exc:

@@ -1,4 +1,4 @@
-"""Prometheus / Thanos / Amazon Managed Service for Prometheus (AMP): the live DCGM path (design §3, §8).
+"""Prometheus / Thanos / Amazon Managed Service for Prometheus (AMP): the live DCGM path (docs/architecture.md §3, §8).
 
 Two parts:
 
@@ -273,7 +273,7 @@ class PrometheusClient:
     def query_range_raw(
         self, expr: str, start: float | datetime, end: float | datetime, step: float
     ) -> bytes:
-        """``query_range`` answer bytes, verbatim, for snapshot files (design §5 ``metrics/<M>.json``).
+        """``query_range`` answer bytes, verbatim, for snapshot files (docs/architecture.md §5 ``metrics/<M>.json``).
 
         A Prometheus error answer with a JSON body (4xx/5xx after retries) is returned as it is, so the
         snapshot records the failure and the loader marks the metric a problem.
@@ -600,7 +600,7 @@ def collect_live(
 
     Args:
         client: a ``PrometheusClient``.
-        joiner: resolves series labels to nodes (design §3 join); unjoinable series go to ``unmapped``.
+        joiner: resolves series labels to nodes (docs/architecture.md §3 join); unjoinable series go to ``unmapped``.
         window: the idle window (``end`` Unix s, ``seconds``, ``step``).
         policy: the ``Policy`` (its ``gpu_activity_max_pct`` sets ``active_steps``).
         node_label: config ``prometheus.node_label`` (tried first by the join).

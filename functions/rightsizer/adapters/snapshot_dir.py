@@ -1,4 +1,4 @@
-"""Read a snapshot directory (design §5 "Snapshot directory (contract)") into a ``ClusterSnapshot``.
+"""Read a snapshot directory (docs/architecture.md §5 "Snapshot directory (contract)") into a ``ClusterSnapshot``.
 
 Accepts what ``kubectl get -o json`` (kind ``List`` or a typed list), the Prometheus HTTP API and AWS
 return, unchanged. A required file that is missing, not JSON or not matching its schema raises
@@ -419,7 +419,7 @@ def load_snapshot(directory: str | Path, *, node_label: str | None = None) -> Cl
     """Load and validate a snapshot directory.
 
     Args:
-        directory: the snapshot directory (design §5 layout).
+        directory: the snapshot directory (docs/architecture.md §5 layout).
         node_label: the series label carrying the node name (config ``prometheus.node_label``); defaults
             to the one ``snapshot.json`` records.
 

@@ -1,4 +1,4 @@
-"""The Alertmanager webhook payload, version 4, as pydantic models (design §5 "Webhook").
+"""The Alertmanager webhook payload, version 4, as pydantic models (docs/architecture.md §5 "Webhook").
 
 Source of the shape: Alertmanager ``docs/configuration.md`` (``webhook_config``) and
 ``template/template.go`` (``Data``/``Alert``); real deliveries of Alertmanager 0.25 are kept in

@@ -82,7 +82,7 @@ class History:
 
     Times are Unix seconds. ``resolution`` is the sample spacing of ``metrics`` in seconds (the query
     step; ~57 s for the Alibaba trace). ``metrics`` / ``timestamps`` are ``query_range``-shaped series
-    over the whole period (design §5 metric names). ``signal_set`` declares the signal families the
+    over the whole period (docs/architecture.md §5 metric names). ``signal_set`` declares the signal families the
     source carries (``{"activity"}`` for a utilisation trace).
     """
 

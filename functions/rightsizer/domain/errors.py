@@ -25,7 +25,7 @@ class ConfigError(RightsizerError):
 
 
 class SnapshotError(ConfigError):
-    """A snapshot directory file is missing, not JSON, or does not match its schema (design §5)."""
+    """A snapshot directory file is missing, not JSON, or does not match its schema (docs/architecture.md §5)."""
 
 
 class StalePlan(RightsizerError):

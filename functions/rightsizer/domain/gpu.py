@@ -1,4 +1,4 @@
-"""What the metrics say about one GPU node: expected devices, coverage, idleness (design §3).
+"""What the metrics say about one GPU node: expected devices, coverage, idleness (docs/architecture.md §3).
 
 Pure: takes a Node, its device signals and the policy; returns reason codes and figures. Missing, partial,
 stale, frozen or non-finite data yields an ``unknown``-class reason — never a silent "idle" (BUG-02/04/05).
@@ -61,7 +61,7 @@ class ExpectedDevices:
 
 
 def expected_devices(node: Node, row: InstanceType | None) -> ExpectedDevices:
-    """Expected devices of a node (design §3 "Expected devices").
+    """Expected devices of a node (docs/architecture.md §3 "Expected devices").
 
     Physical GPUs = the catalog count; without a catalog row, label ``nvidia.com/gpu.count``, else capacity
     ``nvidia.com/gpu`` ÷ max(1, ``nvidia.com/gpu.replicas``) (time-slicing replicas are not devices).
@@ -113,7 +113,7 @@ def _int(value: str | None) -> int | None:
 class GpuAssessment:
     """The metric-side findings for one node.
 
-    ``reasons``: unknown-class and busy-class reason codes (design §3 order is applied later).
+    ``reasons``: unknown-class and busy-class reason codes (docs/architecture.md §3 order is applied later).
     Figures: ``activity_max_pct`` percent, ``fb_used_max_mib`` MiB (maxima over devices and the window,
     None when unknown), ``coverage`` 0..1, ``peak_active_devices`` = most devices above the activity
     threshold at one step, ``device_fb_peaks_mib`` per device peak framebuffer.
@@ -146,7 +146,7 @@ def assess_gpus(
     exporter: str | None,
     signal_set: frozenset[str] = ALL_SIGNALS,
 ) -> GpuAssessment:
-    """Apply the signal rules of design §3 to one node's devices.
+    """Apply the signal rules of docs/architecture.md §3 to one node's devices.
 
     Args:
         node: the Node.

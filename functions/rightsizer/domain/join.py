@@ -1,4 +1,4 @@
-"""Joining DCGM series to Kubernetes nodes (design §3 "Joining series to nodes").
+"""Joining DCGM series to Kubernetes nodes (docs/architecture.md §3 "Joining series to nodes").
 
 Every method that applies is evaluated; a series maps to a node only when all of them agree. The
 ``Hostname`` label is a trap (BUG-01: it is often the exporter pod's name, or ``localhost``), so it only

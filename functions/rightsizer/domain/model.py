@@ -26,7 +26,7 @@ ANN_CORDONED_AT = "rightsizer.io/cordoned-at"
 ANN_DO_NOT_DISRUPT = "rightsizer.io/do-not-disrupt"
 TAG_RESIZE = "rightsizer.io/resize"
 
-#: Signal families a metrics source can provide (design §3 "Signals"). A snapshot declares the ones its
+#: Signal families a metrics source can provide (docs/architecture.md §3 "Signals"). A snapshot declares the ones its
 #: source carries; the decision skips — never fails — the rules of a family the source does not carry.
 SIGNAL_ACTIVITY = "activity"
 SIGNAL_FRAMEBUFFER = "framebuffer"
@@ -506,7 +506,7 @@ class Series:
 
 @dataclass(frozen=True, slots=True)
 class MetricData:
-    """A metric's ``query_range`` answer; ``problem`` is set when the answer is unusable (design §5)."""
+    """A metric's ``query_range`` answer; ``problem`` is set when the answer is unusable (docs/architecture.md §5)."""
 
     name: str
     series: tuple[Series, ...] = ()
@@ -556,7 +556,7 @@ class Ec2Instance:
 
 @dataclass(frozen=True, slots=True)
 class Inventory:
-    """Node group membership from AWS (design §3 "Node groups").
+    """Node group membership from AWS (docs/architecture.md §3 "Node groups").
 
     ``known`` is False when the snapshot has no ``nodegroups.json`` (every node ⇒ ``node_group_unknown``).
     ``asg_of_instance`` maps instance id → ASG name (DescribeAutoScalingInstances, and the ASGs'
@@ -586,7 +586,7 @@ class SnapshotMeta:
 
 @dataclass(frozen=True)
 class ClusterSnapshot:
-    """Everything ``plan`` reads (design §5 snapshot directory), already validated.
+    """Everything ``plan`` reads (docs/architecture.md §5 snapshot directory), already validated.
 
     ``metrics`` maps metric name → query_range answer; ``timestamps`` maps metric name → the answer of
     ``timestamp(<metric>)``. ``resource_claims`` is empty when the cluster does not serve DRA.

@@ -234,7 +234,7 @@ def signals_from_observation(
     Args:
         files: ``MetricFiles`` (kind → metric → answer); missing answers are simply absent, answers with
             a ``problem`` make their metric a problem (⇒ ``partial_response`` ⇒ unknown).
-        joiner: resolves series labels to nodes (design §3 join); unjoinable series of the main answers
+        joiner: resolves series labels to nodes (docs/architecture.md §3 join); unjoinable series of the main answers
             are listed in ``unmapped``.
         window: the idle window.
         activity_threshold_pct: the policy's ``gpu_activity_max_pct`` (percent) for ``active_steps``.

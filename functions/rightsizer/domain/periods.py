@@ -1,4 +1,4 @@
-"""Periods and schedules: weekly windows of local wall-clock time (design §4, "Periods (contract)").
+"""Periods and schedules: weekly windows of local wall-clock time (docs/architecture.md §4, "Periods (contract)").
 
 A period is ``{days: [Mon..Sun], start: "HH:MM", end: "HH:MM", timezone: IANA}``; a schedule is a list of
 periods read as their union. Evaluation is a pure function of (schedule, instant), so a scheduler tick can

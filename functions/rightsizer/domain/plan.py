@@ -1,4 +1,4 @@
-"""The Plan JSON contract (design §5 "Plan JSON"): pydantic models, serialised as the contract says."""
+"""The Plan JSON contract (docs/architecture.md §5 "Plan JSON"): pydantic models, serialised as the contract says."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ class NodeReport(_Out):
 
 
 class Action(_Out):
-    """A proposed action. ``from``/``to`` depend on ``kind`` (design §5); ``reason`` says why.
+    """A proposed action. ``from``/``to`` depend on ``kind`` (docs/architecture.md §5); ``reason`` says why.
 
     ``hourly_savings_usd`` is set only for an action the rightsizer will execute and that stops paying for
     an instance (USD per hour); a recommendation states what it would save in ``reason``.
@@ -86,7 +86,7 @@ class Savings(_Out):
 
 
 class Plan(_Out):
-    """What the rightsizer decided at ``at`` for the snapshot taken at ``taken_at`` (design §5)."""
+    """What the rightsizer decided at ``at`` for the snapshot taken at ``taken_at`` (docs/architecture.md §5)."""
 
     at: str
     taken_at: str

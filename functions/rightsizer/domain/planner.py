@@ -1,4 +1,4 @@
-"""``plan(snapshot, policy, now) -> Plan``: the pure decision (design §3).
+"""``plan(snapshot, policy, now) -> Plan``: the pure decision (docs/architecture.md §3).
 
 No clock, no environment, no I/O, no randomness: the same input gives the same plan. Steps: interpret the
 metrics per device, classify the pods on every GPU node, collect every reason, choose ``scale_in``
@@ -82,7 +82,7 @@ def _price(
     instance: Ec2Instance | None,
     spot: dict[tuple[str, str], float],
 ) -> tuple[float | None, list[str]]:
-    """USD/hour the node costs and the pricing reasons (design §3 "Pricing", issue 17 "Honest savings").
+    """USD/hour the node costs and the pricing reasons (docs/architecture.md §3 "Pricing", issue 17 "Honest savings").
 
     On-demand from the packaged catalog (us-east-1, see ``CATALOG_PRICES_DATE``); a spot instance at its
     zone's current spot price (EC2 DescribeSpotPriceHistory, carried in the snapshot) when known, else at
@@ -179,7 +179,7 @@ def plan(
     """Decide, for every GPU node of ``snapshot``, a verdict with reasons, and the actions to take.
 
     Args:
-        snapshot: the cluster state (design §5 snapshot directory, validated).
+        snapshot: the cluster state (docs/architecture.md §5 snapshot directory, validated).
         policy: the decision policy.
         now: the decision instant ``at`` (aware); defaults to the snapshot's ``taken_at``.
         catalog: the instance catalog (defaults to the packaged one).
@@ -188,7 +188,7 @@ def plan(
             the leases): still not candidates, but they do not count as drains in flight.
 
     Returns:
-        The ``Plan`` (design §5): nodes sorted by name, actions by hourly savings then id.
+        The ``Plan`` (docs/architecture.md §5): nodes sorted by name, actions by hourly savings then id.
 
     Raises:
         ValueError: when ``now`` is a naive datetime.
@@ -336,7 +336,7 @@ def _reservation(reasons: Sequence[str]) -> str | None:
 
 
 def _choose(decisions: list[NodeDecision], policy: Policy, stale: frozenset[str]) -> list[Action]:
-    """Pick ``scale_in`` candidates among idle nodes under the disruption budget (design §3)."""
+    """Pick ``scale_in`` candidates among idle nodes under the disruption budget (docs/architecture.md §3)."""
     flying = [
         d for d in decisions if ANN_CORDONED_BY in d.node.metadata.annotations and d.node.name not in stale
     ]

@@ -2,7 +2,7 @@
 
 Modelled on kubectl's ``pkg/drain`` filters: each filter looks at one pod and either ignores it (it is not
 evicted), lets it through, or blocks the node with a reason code and a message naming the policy switch
-that would change the outcome (design §3 "Pods"). Where kubectl, Cluster Autoscaler and Karpenter agree we
+that would change the outcome (docs/architecture.md §3 "Pods"). Where kubectl, Cluster Autoscaler and Karpenter agree we
 agree (their public test tables are ported in ``tests/unit/test_parity_*.py``; README "Parity"):
 
 - finished pods never block; terminating pods never block (they are waited for, never evicted again);
@@ -47,7 +47,7 @@ _NO_DEVICES = frozenset({"", "void", "none"})
 
 @dataclass(frozen=True, slots=True)
 class Finding:
-    """One reason a pod gives: ``code`` (design §3 reason code), ``pod`` (ns/name) and a human message."""
+    """One reason a pod gives: ``code`` (docs/architecture.md §3 reason code), ``pod`` (ns/name) and a human message."""
 
     code: str
     pod: str
@@ -276,7 +276,7 @@ def _unhealthy_evictable(pod: Pod, pdb: PodDisruptionBudget) -> bool:
 
 
 def pod_do_not_disrupt(pod: Pod, at: datetime) -> str | None:
-    """Which do-not-disrupt annotation protects the pod at ``at``, if any (design §3 family).
+    """Which do-not-disrupt annotation protects the pod at ``at``, if any (docs/architecture.md §3 family).
 
     ``karpenter.sh/do-not-disrupt`` may be ``"true"`` or a positive Go duration (``time.ParseDuration``:
     ``90m``, ``1h30m``, ``1.5h``; no days) counted from ``status.startTime``; without a start time the pod
@@ -327,7 +327,7 @@ BLOCK_FILTERS: tuple[BlockFilter, ...] = (
 
 
 def gpu_holding(pod: Pod, claims_on_node: Mapping[str, ResourceClaim]) -> str | None:
-    """Why a pod holds a GPU, or None (design §3 "GPU holders").
+    """Why a pod holds a GPU, or None (docs/architecture.md §3 "GPU holders").
 
     An (init) container requesting a GPU resource, a DRA ResourceClaim allocated on the node, a runtime
     class containing ``nvidia``, a privileged container, or ``NVIDIA_VISIBLE_DEVICES`` set to anything but

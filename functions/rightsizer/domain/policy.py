@@ -1,4 +1,4 @@
-"""The decision policy (design §5 "Policy"): keys, units and defaults, validated with pydantic.
+"""The decision policy (docs/architecture.md §5 "Policy"): keys, units and defaults, validated with pydantic.
 
 Durations accept ``"30s"``, ``"10m"``, ``"1h"``, ``"1h30m"`` or integer seconds and are stored as
 integer seconds. Percentages are in percent (0-100). Unknown keys are rejected with the key's name.
@@ -86,7 +86,7 @@ NodeBudget = Annotated[int | str, BeforeValidator(_budget)]
 
 
 class Policy(BaseModel):
-    """What counts as idle and what the rightsizer may do about it (design §5, all keys optional).
+    """What counts as idle and what the rightsizer may do about it (docs/architecture.md §5, all keys optional).
 
     Frozen and strict about keys (``extra="forbid"``): a typo is an error naming the key.
     """
@@ -125,7 +125,8 @@ class Policy(BaseModel):
     )
     cooldown: Seconds = Field(600, ge=0, description="Seconds after a node group's last scale-up.")
     disruption_windows: list[Period] = Field(
-        default_factory=list, description="Periods when disruption is allowed (design §4); empty = always."
+        default_factory=list,
+        description="Periods when disruption is allowed (docs/architecture.md §4); empty = always.",
     )
     drain_timeout: Seconds = Field(600, gt=0, description="Seconds from cordon to a drained node.")
     max_decision_age: Seconds = Field(
@@ -201,7 +202,7 @@ class Policy(BaseModel):
             desired_capacity: the Auto Scaling group's DesiredCapacity.
 
         Returns:
-            An integer; ``"N%"`` is N percent of ``desired_capacity`` rounded up (design §3).
+            An integer; ``"N%"`` is N percent of ``desired_capacity`` rounded up (docs/architecture.md §3).
         """
         budget = self.max_nodes_per_node_group
         if isinstance(budget, int):

@@ -1,4 +1,4 @@
-"""Rightsizing and GPU-sharing recommendations (design §3 "Recommendations").
+"""Rightsizing and GPU-sharing recommendations (docs/architecture.md §3 "Recommendations").
 
 For a busy node: the cheapest catalog type that serves the observed peak without slowing it down
 (``domain.throughput``: same GPU model first; another model only when it covers the peak's compute and

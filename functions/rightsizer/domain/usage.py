@@ -1,4 +1,4 @@
-"""From DCGM series to per-device signals (design §3 "Device identity", "Signals", "Window, coverage").
+"""From DCGM series to per-device signals (docs/architecture.md §3 "Device identity", "Signals", "Window, coverage").
 
 The shared vocabulary of both observation formats (metric names, ``Window``, ``DeviceSignals``,
 ``CollectedSignals``) and the interpretation of format-1 snapshots (``collect_signals``: raw ``query_range``
@@ -35,7 +35,7 @@ DEVICE_METRICS = (GPU_UTIL, PROF_ACTIVE, FB_USED, FB_FREE, POWER, ENERGY)
 DISAGREE_POINTS = 50.0
 
 DeviceKey = tuple[str, str, str]
-"""(node, UUID or gpu index, GPU_I_ID or "") — design §3 "Device identity"."""
+"""(node, UUID or gpu index, GPU_I_ID or "") — docs/architecture.md §3 "Device identity"."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +75,7 @@ class DeviceSignals:
     Units: activity percent (0..100), framebuffer MiB, power W. ``None`` means no usable sample.
     ``active_steps`` holds the step slots (see ``Window.step_index``) where activity was above the
     policy threshold; ``coverage`` is the share of window steps with a finite activity sample (0..1).
-    ``liveness`` is ``moving``, ``frozen`` or ``absent`` (energy counter, else power, design §3).
+    ``liveness`` is ``moving``, ``frozen`` or ``absent`` (energy counter, else power, docs/architecture.md §3).
     """
 
     node: str
@@ -105,7 +105,7 @@ class DeviceSignals:
 
 @dataclass(frozen=True, slots=True)
 class UnmappedSeries:
-    """A series no node could be assigned to (design §5 plan ``unmapped``)."""
+    """A series no node could be assigned to (docs/architecture.md §5 plan ``unmapped``)."""
 
     metric: str
     labels: dict[str, str]
@@ -166,7 +166,7 @@ def collect_signals(
     Args:
         metrics: metric name → its query_range answer (missing metrics are simply absent).
         timestamps: metric name → the answer of ``timestamp(<metric>)`` (raw sample times), optional.
-        joiner: resolves series labels to nodes (design §3 join).
+        joiner: resolves series labels to nodes (docs/architecture.md §3 join).
         window: the idle window.
         activity_threshold_pct: the policy's ``gpu_activity_max_pct`` (percent) for ``active_steps``.
 

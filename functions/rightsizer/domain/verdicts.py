@@ -1,4 +1,4 @@
-"""Reason codes and verdicts (design §3 "Verdicts (contract)").
+"""Reason codes and verdicts (docs/architecture.md §3 "Verdicts (contract)").
 
 Reasons are ``code`` or ``code:detail``; a node's reasons are sorted by the position of their code in
 ``REASON_CODES`` (stable for equal codes), without duplicates. The verdict is the first class with a

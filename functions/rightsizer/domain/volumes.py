@@ -1,4 +1,4 @@
-"""Where a pod's data lives: node-local data makes evicting the pod lose it, or strand it (design §3 "Pods").
+"""Where a pod's data lives: node-local data makes evicting the pod lose it, or strand it (docs/architecture.md §3 "Pods").
 
 Pure: the facts (PersistentVolumeClaims, PersistentVolumes, Nodes) come from the snapshot or from live
 reads in the drain. A volume is *node-local* when its data cannot follow the pod to another node:

@@ -1,4 +1,4 @@
-"""The drain workflow (design §4): validate → cordon → revalidate → evict → wait → remove → verify.
+"""The drain workflow (docs/architecture.md §4): validate → cordon → revalidate → evict → wait → remove → verify.
 
 Each step is a small idempotent function over the ports. It loads the persisted ``WorkflowRecord``,
 re-checks its preconditions on fresh state (a plan is a hint, not an order), acts at most once, saves the
@@ -59,7 +59,7 @@ _OFFHOURS_EXEMPT = _BUDGET_ONLY | {"cooldown", "outside_disruption_window", "nod
 class DrainRequest:
     """Drain ``node`` and remove its instance; ``trigger`` says who asked (``schedule``, ``alert:<fp>``,
     ``offhours:<group>``, ``cli``). ``offhours`` exempts the drain from ``max_nodes_per_*``, cooldown and
-    disruption windows (design §4: the schedule is the operator's window). Savings in USD per hour."""
+    disruption windows (docs/architecture.md §4: the schedule is the operator's window). Savings in USD per hour."""
 
     node: str
     execution_id: str
@@ -103,7 +103,7 @@ class DrainDeps:
 def is_candidate(report: NodeReport | None, execution_id: str, *, offhours: bool) -> tuple[bool, list[str]]:
     """Whether a fresh report still allows draining: no excluded, unknown or busy reason, and no protection
     but those the workflow re-checks itself (the budget slot, our own cordon; for off-hours drains also
-    cooldown, disruption windows and MinSize, design §4).
+    cooldown, disruption windows and MinSize, docs/architecture.md §4).
 
     Returns:
         (allowed, the reasons that forbid it).

@@ -1,4 +1,4 @@
-"""Off-hours (design §4 "Off-hours", "Periods"): node groups follow a schedule down to zero and back.
+"""Off-hours (docs/architecture.md §4 "Off-hours", "Periods"): node groups follow a schedule down to zero and back.
 
 Level-triggered, like AWS Instance Scheduler: every tick (an EventBridge rate schedule, or the CLI)
 evaluates each selected node group's schedule at ``now`` — the schedule lists the periods when the group is
@@ -91,10 +91,10 @@ TAG_OFFHOURS = "rightsizer.io/offhours"
 LABEL_NODEGROUP = "eks.amazonaws.com/nodegroup"
 #: CloudWatch metric (EMF) raised when a restore is not complete ``restore_deadline`` after it began.
 METRIC_RESTORE_OVERDUE = "RestoreOverdue"
-#: Ledger ``kind`` of node group sizing entries (design §5 action kinds).
+#: Ledger ``kind`` of node group sizing entries (docs/architecture.md §5 action kinds).
 LEDGER_KIND = "scale_node_group"
 #: Reason codes ``force`` lifts: the busy verdicts, i.e. "idle for the whole idle window". Unknown and
-#: protected codes are never in here (design §4).
+#: protected codes are never in here (docs/architecture.md §4).
 FORCE_OVERRIDABLE = BUSY_CODES
 
 # Step Functions execution names allow 80 characters of [A-Za-z0-9-_]; ours must fit and stay unique.
@@ -143,7 +143,7 @@ class OffhoursDeps:
 
     @property
     def acting(self) -> bool:
-        """True only when both switches allow acting (design §5 "Live needs every switch")."""
+        """True only when both switches allow acting (docs/architecture.md §5 "Live needs every switch")."""
         return not self.dry_run and not self.policy.dry_run
 
 

@@ -1,4 +1,4 @@
-"""Use case: observe a cluster through the ports and record what was seen (design §5 snapshot directory).
+"""Use case: observe a cluster through the ports and record what was seen (docs/architecture.md §5 snapshot directory).
 
 :func:`observe` reads everything a decision needs — Kubernetes objects, the AWS inventory and the DCGM
 range queries — into an :class:`Observation`: the snapshot directory's documents, in memory. The CLI
@@ -8,7 +8,7 @@ snapshot reproduces the live plan exactly.
 
 Fail closed: a denied preflight or any failed Kubernetes list raises, and no observation (hence no plan
 and no directory) exists. A metric whose answer is unusable is recorded as it came; the decision then
-marks the nodes depending on it ``unknown`` (design §5).
+marks the nodes depending on it ``unknown`` (docs/architecture.md §5).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ __all__ = [
     "write_snapshot",
 ]
 
-#: Every metric with a ``metrics/<METRIC_NAME>.json`` file (design §5); format 2 adds files with suffixes
+#: Every metric with a ``metrics/<METRIC_NAME>.json`` file (docs/architecture.md §5); format 2 adds files with suffixes
 #: (``rightsizer.domain.observation``).
 METRICS: Final = (*DEVICE_METRICS, UP)
 #: Activity metrics whose newest raw sample time is recorded too (``<metric>.timestamp.json``, sample age).
@@ -119,7 +119,7 @@ def _rfc3339(value: datetime) -> str:
 def metric_queries(
     job: str | None = None, *, step_seconds: int = 60, window_seconds: int = 1800
 ) -> dict[str, str]:
-    """Relative snapshot path → PromQL, for every metrics file of a format-2 snapshot (design §5).
+    """Relative snapshot path → PromQL, for every metrics file of a format-2 snapshot (docs/architecture.md §5).
 
     The queries are ``rightsizer.domain.observation.observation_queries`` (the live plan asks the same); with
     ``job`` every series selector gets ``{job="<job>"}``.
@@ -141,7 +141,7 @@ def _redact_containers(containers: Any) -> None:
 
 
 def redact(obj: JSON) -> JSON:
-    """A copy of a Kubernetes object fit for a snapshot (design §5).
+    """A copy of a Kubernetes object fit for a snapshot (docs/architecture.md §5).
 
     Drops ``metadata.managedFields`` (bulky, no decision reads it); in pods replaces env values with
     ``"<redacted>"`` except ``KEEP_ENV`` (``valueFrom`` references are kept) in containers, init and

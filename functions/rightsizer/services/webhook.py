@@ -1,4 +1,4 @@
-"""Webhook intake (design §2 "The webhook is intake only", §4 "Webhook", §5 "Webhook (contract)").
+"""Webhook intake (docs/architecture.md §2 "The webhook is intake only", §4 "Webhook", §5 "Webhook (contract)").
 
 One HTTP request from Alertmanager becomes, per alert: a started drain workflow (firing), a recorded
 cancel of the node's lease epoch (resolved), a duplicate (seen before), or nothing (no node label, no
@@ -68,9 +68,9 @@ __all__ = [
     "parse_payload",
 ]
 
-#: Largest accepted body, in bytes after base64 decoding (design §5: 413 above 1 MiB).
+#: Largest accepted body, in bytes after base64 decoding (docs/architecture.md §5: 413 above 1 MiB).
 MAX_BODY_BYTES: Final = 1_048_576
-#: Design §4: per-alert de-duplication key, hash and lifetime (7 days, longer than any repeat_interval).
+#: docs/architecture.md §4: per-alert de-duplication key, hash and lifetime (7 days, longer than any repeat_interval).
 IDEMPOTENCY_KEY_JMESPATH: Final = "[fingerprint, startsAt, status]"
 IDEMPOTENCY_HASH: Final = "sha256"
 IDEMPOTENCY_EXPIRY_SECONDS: Final = 604_800
@@ -236,7 +236,7 @@ def execution_id_for(alert: Alert) -> str:
 
 
 class DuplicateGuard(Protocol):
-    """Runs an action at most once per alert key (design §4: in progress or completed = duplicate)."""
+    """Runs an action at most once per alert key (docs/architecture.md §4: in progress or completed = duplicate)."""
 
     def once(self, key: AlertKey, action: Callable[[], JSON]) -> tuple[JSON, bool]:
         """Run ``action`` unless ``key`` was seen.

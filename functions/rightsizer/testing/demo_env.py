@@ -1,4 +1,4 @@
-"""The embedded default behind ``rightsizer demo`` (design §7): moto, the Kubernetes double and DCGM series.
+"""The embedded default behind ``rightsizer demo`` (docs/architecture.md §7): moto, the Kubernetes double and DCGM series.
 
 Test and demo support only: never imported by Lambda code (the artifact ships neither moto nor the
 doubles). Everything listens on 127.0.0.1 and is built from a snapshot directory (by default the packaged
@@ -316,7 +316,7 @@ class SnapshotMetrics:
         """Load ``directory``'s ``snapshot.json`` and ``metrics/*.json`` and shift them to ``now``.
 
         Args:
-            directory: a snapshot directory (design §5) with the metrics files.
+            directory: a snapshot directory (docs/architecture.md §5) with the metrics files.
             now: the demo's "now" in epoch seconds (default: the system clock).
         """
         root = Path(directory)
@@ -584,7 +584,7 @@ def _is_exporter(pod: JSON) -> bool:
 
 
 class NodeLifecycleSyncer:
-    """Makes the Kubernetes double follow moto's EC2 and Auto Scaling state (design §7).
+    """Makes the Kubernetes double follow moto's EC2 and Auto Scaling state (docs/architecture.md §7).
 
     Each pass: a Node whose instance is shutting down, terminated, unknown to EC2, or no longer a member
     of the Auto Scaling group it was in disappears with its pods (pod garbage collection; their

@@ -1,4 +1,4 @@
-"""An EKS cluster with GPU managed node groups on a moto server, for tests and the demo (design §7).
+"""An EKS cluster with GPU managed node groups on a moto server, for tests and the demo (docs/architecture.md §7).
 
 Never imported by product code. moto 5.2 models a managed node group and its Auto Scaling group as
 two unrelated objects: ``CreateNodegroup`` reports ``resources.autoScalingGroups[0].name`` but creates

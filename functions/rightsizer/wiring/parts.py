@@ -192,7 +192,7 @@ def live_signals(
     config: Config, policy: Policy, snapshot: ClusterSnapshot, client: PrometheusClient
 ) -> ClusterSnapshot:
     """``snapshot`` with ``signals`` read from Prometheus for the window ending at ``taken_at``
-    (``collect_live``: the snapshot's queries, a constant number whatever the node count, design §8).
+    (``collect_live``: the snapshot's queries, a constant number whatever the node count, docs/architecture.md §8).
 
     Raises:
         PrometheusUnavailable: ``prometheus.deadline`` passed with queries unanswered.
