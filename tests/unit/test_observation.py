@@ -105,6 +105,15 @@ def test_a_format_2_snapshot_decides_on_its_files(tmp_path: Path) -> None:
         ({f"metrics/{GPU_UTIL}.timestamp.json": matrix([(END, str(END - 900))])}, "stale_metrics:900s"),
         ({f"metrics/{GPU_UTIL}.json": matrix(steps("1")[:20])}, "coverage_below_min"),
         ({f"metrics/{GPU_UTIL}.json": {"status": "error", "errorType": "timeout"}}, "partial_response"),
+        # impossible framebuffer readings: an exporter that lost the GPU reports zeros or nonsense
+        (
+            {
+                f"metrics/{FB_USED}.avg.json": matrix([(END, "0")]),
+                f"metrics/{FB_FREE}.avg.json": matrix([(END, "0")]),
+            },
+            "fb_implausible:used_plus_free_not_positive",
+        ),
+        ({f"metrics/{FB_USED}.json": matrix([(END, "-5")])}, "fb_implausible:negative_used"),
     ],
 )
 def test_evidence_problems_make_the_node_unknown(

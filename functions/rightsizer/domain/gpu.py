@@ -221,6 +221,8 @@ def assess_gpus(
             reasons.append("no_liveness_signal")
     bad = sorted({m for d in used for m in d.non_finite})
     reasons.extend(f"non_finite:{m}" for m in bad)
+    implausible = sorted({r for d in used if (r := _fb_implausible(d))})
+    reasons.extend(f"fb_implausible:{r}" for r in implausible)
 
     model = row.gpu_model if row else None
     ceiling = power_ceilings.get(model) if model else None
@@ -259,3 +261,18 @@ def assess_gpus(
     unknown = any(code_of(r) in UNKNOWN_CODES for r in reasons)
     a.idle = not unknown and not a.busy
     return a
+
+
+def _fb_implausible(device: DeviceSignals) -> str | None:
+    """Why a device's framebuffer readings cannot be true, or None (issue 11: such a device is unknown).
+
+    Negative used memory, or used + free (``DCGM_FI_DEV_FB_USED`` + ``DCGM_FI_DEV_FB_FREE``, MiB) of zero
+    or less: an exporter that lost the GPU reports zeros, and zeros would read as an idle framebuffer.
+    """
+    if not device.has_fb:
+        return None
+    if device.fb_used_max_mib is not None and device.fb_used_max_mib < 0:
+        return "negative_used"
+    if device.fb_total_mib is not None and device.fb_total_mib <= 0:
+        return "used_plus_free_not_positive"
+    return None

@@ -19,6 +19,7 @@ REASON_CODES: tuple[str, ...] = (
     "stale_metrics",
     "exporter_frozen",
     "non_finite",
+    "fb_implausible",
     "partial_response",
     "series_unmapped",
     "gpu_count_mismatch",
@@ -62,7 +63,7 @@ is our extension."""
 _ORDER = {code: i for i, code in enumerate(REASON_CODES)}
 
 EXCLUDED_CODES = frozenset({"not_selected"})
-UNKNOWN_CODES = frozenset(REASON_CODES[1:13])
+UNKNOWN_CODES = frozenset(REASON_CODES[1 : REASON_CODES.index("activity_above_threshold")])
 BUSY_CODES = frozenset({"activity_above_threshold", "fb_above_threshold", "power_above_idle"})
 PROTECTED_CODES = frozenset(
     REASON_CODES[REASON_CODES.index("idle_gpu_holder") : REASON_CODES.index("idle_window_clean")]
