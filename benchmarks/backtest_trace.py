@@ -20,10 +20,8 @@ import json
 import statistics
 import time
 
-from rightsizer.adapters.backtest_sources import packaged_trace, read_trace
-from rightsizer.domain import backtest as bt
-from rightsizer.domain.policy import Policy
-from rightsizer.services.backtest import (
+from rightsizer.backtest import simulate as bt
+from rightsizer.backtest.report import (
     SCALE_TO_ZERO,
     BacktestRequest,
     NamedPolicy,
@@ -32,6 +30,8 @@ from rightsizer.services.backtest import (
     run_backtest,
     scale_to_zero_policy,
 )
+from rightsizer.backtest.sources import packaged_trace, read_trace
+from rightsizer.domain.policy import Policy
 
 
 def main() -> None:

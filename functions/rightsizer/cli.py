@@ -427,8 +427,8 @@ def _backtest_time(text: str, flag: str) -> datetime:
 
 
 def _backtest_source(args: argparse.Namespace) -> tuple[Any, Config | None]:
-    """The history to replay (``rightsizer.domain.backtest.Source``) and the config when one was read."""
-    from rightsizer.adapters import backtest_sources as sources
+    """The history to replay (``rightsizer.backtest.simulate.Source``) and the config when one was read."""
+    from rightsizer.backtest import sources
 
     if args.trace:
         return sources.read_trace(args.trace, instance_type=args.instance_type or "g5.xlarge"), None
@@ -462,8 +462,7 @@ def _backtest_source(args: argparse.Namespace) -> tuple[Any, Config | None]:
 def cmd_backtest(args: argparse.Namespace) -> int:
     """``rightsizer backtest``: replay history through the same ``plan()`` for each policy, beside the
     request-based and naive-threshold baselines and the oracle; never acts."""
-    from rightsizer.domain.backtest import SimModel
-    from rightsizer.services.backtest import (
+    from rightsizer.backtest.report import (
         SCALE_TO_ZERO,
         BacktestRequest,
         NamedPolicy,
@@ -474,6 +473,7 @@ def cmd_backtest(args: argparse.Namespace) -> int:
         run_backtest,
         scale_to_zero_policy,
     )
+    from rightsizer.backtest.simulate import SimModel
 
     sweep = Sweep.parse(args.sweep) if args.sweep else None
     model = SimModel(
@@ -505,7 +505,7 @@ def cmd_backtest(args: argparse.Namespace) -> int:
         base = name
     report = run_backtest(source, BacktestRequest(tuple(policies), model, sweep, base))
     if args.plot:
-        from rightsizer.adapters.backtest_plot import plot_report
+        from rightsizer.backtest.plot import plot_report
 
         log.info("plot written to %s", plot_report(report, args.plot))
     if args.json:

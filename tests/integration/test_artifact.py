@@ -60,6 +60,7 @@ def test_artifact_leaves_out_the_doubles_and_demo_data(artifact: Path) -> None:
         "rightsizer",
     }
     assert not (artifact / "rightsizer" / "testing").exists()
+    assert not (artifact / "rightsizer" / "backtest").exists()
     assert not (artifact / "rightsizer" / "data" / "examples").exists()
     assert (artifact / "rightsizer" / "data" / "ec2-gpu-instances.csv").exists()
     assert not list(artifact.rglob("*moto*"))

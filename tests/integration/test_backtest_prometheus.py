@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from rightsizer.adapters.backtest_sources import fetch_prometheus_history
 from rightsizer.adapters.prometheus import PrometheusClient
+from rightsizer.backtest import simulate as bt
+from rightsizer.backtest.report import scale_to_zero_policy
+from rightsizer.backtest.sources import fetch_prometheus_history
 from rightsizer.cli import main
-from rightsizer.domain import backtest as bt
 from rightsizer.domain.catalog import load_catalog
 from rightsizer.domain.policy import Policy
-from rightsizer.services.backtest import scale_to_zero_policy
 
 if TYPE_CHECKING:
     from tests.support.prometheus_server import PrometheusServer, Sample

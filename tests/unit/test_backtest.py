@@ -16,21 +16,21 @@ from pathlib import Path
 
 import pytest
 
-from rightsizer.adapters.backtest_sources import packaged_trace, read_snapshot_series, read_trace
-from rightsizer.cli import main
-from rightsizer.domain import backtest as bt
-from rightsizer.domain.catalog import load_catalog
-from rightsizer.domain.model import SIGNAL_ACTIVITY, MetricData, Node, Pod, Series
-from rightsizer.domain.planner import plan
-from rightsizer.domain.policy import Policy
-from rightsizer.domain.usage import GPU_UTIL
-from rightsizer.services.backtest import (
+from rightsizer.backtest import simulate as bt
+from rightsizer.backtest.report import (
     BacktestRequest,
     NamedPolicy,
     Sweep,
     run_backtest,
     scale_to_zero_policy,
 )
+from rightsizer.backtest.sources import packaged_trace, read_snapshot_series, read_trace
+from rightsizer.cli import main
+from rightsizer.domain.catalog import load_catalog
+from rightsizer.domain.model import SIGNAL_ACTIVITY, MetricData, Node, Pod, Series
+from rightsizer.domain.planner import plan
+from rightsizer.domain.policy import Policy
+from rightsizer.domain.usage import GPU_UTIL
 from tests.builders import AT, gpu_node, node_devices, pod, snapshot, write_snapshot_dir
 
 T0 = (AT - timedelta(days=1)).timestamp()  # 2026-11-01T10:00Z, a multiple of 5 min

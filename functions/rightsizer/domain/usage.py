@@ -270,7 +270,7 @@ def gpu_activity(
 ) -> dict[tuple[str, str], dict[int, float]]:
     """Activity (percent) per physical GPU and window step slot, by the rules ``collect_signals`` uses.
 
-    For accounting over long histories (``rightsizer.domain.backtest``), not for verdicts. Series of one
+    For accounting over long histories (``rightsizer.backtest.simulate``), not for verdicts. Series of one
     device are merged per step (max); a physical GPU's activity is max(100 × PROF, GPU_UTIL); a MIG
     instance counts through PROF only (BUG-02), and a GPU with MIG instances is as active as its most
     active instance (a GPU is free only when every instance is). Non-finite samples and series that no

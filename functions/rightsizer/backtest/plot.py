@@ -9,8 +9,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
+from rightsizer.backtest.report import BacktestReport
 from rightsizer.domain.errors import ConfigError
-from rightsizer.services.backtest import BacktestReport
 
 #: Line colours per run kind; policies cycle through the tab10 palette.
 POLICY_COLOURS = (1, 2, 4, 5, 6, 8, 9)

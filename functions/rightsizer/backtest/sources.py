@@ -1,6 +1,6 @@
 """Where a backtest's history comes from (``rightsizer backtest``): a utilisation trace, a directory of
 snapshot directories, or a live Prometheus (DCGM series by chunked ``query_range``, node inventory from
-kube-state-metrics). Each reader returns a ``rightsizer.domain.backtest.History``; nothing here decides.
+kube-state-metrics). Each reader returns a ``rightsizer.backtest.simulate.History``; nothing here decides.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any, Protocol
 from pydantic import ValidationError
 
 from rightsizer.adapters.snapshot_dir import load_snapshot
-from rightsizer.domain.backtest import Frame, History, Source
+from rightsizer.backtest.simulate import Frame, History, Source
 from rightsizer.domain.catalog import Catalog, load_catalog
 from rightsizer.domain.errors import ConfigError, SnapshotError
 from rightsizer.domain.join import NODE_NAME_LABELS

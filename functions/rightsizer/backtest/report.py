@@ -1,9 +1,9 @@
 """Use case: price policies on history before turning them on (``rightsizer backtest``).
 
-Runs the pure simulation (``rightsizer.domain.backtest``) for every requested policy, the two baselines
+Runs the pure simulation (``rightsizer.backtest.simulate``) for every requested policy, the two baselines
 (request-based, naive threshold) and the oracle on one prepared history, optionally sweeps one policy key,
 and renders the result as a table or one JSON document. Reads no files and talks to no server: the CLI
-hands it a ``Source`` built by ``rightsizer.adapters.backtest_sources``.
+hands it a ``Source`` built by ``rightsizer.backtest.sources``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from rightsizer.domain import backtest as bt
+from rightsizer.backtest import simulate as bt
 from rightsizer.domain.errors import ConfigError
 from rightsizer.domain.model import ALL_SIGNALS
 from rightsizer.domain.policy import Policy, load_policy, parse_duration
