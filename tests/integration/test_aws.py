@@ -20,12 +20,11 @@ from rightsizer.adapters.aws import (
     AwsPermanentError,
     AwsStalePlan,
     AwsTransientError,
-    Ec2Resizer,
     EksNodeGroupSizer,
     GroupSizes,
     map_aws_error,
-    preflight_fits,
 )
+from rightsizer.adapters.ec2_resize import Ec2Resizer, preflight_fits
 from rightsizer.domain.errors import (
     ConfigError,
     PermanentError,

@@ -19,7 +19,8 @@ import pytest
 from botocore.credentials import ReadOnlyCredentials
 
 from rightsizer.adapters.asg_scaler import AsgNodeScaler
-from rightsizer.adapters.aws import AwsClients, Ec2Resizer
+from rightsizer.adapters.aws import AwsClients
+from rightsizer.adapters.ec2_resize import Ec2Resizer
 from rightsizer.adapters.eks_auth import EksTokenSource
 from rightsizer.adapters.kubernetes import KubernetesCluster
 from rightsizer.adapters.memory_state import MemoryState

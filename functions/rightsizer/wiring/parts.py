@@ -366,8 +366,8 @@ def build_workflow_starter(config: Config, state_machine_arn: str | None) -> Wor
 
 
 def build_instance_type_changer(config: Config) -> InstanceTypeChanger:
-    """The EC2 calls of a standalone instance's type change (``rightsizer.adapters.aws.Ec2Resizer``)."""
-    from rightsizer.adapters.aws import Ec2Resizer
+    """The EC2 calls of a standalone instance's type change (``rightsizer.adapters.ec2_resize.Ec2Resizer``)."""
+    from rightsizer.adapters.ec2_resize import Ec2Resizer
 
     return Ec2Resizer(_aws_client(config, "ec2"), _aws_client(config, "autoscaling"))
 
