@@ -15,6 +15,7 @@ import sys
 from collections.abc import Iterable, Iterator
 from datetime import timedelta
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -219,7 +220,7 @@ def test_an_overdue_restore_fires_restore_overdue_with_its_node_group(
     world.aws.launch_ready = False
     world.aws.failures["eks-gpu-a10g-asg"] = [ice("eks-gpu-a10g-asg", MONDAY_MORNING + timedelta(seconds=7))]
     app = handler_module("offhours")
-    monkeypatch.setattr(app, "offhours_deps", lambda settings: world.deps)
+    monkeypatch.setattr(app, "lambda_runtime", lambda: SimpleNamespace(offhours=lambda: world.deps))
 
     # WHEN the off-hours ticks run through the handler: at the restore, and past restore_deadline (30 min)
     world.clock[0] = MONDAY_MORNING
@@ -302,7 +303,7 @@ def emitted_by_every_handler(
     world.aws.capacity["gpu-a10g"] = 0
     world.aws.launch_ready = False
     offhours = handler_module("offhours")
-    monkeypatch.setattr(offhours, "offhours_deps", lambda settings: world.deps)
+    monkeypatch.setattr(offhours, "lambda_runtime", lambda: SimpleNamespace(offhours=lambda: world.deps))
     for minutes in (0, 31):
         world.clock[0] = MONDAY_MORNING + timedelta(minutes=minutes)
         offhours.handler(tick(world.clock[0], f"t-{minutes}"), LambdaContext())
@@ -325,7 +326,7 @@ def emitted_by_every_handler(
         plans=MemoryPlans(),
     )
     assess = handler_module("assess")
-    monkeypatch.setattr(assess, "assessment_deps", lambda settings: deps)
+    monkeypatch.setattr(assess, "lambda_runtime", lambda: SimpleNamespace(assessment=lambda: deps))
     summary = assess.handler(tick(AT, "assess-1"), LambdaContext())
     assert summary["started"], summary
     return emf(capsys.readouterr().out)
