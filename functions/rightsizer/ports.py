@@ -209,6 +209,11 @@ class NodeScaler(Protocol):
         """(MinSize, DesiredCapacity, MaxSize, InService instance ids) of the group, read fresh."""
         ...
 
+    def opt_in_refusal(self, asg_name: str, cluster: str) -> str | None:
+        """Why the group may not be scaled in (``rightsizer.domain.model.opt_in_refusal`` over its tags,
+        read fresh), or None when it opted in: ``rightsizer.io/enabled=true`` and ``eks:cluster-name``."""
+        ...
+
     def terminate(self, asg_name: str, instance_id: str) -> tuple[int, int, bool]:
         """``TerminateInstanceInAutoScalingGroup(ShouldDecrementDesiredCapacity=True)`` for exactly that
         instance, after checking DesiredCapacity − 1 ≥ MinSize; returns (desired before, desired after,

@@ -246,12 +246,15 @@ def test_forbidden_or_failing_dra_on_a_served_version_is_an_error(double: Kubern
 
 def test_preflight_returns_the_denied_checks(double: KubernetesDouble) -> None:
     double.deny("list", "pods")
-    double.deny("get", "poddisruptionbudgets", group="policy")
+    double.deny("list", "poddisruptionbudgets", group="policy")
     cluster: ClusterReader = open_cluster(double)
 
     denied = cluster.preflight(READ_CHECKS + DRA_READ_CHECKS)
 
-    assert denied == [AccessCheck("list", "pods"), AccessCheck("get", "poddisruptionbudgets", group="policy")]
+    assert denied == [
+        AccessCheck("list", "pods"),
+        AccessCheck("list", "poddisruptionbudgets", group="policy"),
+    ]
     reviews = calls(double, "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews")
     assert len(reviews) == len(READ_CHECKS) + len(DRA_READ_CHECKS)
     assert reviews[0].body["spec"]["resourceAttributes"] == {"verb": "list", "resource": "nodes", "group": ""}

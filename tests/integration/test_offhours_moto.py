@@ -24,6 +24,7 @@ from rightsizer.adapters.aws import AwsClients, make_clients
 from rightsizer.adapters.dynamodb_state import DynamoDbState
 from rightsizer.adapters.eks_nodegroups import EksNodeGroups
 from rightsizer.config import OffhoursConfig, OffhoursGroup
+from rightsizer.domain.model import TAG_ENABLED
 from rightsizer.domain.periods import Period
 from rightsizer.domain.policy import Policy
 from rightsizer.services.drain import DrainDeps
@@ -289,7 +290,7 @@ def test_a_tagged_node_group_is_selected(env: Env, gpu_cluster: BuiltCluster) ->
         subnets=list(gpu_cluster.subnet_ids),
         instanceTypes=["g5.2xlarge"],
         scalingConfig={"minSize": 1, "desiredSize": 2, "maxSize": 3},
-        tags={TAG_OFFHOURS: "weekend"},
+        tags={TAG_OFFHOURS: "weekend", TAG_ENABLED: "true"},
     )["nodegroup"]
     asg_name = ng["resources"]["autoScalingGroups"][0]["name"]
     asg.create_auto_scaling_group(
@@ -302,6 +303,10 @@ def test_a_tagged_node_group_is_selected(env: Env, gpu_cluster: BuiltCluster) ->
         MaxSize=3,
         DesiredCapacity=2,
         VPCZoneIdentifier=",".join(gpu_cluster.subnet_ids),
+        Tags=[
+            {"Key": k, "Value": v, "PropagateAtLaunch": True}
+            for k, v in {TAG_ENABLED: "true", "eks:cluster-name": CLUSTER}.items()
+        ],
     )
     for instance in asg.describe_auto_scaling_groups(AutoScalingGroupNames=[asg_name])["AutoScalingGroups"][
         0

@@ -24,7 +24,7 @@ from rightsizer.adapters.eks_nodegroups import error_code_of
 from rightsizer.adapters.memory_state import MemoryState
 from rightsizer.config import Config, OffhoursConfig, OffhoursGroup
 from rightsizer.domain.errors import ConfigError, PermanentError, StalePlan
-from rightsizer.domain.model import ANN_CORDONED_AT, ANN_CORDONED_BY
+from rightsizer.domain.model import ANN_CORDONED_AT, ANN_CORDONED_BY, TAG_ENABLED
 from rightsizer.domain.periods import Period
 from rightsizer.domain.plan import NodeReport
 from rightsizer.domain.policy import Policy
@@ -216,7 +216,7 @@ class FakeNodeGroups:
     def add_group(
         self, name: str, sizes: tuple[int, int, int], *, tags: Mapping[str, str] | None = None
     ) -> FakeGroup:
-        group = FakeGroup(name, f"eks-{name}-asg", *sizes, tags=dict(tags or {}))
+        group = FakeGroup(name, f"eks-{name}-asg", *sizes, tags={TAG_ENABLED: "true", **(tags or {})})
         self.groups[name] = group
         for _ in range(group.desired):
             self._launch(group, ready=True)
@@ -282,6 +282,10 @@ class FakeNodeGroups:
     def group_sizes(self, asg_name: str) -> tuple[int, int, int, frozenset[str]]:
         group = self._by_asg(asg_name)
         return group.min, group.desired, group.max, frozenset(group.instances)
+
+    def opt_in_refusal(self, asg_name: str, cluster: str) -> str | None:
+        self._by_asg(asg_name)
+        return None
 
     def terminate(self, asg_name: str, instance_id: str) -> tuple[int, int, bool]:
         group = self._by_asg(asg_name)

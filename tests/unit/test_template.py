@@ -184,17 +184,50 @@ def test_no_wildcard_resource_on_mutating_actions(template: dict[str, Any]) -> N
                 assert resource != "*", (owner, statement["Sid"])
 
 
-def test_mutating_aws_actions_are_scoped_to_the_cluster_or_tag(template: dict[str, Any]) -> None:
+def test_mutating_aws_actions_need_the_opt_in_tag(template: dict[str, Any]) -> None:
+    # Scale-in and sizing only in groups tagged rightsizer.io/enabled=true (and of this cluster): the
+    # drain checks the same tags before it cordons (rightsizer.domain.model.opt_in_refusal).
     for owner, statement in all_statements(template):
         actions = as_list(statement["Action"])
         if any(a.startswith(("autoscaling:Terminate", "autoscaling:Update")) for a in actions):
             assert statement["Condition"]["StringEquals"] == {
-                "aws:ResourceTag/eks:cluster-name": {"Ref": "ClusterName"}
+                "aws:ResourceTag/rightsizer.io/enabled": "true",
+                "aws:ResourceTag/eks:cluster-name": {"Ref": "ClusterName"},
             }, owner
+        if any(a.startswith("eks:Update") for a in actions):
+            assert statement["Condition"]["StringEquals"] == {"aws:ResourceTag/rightsizer.io/enabled": "true"}
+        # Stop/start/modify only on instances opted in to a resize; modify of the instance type only.
         if any(a.startswith(("ec2:Stop", "ec2:Start", "ec2:Modify")) for a in actions):
+            assert owner == "DrainRole", owner
             assert statement["Condition"]["StringEquals"] == {
                 "ec2:ResourceTag/rightsizer.io/resize": "allowed"
-            }, owner
+            }
+        if "ec2:ModifyInstanceAttribute" in actions:
+            assert actions == ["ec2:ModifyInstanceAttribute"]
+            assert statement["Condition"]["Null"] == {"ec2:Attribute/InstanceType": "false"}
+
+
+def test_resize_grants_exist_only_with_enable_resize(template: dict[str, Any]) -> None:
+    act = template["Resources"]["DrainRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
+    resize = [s for s in act if "Fn::If" in s and s["Fn::If"][0] == "Resize"]
+    assert len(resize) == 3 and all(s["Fn::If"][2] == {"Ref": "AWS::NoValue"} for s in resize)
+    assert template["Parameters"]["EnableResize"]["Default"] == "false"
+
+
+def test_state_table_access_is_limited_to_item_families(template: dict[str, Any]) -> None:
+    for owner, statement in all_statements(template):
+        if statement["Sid"] == "LedgerIndexRead":  # the sparse index gsi1 holds ledger items only
+            assert as_list(statement["Action"]) == ["dynamodb:Query"]
+            assert statement["Resource"] == {"Fn::Sub": "${StateTable.Arn}/index/gsi1"}
+        elif any(a.startswith("dynamodb:") for a in as_list(statement["Action"])):
+            keys = statement["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"]
+            assert keys and "*" not in keys, owner
+
+
+def test_webhook_has_reserved_concurrency(template: dict[str, Any]) -> None:
+    webhook = template["Resources"]["AlertWebhookFunction"]["Properties"]
+    assert webhook["ReservedConcurrentExecutions"] == {"Ref": "WebhookConcurrency"}
+    assert 1 <= template["Parameters"]["WebhookConcurrency"]["Default"] <= 100
 
 
 def test_who_may_start_drains(template: dict[str, Any]) -> None:

@@ -13,24 +13,31 @@ IAM actions needed:
 
 - ``autoscaling:DescribeAutoScalingInstances`` — :meth:`AsgNodeScaler.find_group` and the re-check
   before a terminate;
-- ``autoscaling:DescribeAutoScalingGroups`` — :meth:`AsgNodeScaler.group_sizes`;
-- ``autoscaling:TerminateInstanceInAutoScalingGroup`` — :meth:`AsgNodeScaler.terminate` (scope it with a
-  condition on the group's ``eks:cluster-name`` tag).
+- ``autoscaling:DescribeAutoScalingGroups`` — :meth:`AsgNodeScaler.group_sizes` and
+  :meth:`AsgNodeScaler.opt_in_refusal`;
+- ``autoscaling:TerminateInstanceInAutoScalingGroup`` — :meth:`AsgNodeScaler.terminate`, on groups tagged
+  ``rightsizer.io/enabled=true`` and ``eks:cluster-name=<cluster>`` only (the template's condition).
 
 RBAC verbs: none.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from rightsizer.adapters.aws import AsgScaler, aws_errors
 from rightsizer.domain.errors import StalePlan
+from rightsizer.domain.model import opt_in_refusal
 
 if TYPE_CHECKING:
     from mypy_boto3_autoscaling.client import AutoScalingClient
 
 __all__ = ["AsgNodeScaler"]
+
+#: The AWS actions this module calls itself (the scale-in is :class:`rightsizer.adapters.aws.AsgScaler`'s).
+IAM_ACTIONS: Final = frozenset(
+    {"autoscaling:DescribeAutoScalingInstances", "autoscaling:DescribeAutoScalingGroups"}
+)
 
 
 class AsgNodeScaler:
@@ -75,6 +82,24 @@ class AsgNodeScaler:
             str(i["InstanceId"]) for i in group.get("Instances", []) if i.get("LifecycleState") == "InService"
         )
         return int(group["MinSize"]), int(group["DesiredCapacity"]), int(group["MaxSize"]), in_service
+
+    def opt_in_refusal(self, asg_name: str, cluster: str) -> str | None:
+        """Why ``asg_name`` may not be scaled in, or None (its tags, DescribeAutoScalingGroups, through
+        :func:`rightsizer.domain.model.opt_in_refusal`). Checked before a cordon: the drain role's
+        Terminate grant carries the same tag conditions, so an un-tagged group would otherwise be drained
+        and then denied.
+
+        Raises:
+            StalePlan: the group does not exist (any more).
+            TransientError / PermanentError: as mapped from the AWS error code.
+        """
+        with aws_errors("DescribeAutoScalingGroups"):
+            answer = self._asg.describe_auto_scaling_groups(AutoScalingGroupNames=[asg_name])
+        groups = answer.get("AutoScalingGroups", [])
+        if not groups:
+            raise StalePlan(f"Auto Scaling group {asg_name!r} not found")
+        tags = {str(t["Key"]): str(t.get("Value", "")) for t in groups[0].get("Tags", []) if "Key" in t}
+        return opt_in_refusal(tags, cluster, asg=True)
 
     def terminate(self, asg_name: str, instance_id: str) -> tuple[int, int, bool]:
         """Remove exactly ``instance_id`` from ``asg_name`` and decrement DesiredCapacity by one.

@@ -82,6 +82,26 @@ EC2_BATCH: Final = 100
 
 _RETRY_CONFIG: Final = Config(retries={"mode": "standard", "max_attempts": 5})
 
+#: The AWS actions this module calls (IAM ``service:Action``). ``tests/integration/test_iam.py`` records
+#: every SDK call each function makes and fails when this module calls an action it does not declare.
+IAM_ACTIONS: Final = frozenset(
+    {
+        "autoscaling:DescribeAutoScalingGroups",
+        "autoscaling:DescribeAutoScalingInstances",
+        "autoscaling:DescribeScalingActivities",
+        "autoscaling:TerminateInstanceInAutoScalingGroup",
+        "eks:ListNodegroups",
+        "eks:DescribeNodegroup",
+        "eks:UpdateNodegroupConfig",
+        "ec2:DescribeInstances",
+        "ec2:DescribeInstanceTypes",
+        "ec2:DescribeSpotPriceHistory",
+        "ec2:StopInstances",
+        "ec2:StartInstances",
+        "ec2:ModifyInstanceAttribute",
+    }
+)
+
 # --------------------------------------------------------------------------------------------------
 # Clients
 # --------------------------------------------------------------------------------------------------

@@ -6,8 +6,8 @@ zlib-compressed JSON (Binary; 1,000 nodes of records stay far below the 400 KB i
 ``at`` + :data:`PLAN_RETENTION` (DynamoDB TTL removes old assessments: a short history, never a growing
 one). The newest is one ``Query`` (``ScanIndexForward=false``, ``Limit``).
 
-IAM: ``dynamodb:PutItem`` and ``dynamodb:Query`` on the table (already granted by the template's
-``StatePolicy``).
+IAM: ``dynamodb:PutItem`` and ``dynamodb:Query`` on the table, item family ``plan#<cluster>``
+(``dynamodb:LeadingKeys`` in the template's per-role ``StateItems`` statements).
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 
 __all__ = ["PLAN_RETENTION", "DynamoDbPlans"]
 
+#: The AWS actions this module calls.
+IAM_ACTIONS: Final = frozenset({"dynamodb:PutItem", "dynamodb:Query"})
 #: How long an assessment stays in the history before TTL may delete it.
 PLAN_RETENTION: Final = timedelta(days=2)
 _DOC: Final = "doc"

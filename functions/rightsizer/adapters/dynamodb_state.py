@@ -30,8 +30,9 @@ Number), never TTL, and off-hours sizes must never vanish before they are restor
 
 IAM actions (resource: the table and ``<table>/index/gsi1``):
 ``dynamodb:GetItem``, ``dynamodb:PutItem``, ``dynamodb:UpdateItem``, ``dynamodb:DeleteItem``,
-``dynamodb:Query`` and ``dynamodb:TransactWriteItems`` (budget slots write three items in one
-transaction; IAM also checks PutItem/UpdateItem/DeleteItem for the items inside it). The Powertools
+``dynamodb:Query`` (budget slots write three items in one ``TransactWriteItems``, which IAM authorises as
+PutItem/UpdateItem/DeleteItem per item). Each function's role is limited with ``dynamodb:LeadingKeys`` to
+the ``pk`` families above that its code touches (``template.yaml``, ``tests/integration/test_iam.py``). The Powertools
 Idempotency layer needs nothing beyond these.
 Tests and the demo also use ``dynamodb:CreateTable``, ``DescribeTable`` and ``UpdateTimeToLive``.
 
@@ -85,6 +86,17 @@ __all__ = [
     "TTL_ATTRIBUTE",
     "DynamoDbState",
 ]
+
+#: The AWS actions this module calls (TransactWriteItems is authorised per item as these actions).
+IAM_ACTIONS: Final = frozenset(
+    {
+        "dynamodb:GetItem",
+        "dynamodb:PutItem",
+        "dynamodb:UpdateItem",
+        "dynamodb:DeleteItem",
+        "dynamodb:Query",
+    }
+)
 
 PK: Final = "pk"
 SK: Final = "sk"

@@ -53,6 +53,10 @@ __all__ = [
     "write_ca_bundle",
 ]
 
+#: The AWS actions this module calls. ``sts:GetCallerIdentity`` (the identity in the ``whoami`` check
+#: and the presigned token itself) needs no IAM grant: AWS always allows it.
+IAM_ACTIONS: Final = frozenset({"eks:DescribeCluster", "sts:GetCallerIdentity"})
+
 TOKEN_PREFIX: Final = "k8s-aws-v1."  # noqa: S105 - a format prefix, not a secret
 #: The header aws-iam-authenticator requires inside the signature; it binds the token to one cluster.
 CLUSTER_ID_HEADER: Final = "x-k8s-aws-id"

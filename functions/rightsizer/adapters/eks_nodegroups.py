@@ -27,6 +27,11 @@ if TYPE_CHECKING:
 
 __all__ = ["EksNodeGroups", "error_code_of"]
 
+#: The AWS actions this module calls itself (sizing is :class:`rightsizer.adapters.aws.EksNodeGroupSizer`'s).
+IAM_ACTIONS: Final = frozenset(
+    {"eks:ListNodegroups", "eks:DescribeNodegroup", "autoscaling:DescribeScalingActivities"}
+)
+
 # Codes EC2 / Auto Scaling put into a failed launch's status message. Checked before the generic pattern
 # because some messages carry them mid-sentence ("... Instances. InsufficientInstanceCapacity - ...").
 _KNOWN_CODES: Final = (

@@ -37,7 +37,7 @@ from collections.abc import Callable, Generator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal, Protocol
+from typing import Any, Final, Literal, Protocol
 
 import httpx
 import orjson
@@ -52,6 +52,10 @@ from rightsizer.domain.policy import Policy
 from rightsizer.domain.usage import CollectedSignals, Window
 
 log = logging.getLogger(__name__)
+
+#: The AWS actions behind ``auth: sigv4`` (Amazon Managed Service for Prometheus): the adapter calls only
+#: ``/api/v1/query`` and ``/api/v1/query_range``, both ``aps:QueryMetrics``.
+IAM_ACTIONS: Final = frozenset({"aps:QueryMetrics"})
 
 RETRY_STATUS = frozenset({429, 502, 503, 504})
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from botocore.exceptions import ClientError
 
@@ -28,6 +28,9 @@ from rightsizer.domain.errors import ConfigError, PermanentError, TransientError
 if TYPE_CHECKING:
     from mypy_boto3_secretsmanager import SecretsManagerClient
     from mypy_boto3_ssm import SSMClient
+
+#: The AWS actions this module calls (``secretsmanager:`` and ``ssm:`` references).
+IAM_ACTIONS: Final = frozenset({"secretsmanager:GetSecretValue", "ssm:GetParameter"})
 
 _NOT_FOUND = frozenset(
     {

@@ -26,6 +26,9 @@ if TYPE_CHECKING:
 
 __all__ = ["EXECUTION_NAME_MAX", "StepFunctionsStarter", "execution_name_ok"]
 
+#: The AWS actions this module calls: on the drain state machine only.
+IAM_ACTIONS: Final = frozenset({"states:StartExecution"})
+
 #: Step Functions execution names: 1-80 characters, no whitespace, brackets, wildcards or punctuation
 #: other than ``-``, ``_`` and ``.`` (we allow only those, which is always accepted).
 EXECUTION_NAME_MAX: Final = 80

@@ -25,6 +25,32 @@ ANN_CORDONED_BY = "rightsizer.io/cordoned-by"
 ANN_CORDONED_AT = "rightsizer.io/cordoned-at"
 ANN_DO_NOT_DISRUPT = "rightsizer.io/do-not-disrupt"
 TAG_RESIZE = "rightsizer.io/resize"
+#: Opt-in tag of a node group (its Auto Scaling group for scale-in, its EKS node group for off-hours
+#: sizing): nothing is removed from or resized in a group without it. The IAM policies of the drain and
+#: off-hours roles carry the same condition (template.yaml), so the check here refuses before a cordon
+#: what AWS would deny after the drain.
+TAG_ENABLED = "rightsizer.io/enabled"
+#: The cluster tag EKS puts on a managed node group's Auto Scaling group (self-managed groups must carry it).
+TAG_EKS_CLUSTER = "eks:cluster-name"
+
+
+def opt_in_refusal(tags: dict[str, str], cluster: str | None, *, asg: bool) -> str | None:
+    """Why the group may not be scaled in or resized, or None when it opted in.
+
+    A group opted in when it carries ``rightsizer.io/enabled=true`` and — for an Auto Scaling group — the
+    tag ``eks:cluster-name=<cluster>`` (EKS node groups are scoped to their cluster by their ARN). System
+    and foreign node groups therefore stay untouched unless someone tagged them on purpose; the same two
+    conditions gate ``TerminateInstanceInAutoScalingGroup`` and ``UpdateNodegroupConfig`` in IAM.
+
+    Returns:
+        ``not_opted_in:rightsizer.io/enabled`` or ``not_opted_in:eks:cluster-name``, or None.
+    """
+    if tags.get(TAG_ENABLED) != "true":
+        return f"not_opted_in:{TAG_ENABLED}"
+    if asg and (cluster is None or tags.get(TAG_EKS_CLUSTER) != cluster):
+        return f"not_opted_in:{TAG_EKS_CLUSTER}"
+    return None
+
 
 #: Signal families a metrics source can provide (docs/architecture.md §3 "Signals"). A snapshot declares the ones its
 #: source carries; the decision skips — never fails — the rules of a family the source does not carry.

@@ -418,6 +418,11 @@ class DrainWorkflow:
         asg = deps.scaler.find_group(node.instance_id)
         if asg is None:
             return self._end(record, "abandoned", "node_group_unknown:standalone", step="validate")
+        # Before the cordon: IAM allows the scale-in only in opted-in groups (template.yaml), so a
+        # system or foreign group must never be drained first and denied afterwards.
+        refusal = deps.scaler.opt_in_refusal(asg, deps.state.cluster)
+        if refusal is not None:
+            return self._end(record, "abandoned", refusal, step="validate")
         min_size, desired, _max, _ids = deps.scaler.group_sizes(asg)
         policy = deps.policy
         slot = deps.state.take_slot(

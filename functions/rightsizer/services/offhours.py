@@ -45,7 +45,14 @@ from typing import Any, Literal, Protocol
 
 from rightsizer.config import OffhoursConfig
 from rightsizer.domain.errors import RightsizerError
-from rightsizer.domain.model import ANN_CORDONED_BY, GPU_RESOURCE, Node, is_gpu_resource
+from rightsizer.domain.model import (
+    ANN_CORDONED_BY,
+    GPU_RESOURCE,
+    TAG_ENABLED,
+    Node,
+    is_gpu_resource,
+    opt_in_refusal,
+)
 from rightsizer.domain.periods import Period, next_transition, schedule_contains
 from rightsizer.domain.plan import NodeReport
 from rightsizer.domain.policy import Policy
@@ -540,6 +547,11 @@ class _Tick:
         if report.asg_name is None:
             report.outcome = "failed"
             report.error = "node group has no Auto Scaling group yet"
+            return report
+        refusal = opt_in_refusal(selected.info.tags, self.deps.cluster, asg=False)
+        if refusal is not None:  # IAM would deny UpdateNodegroupConfig (template.yaml)
+            report.outcome, report.error = "failed", f"node group lacks the tag {TAG_ENABLED}=true"
+            report.reasons.append(refusal)
             return report
         try:
             report.saved = self.deps.state.get_sizes(selected.name)

@@ -57,19 +57,17 @@ REDACTED: Final = "<redacted>"
 #: ``kubectl apply`` copies the whole object, env values included, into this annotation.
 LAST_APPLIED: Final = "kubectl.kubernetes.io/last-applied-configuration"
 
+#: The verbs the reads use — lists only (infra/k8s/rbac.yaml grants nothing more; tests/integration/test_iam.py).
 READ_CHECKS: Final = (
-    *(
-        AccessCheck(verb, resource, group=group)
-        for resource, group in (("nodes", ""), ("pods", ""), ("poddisruptionbudgets", "policy"))
-        for verb in ("list", "get")
-    ),
+    AccessCheck("list", "nodes"),
+    AccessCheck("list", "pods"),
+    AccessCheck("list", "poddisruptionbudgets", group="policy"),
     AccessCheck("list", "persistentvolumeclaims"),
     AccessCheck("list", "persistentvolumes"),
 )
 DRA_READ_CHECKS: Final = tuple(
-    AccessCheck(verb, resource, group="resource.k8s.io")
+    AccessCheck("list", resource, group="resource.k8s.io")
     for resource in ("resourceclaims", "resourceslices")
-    for verb in ("list", "get")
 )
 
 

@@ -68,6 +68,12 @@ __all__ = [
     "parse_payload",
 ]
 
+#: The AWS actions Powertools Idempotency calls for :class:`PowertoolsDuplicateGuard` (its items live in
+#: the state table under ``idempotency#<function>``).
+IAM_ACTIONS: Final = frozenset(
+    {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"}
+)
+
 #: Largest accepted body, in bytes after base64 decoding (docs/architecture.md §5: 413 above 1 MiB).
 MAX_BODY_BYTES: Final = 1_048_576
 #: docs/architecture.md §4: per-alert de-duplication key, hash and lifetime (7 days, longer than any repeat_interval).

@@ -25,7 +25,7 @@ import copy
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Final
@@ -33,7 +33,7 @@ from typing import Final
 from rightsizer.adapters.aws import ActionRefusedError
 from rightsizer.adapters.kubernetes import EVENT_COMPONENT, EVENT_NAMESPACE, KubernetesAccessError
 from rightsizer.domain.errors import StalePlan, TransientError
-from rightsizer.domain.model import ANN_CORDONED_AT, ANN_CORDONED_BY
+from rightsizer.domain.model import ANN_CORDONED_AT, ANN_CORDONED_BY, opt_in_refusal
 from rightsizer.ports import JSON, AccessCheck, EvictionOutcome
 from rightsizer.testing.k8s import DEFAULT_GRACE_SECONDS, label_selector_matches, rfc3339
 
@@ -560,17 +560,35 @@ class FakeNodeScaler:
         self._lock = threading.RLock()
         self._groups: dict[str, _Group] = {}
         self._failures: dict[str, deque[Exception]] = {}
+        self._tags: dict[str, dict[str, str] | None] = {}
         #: Every port call in order, e.g. ``("terminate", "eks-gpu-…", "i-0b")``.
         self.calls: list[Call] = []
         #: Instance ids terminated through :meth:`terminate`, in order.
         self.terminated: list[str] = []
 
     def add_group(
-        self, name: str, *, min_size: int, desired: int, max_size: int, instance_ids: Iterable[str]
+        self,
+        name: str,
+        *,
+        min_size: int,
+        desired: int,
+        max_size: int,
+        instance_ids: Iterable[str],
+        tags: Mapping[str, str] | None = None,
     ) -> None:
-        """Create (or replace) an Auto Scaling group whose instances are all InService."""
+        """Create (or replace) an Auto Scaling group whose instances are all InService. ``tags`` None =
+        opted in for any cluster; given, :func:`rightsizer.domain.model.opt_in_refusal` judges them."""
         with self._lock:
             self._groups[name] = _Group(min_size, desired, max_size, dict.fromkeys(instance_ids, "InService"))
+            self._tags[name] = None if tags is None else dict(tags)
+
+    def opt_in_refusal(self, asg_name: str, cluster: str) -> str | None:
+        """None for a group added without tags; else the domain rule over its tags."""
+        with self._lock:
+            self.calls.append(("opt_in_refusal", asg_name))
+            self._sizes(asg_name)  # StalePlan for an unknown group, as the adapter
+            tags = self._tags.get(asg_name)
+            return None if tags is None else opt_in_refusal(tags, cluster, asg=True)
 
     def set_sizes(
         self,

@@ -28,6 +28,7 @@ from botocore.awsrequest import AWSResponse
 from botocore.compat import HTTPHeaders
 
 from rightsizer.adapters.aws import AwsClients
+from rightsizer.domain.model import TAG_ENABLED
 from rightsizer.testing.periodic import Periodic
 
 if TYPE_CHECKING:
@@ -96,6 +97,7 @@ def seed_instance(
     region: str = "us-east-1",
     ena_support: bool | None = None,
     root_device_type: str | None = None,
+    lifecycle: str | None = None,
 ) -> None:
     """Set attributes moto cannot be told through the API, on the in-process moto backend.
 
@@ -105,6 +107,7 @@ def seed_instance(
         instance_id: an instance of the moto server.
         ena_support: the ``EnaSupport`` DescribeInstances reports (moto omits it otherwise).
         root_device_type: ``ebs`` or ``instance-store`` (moto always reports ``ebs``).
+        lifecycle: ``spot`` makes DescribeInstances report ``InstanceLifecycle: spot``.
     """
     from moto.ec2.models import ec2_backends
 
@@ -114,6 +117,8 @@ def seed_instance(
         setattr(instance, "ena_support", ena_support)  # noqa: B010
     if root_device_type is not None:
         instance.root_device_type = root_device_type
+    if lifecycle is not None:
+        instance.lifecycle = lifecycle
 
 
 # --------------------------------------------------------------------------------------------------
@@ -196,6 +201,8 @@ class NodeGroupSpec:
     desired: int = 2
     max_size: int = 4
     labels: Mapping[str, str] = field(default_factory=dict)
+    #: Tag the node group and its ASG ``rightsizer.io/enabled=true`` (False: a system group nobody opted in).
+    opted_in: bool = True
 
 
 @dataclass(frozen=True)
@@ -249,7 +256,8 @@ def build_cluster(
     """Create a VPC with two subnets, an EKS cluster and its managed node groups with their ASGs.
 
     Each node group's ASG is created under exactly the name moto reports in
-    ``resources.autoScalingGroups[0].name``, tagged ``eks:nodegroup-name`` / ``eks:cluster-name``, from a
+    ``resources.autoScalingGroups[0].name``, tagged ``eks:nodegroup-name`` / ``eks:cluster-name`` (and, with
+    ``opted_in``, the node group and the ASG ``rightsizer.io/enabled=true``), from a
     launch template of the spec's instance type, with ``desired`` InService instances (ENA seeded).
     Calls EC2 CreateVpc/CreateSubnet/CreateLaunchTemplate, EKS CreateCluster/CreateNodegroup and Auto
     Scaling CreateAutoScalingGroup.
@@ -275,6 +283,7 @@ def build_cluster(
             instanceTypes=[spec.instance_type],
             scalingConfig={"minSize": spec.min_size, "desiredSize": spec.desired, "maxSize": spec.max_size},
             labels=dict(spec.labels),
+            tags={TAG_ENABLED: "true"} if spec.opted_in else {},
         )["nodegroup"]
         asg_name = ng["resources"]["autoScalingGroups"][0]["name"]
         template = ec2.create_launch_template(
@@ -289,6 +298,8 @@ def build_cluster(
             "eks:cluster-name": cluster,
             f"kubernetes.io/cluster/{cluster}": "owned",
         }
+        if spec.opted_in:
+            tags[TAG_ENABLED] = "true"
         asg.create_auto_scaling_group(
             AutoScalingGroupName=asg_name,
             LaunchTemplate={"LaunchTemplateId": template["LaunchTemplateId"], "Version": "$Latest"},

@@ -1,0 +1,496 @@
+"""IAM = what the code calls, both ways, per function role (issue 14).
+
+Each function's handler runs its flows as deployed (the template's ``RIGHTSIZER_*`` settings, acting, the
+EKS authentication path) against moto in server mode, the Kubernetes double and a real Prometheus. Every
+AWS call the product makes is recorded (``tests.support.iam``) and
+
+1. must be declared in the ``IAM_ACTIONS`` of the module that made it;
+2. must be allowed by the role's policies in ``template.yaml`` — resolved for the same parameters, with
+   resource ARNs, resource tags and ``dynamodb:LeadingKeys`` taken from the real call (missing grant);
+3. and every (statement, action) the role holds must have allowed at least one call (unused grant).
+
+The opt-in rule is proven from both sides: the drain refuses a group without ``rightsizer.io/enabled``
+before it cordons, and the template's condition would deny the scale-in there anyway.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from rightsizer.adapters import eks_auth
+from rightsizer.adapters.dynamodb_state import DynamoDbState
+from rightsizer.adapters.kubernetes import KubernetesCluster
+from rightsizer.domain.model import ANN_CORDONED_BY, TAG_ENABLED
+from rightsizer.handler_support import clear_caches
+from rightsizer.testing.k8s import RecordedRequest
+from rightsizer.testing.moto_eks import seed_instance
+from tests.builders import claim_volume, gpu_node, pod, pv, pvc
+from tests.integration.test_handlers import (
+    POLICY,
+    ROOT,
+    TABLE,
+    Deployment,
+    LambdaContextStub,
+    deployment,
+    event,
+    handler,
+)
+from tests.integration.test_statemachine import LambdaContext
+from tests.support import rbac
+from tests.support.iam import (
+    ALWAYS_ALLOWED,
+    Call,
+    Lookup,
+    Request,
+    Resolver,
+    RolePolicy,
+    load_template,
+    recording,
+    requests_of,
+)
+
+pytest_plugins = ["tests.support.moto_fixtures", "tests.support.prometheus_server"]
+pytestmark = pytest.mark.integration
+
+__all__ = ["deployment"]  # the fixture, re-used from test_handlers
+
+POLICY_PARAMETER = "/rightsizer/policy"
+TOKEN = "iam-test-webhook-token"
+
+
+@dataclass
+class Deployed:
+    """The deployment plus what the template's parameters resolve to on the local servers."""
+
+    base: Deployment
+    endpoint_url: str
+    session: boto3.session.Session
+    parameters: dict[str, str]
+    token_secret_arn: str = ""
+    #: Kubernetes requests each function made, under the ClusterRoles its identity is bound to.
+    k8s: dict[str, list[RecordedRequest]] = field(default_factory=dict)
+
+    @property
+    def cluster(self) -> str:
+        return self.base.cluster.cluster
+
+    def resolver(self) -> Resolver:
+        table_arn = f"arn:aws:dynamodb:us-east-1:123456789012:table/{TABLE}"
+        return Resolver(
+            load_template(),
+            {"ClusterName": self.cluster, **self.parameters},
+            refs={
+                "StateTable": TABLE,
+                "DrainStateMachine": self.base.state_machine_arn,
+                "WebhookTokenSecret": self.token_secret_arn or "arn:aws:secretsmanager:none",
+                "ObservePolicy": "ObservePolicy",
+                "StartDrainPolicy": "StartDrainPolicy",
+            },
+            attrs={"StateTable.Arn": table_arn},
+        )
+
+
+@pytest.fixture
+def deployed(deployment: Deployment, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Deployed]:
+    """Acting (``DryRun=false`` and the policy's ``dry_run: false``), the policy in SSM, the real EKS
+    authentication path (``eks:DescribeCluster``, a presigned token) pointed at the Kubernetes double."""
+    endpoint_url = deployment.sfn.meta.endpoint_url
+    session = boto3.session.Session(region_name="us-east-1")
+    session.client("ssm", endpoint_url=endpoint_url).put_parameter(
+        Name=POLICY_PARAMETER, Type="SecureString", Value=POLICY + "dry_run: false\n"
+    )
+    # One spot instance in the cluster: the inventory prices it (ec2:DescribeSpotPriceHistory).
+    seed_instance(deployment.cluster.nodegroups["gpu-a10g"].instance_ids[1], lifecycle="spot")
+    deployment.double.set_resource_api_versions(("v1",))  # DRA served: its reads are part of the flows
+    monkeypatch.setenv("RIGHTSIZER_DRY_RUN", "false")
+    monkeypatch.setenv("RIGHTSIZER_POLICY_PARAMETER", POLICY_PARAMETER)
+    monkeypatch.setenv("RIGHTSIZER_POLICY_INLINE", "")
+    monkeypatch.delenv("RIGHTSIZER_KUBE_CONTEXT")
+    # The real DescribeCluster runs on moto; only its answer's CA and endpoint are replaced by the double's.
+    ca_file = tmp_path / "ca.crt"
+    ca_file.write_text("unused over http\n", encoding="utf-8")
+    monkeypatch.setattr(eks_auth, "write_ca_bundle", lambda _pem, _directory: ca_file)
+    for_eks = KubernetesCluster.for_eks.__func__  # type: ignore[attr-defined]
+
+    def at_the_double(cls: type[KubernetesCluster], _endpoint: str, tokens: Any, **kwargs: Any) -> Any:
+        return for_eks(cls, deployment.double.base_url, tokens, **kwargs)
+
+    monkeypatch.setattr(KubernetesCluster, "for_eks", classmethod(at_the_double))
+    clear_caches()
+    yield Deployed(
+        deployment, endpoint_url, session, {"PolicyParameterName": POLICY_PARAMETER, "DryRun": "false"}
+    )
+    clear_caches()
+
+
+def verify_role(deployed: Deployed, role: str, calls: list[Call]) -> RolePolicy:
+    """Assert the three rules of the module docstring for ``role`` over ``calls``."""
+    assert calls, "the flow made no AWS call"
+    policy = RolePolicy(deployed.resolver(), role)
+    lookup = Lookup(deployed.session, deployed.endpoint_url)
+    undeclared: set[tuple[str, str]] = set()
+    missing: list[Request] = []
+    used: set[tuple[str, str]] = set()
+    for call in calls:
+        for request in requests_of(call, lookup, table=TABLE):
+            if request.action not in getattr(sys.modules[call.owner], "IAM_ACTIONS", ()):
+                undeclared.add((call.owner, request.action))
+            if request.action in ALWAYS_ALLOWED:
+                continue
+            allowing = policy.allowing(request)
+            if not allowing:
+                missing.append(request)
+            used |= {(s.where, a) for s, a in allowing}
+            used |= {(s.where, k) for s, _ in allowing for k in s.matched_keys(request)}
+    unused = sorted(policy.grants() - used)
+    assert not undeclared, f"modules call actions they do not declare in IAM_ACTIONS: {sorted(undeclared)}"
+    assert not missing, "denied by template.yaml:\n" + "\n".join(
+        f"  {r.action} on {r.resource} {dict(r.context)} (from {r.owner})" for r in missing
+    )
+    assert not unused, f"{role} holds grants its code never used: {unused}"
+    return policy
+
+
+@contextmanager
+def as_function(deployed: Deployed, function: str) -> Iterator[None]:
+    """Run the block as ``function``'s Kubernetes identity: the double enforces exactly the ClusterRoles
+    ``infra/k8s/rbac.yaml`` binds to its access entry's groups (a missing verb answers 403, which fails
+    the flow); the requests are kept for the unused-verb check."""
+    double = deployed.base.double
+    double.bind_cluster_role(rbac.function_role(function))
+    double.clear_requests()
+    try:
+        yield
+    finally:
+        requests = double.requests
+        double.bind_cluster_role(None)
+        deployed.k8s.setdefault(function, []).extend(requests)
+    forbidden = [(r.method, r.path) for r in requests if r.status == 403]
+    assert not forbidden, f"{function}: RBAC of infra/k8s/rbac.yaml refused {forbidden}"
+
+
+def verify_rbac(deployed: Deployed, functions: Iterable[str]) -> None:
+    """Every verb of each ClusterRole bound only to ``functions`` was used by their requests."""
+    functions = set(functions)
+    bound: dict[str, set[str]] = {}
+    for function in rbac.FUNCTION_ROLES:
+        for role in rbac.cluster_roles_of(function):
+            bound.setdefault(role, set()).add(function)
+    checked = [role for role, users in bound.items() if users <= functions]
+    assert checked, f"no ClusterRole is bound only to {sorted(functions)}"
+    requests = [r for f in functions for r in deployed.k8s.get(f, [])]
+    for role in checked:
+        definition = rbac.function_role_named(role)
+        unused = rbac.unused(definition, requests)
+        assert not unused, f"ClusterRole {role} grants verbs {sorted(functions)} never used: {unused}"
+
+
+def run_drain(deployed: Deployed, start: dict[str, Any]) -> dict[str, Any]:
+    """Start, then step the drain handler until the workflow ends (waits advance the double's clock)."""
+    drain = handler("drain")
+    result = drain(start, LambdaContext())
+    for _ in range(40):
+        if result["next_step"] is None:
+            return result
+        deployed.base.double.advance(float(result.get("wait_seconds") or 0) + 1)
+        result = drain({"action": "step", "execution_id": result["execution_id"]}, LambdaContext())
+    raise AssertionError(f"drain did not end: {result}")
+
+
+PROMETHEUS_VARIANTS = {
+    # name: (PrometheusAuth, secret reference, username, how the secret is created)
+    "none": ("none", "", ""),
+    "sigv4": ("sigv4", "", ""),
+    "bearer-secretsmanager": ("bearer", "secretsmanager:rightsizer/prometheus", ""),
+    "basic-ssm": ("basic", "ssm:/rightsizer/prometheus-password", "grafana"),
+}
+
+
+@pytest.mark.parametrize("variant", sorted(PROMETHEUS_VARIANTS))
+def test_assess_role_holds_exactly_what_the_assessment_calls(
+    deployed: Deployed, variant: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    auth, reference, username = PROMETHEUS_VARIANTS[variant]
+    scheme, _, name = reference.partition(":")
+    if scheme == "secretsmanager":
+        deployed.session.client("secretsmanager", endpoint_url=deployed.endpoint_url).create_secret(
+            Name=name, SecretString="prom-token"
+        )
+    elif scheme == "ssm":
+        deployed.session.client("ssm", endpoint_url=deployed.endpoint_url).put_parameter(
+            Name=name, Type="SecureString", Value="prom-password"
+        )
+    monkeypatch.setenv("RIGHTSIZER_PROMETHEUS_AUTH", auth)
+    monkeypatch.setenv("RIGHTSIZER_PROMETHEUS_SECRET", reference)
+    monkeypatch.setenv("RIGHTSIZER_PROMETHEUS_USERNAME", username)
+    deployed.parameters.update(
+        {"PrometheusAuth": auth, "PrometheusSecretRef": reference, "PrometheusUsername": username}
+    )
+    clear_caches()
+    # GIVEN the lease and budget slot of a drain that died hours before the tick: the assessment heals
+    # both, and reaps the slot of a second one that never got its lease
+    tick = event("assess-tick")
+    before = datetime.fromisoformat(tick["scheduled_time"].replace("Z", "+00:00")) - timedelta(hours=3)
+    state = DynamoDbState(
+        deployed.session.client("dynamodb", endpoint_url=deployed.endpoint_url), TABLE, deployed.cluster
+    )
+    asg = deployed.base.cluster.nodegroups["gpu-a10g"].asg_name
+    assert state.acquire("gpu-busy", "died", before, 60) is not None
+    cordon(deployed, "gpu-busy", "died")
+    for node, owner in (("gpu-busy", "died"), ("gpu-other", "lost")):
+        slot = state.take_slot(
+            asg, node, owner, before, max_per_run=5, max_per_group=5, desired=3, min_size=1
+        )
+        assert hasattr(slot, "taken_at"), slot
+
+    with (
+        as_function(deployed, "assess"),
+        recording(Lookup(deployed.session, deployed.endpoint_url)) as recorder,
+    ):
+        summary = handler("assess")(tick, LambdaContext(function_name="rightsizer-assess"))
+
+    assert summary["started"], summary  # it planned, and started drains
+    assert summary["reaped_slots"] == 1 and state.slots() == [], summary
+    assert summary["healed"] == ["gpu-busy"], summary
+    verify_role(deployed, "AssessRole", recorder.calls)
+    verify_rbac(deployed, ["assess"])
+
+
+def test_webhook_role_holds_exactly_what_the_intake_calls(
+    deployed: Deployed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secrets = deployed.session.client("secretsmanager", endpoint_url=deployed.endpoint_url)
+    deployed.token_secret_arn = secrets.create_secret(Name="rightsizer-webhook", SecretString=TOKEN)["ARN"]
+    monkeypatch.setenv("RIGHTSIZER_WEBHOOK_TOKEN_SECRET", "rightsizer-webhook")
+    monkeypatch.delenv("RIGHTSIZER_WEBHOOK_TOKEN", raising=False)
+    monkeypatch.delenv("RIGHTSIZER_CONFIG", raising=False)
+    functions = str(ROOT / "functions")
+    if functions not in sys.path:
+        sys.path.insert(0, functions)
+    webhook = importlib.import_module("alert_webhook.app")
+    webhook.use_intake(None)
+    firing = event("alert-webhook-firing")
+    firing["headers"]["authorization"] = f"Bearer {TOKEN}"
+    resolved = json.loads(json.dumps(firing))
+    body = json.loads(resolved["body"])
+    body["status"] = "resolved"
+    body["alerts"][0]["status"] = "resolved"
+    resolved["body"] = json.dumps(body)
+    resolved["requestContext"]["requestId"] = "c0ffee00-0000-4000-8000-000000000002"
+    state = DynamoDbState(
+        deployed.session.client("dynamodb", endpoint_url=deployed.endpoint_url), TABLE, deployed.cluster
+    )
+    try:
+        with (
+            as_function(deployed, "webhook"),
+            recording(Lookup(deployed.session, deployed.endpoint_url)) as recorder,
+        ):
+            # cold start (token, policy), a firing delivery and its duplicate …
+            answers = [webhook.lambda_handler(e, LambdaContextStub()) for e in (firing, firing)]
+            # … the drain took its lease (validate) and the resolve records a cancel for it
+            (started,) = json.loads(answers[0]["body"])["started"]
+            assert state.acquire(started["node"], started["execution_id"], datetime.now(UTC), 600)
+            answers.append(webhook.lambda_handler(resolved, LambdaContextStub()))
+            # … and a delivery whose drain cannot start: Powertools drops its in-progress record
+            deployed.base.sfn.delete_state_machine(stateMachineArn=deployed.base.state_machine_arn)
+            again = json.loads(json.dumps(firing))
+            again["body"] = firing["body"].replace("280e8540395e9bb0", "0123456789abcdef")
+            again["requestContext"]["requestId"] = "c0ffee00-0000-4000-8000-000000000003"
+            answers.append(webhook.lambda_handler(again, LambdaContextStub()))
+    finally:
+        webhook.use_intake(None)
+
+    assert [a["statusCode"] for a in answers][:3] == [202, 200, 202], answers
+    assert json.loads(answers[3]["body"])["failed"], answers[3]
+    verify_role(deployed, "AlertWebhookRole", recorder.calls)
+    # The webhook has no access entry and never talks to Kubernetes.
+    assert rbac.groups_of("webhook") == [] and deployed.k8s["webhook"] == []
+
+
+def drain_flow(deployed: Deployed) -> list[Call]:
+    """A whole drain of gpu-idle (a DaemonSet pod stays, a pod on a network volume is evicted) and a late
+    rollback of it; returns the AWS calls."""
+    double = deployed.base.double
+    exporter = pod("dcgm-exporter-x", "gpu-idle", namespace="monitoring", owner=("DaemonSet", "apps/v1"))
+    double.add_daemonset(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": {"name": "dcgm-exporter-x-owner", "namespace": "monitoring"},
+            "spec": {"selector": {"matchLabels": {"app": "dcgm"}}, "template": {"spec": {"containers": []}}},
+        }
+    )
+    double.add_pod(exporter)
+    double.add_pvc(pvc("data-db-0", "pv-ebs", namespace="web"))
+    double.add_pv(pv("pv-ebs"))
+    double.add_pod(
+        pod(
+            "db-0",
+            "gpu-idle",
+            namespace="web",
+            owner=("StatefulSet", "apps/v1"),
+            volumes=[claim_volume("data-db-0")],
+            grace=0,
+        )
+    )
+    asg = deployed.base.cluster.nodegroups["gpu-a10g"].asg_name
+    autoscaling = deployed.session.client("autoscaling", endpoint_url=deployed.endpoint_url)
+
+    with (
+        as_function(deployed, "drain"),
+        recording(Lookup(deployed.session, deployed.endpoint_url)) as recorder,
+    ):
+        done = run_drain(deployed, event("drain-start"))
+        # and a late rollback of the finished workflow (the state machine's Catch path)
+        handler("drain")(event("drain-rollback"), LambdaContext())
+
+    assert done["status"] == "succeeded", done
+    sizes = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[asg])["AutoScalingGroups"][0]
+    assert sizes["DesiredCapacity"] == 2  # exactly the drained instance was removed
+    assert any(c.action == "autoscaling:TerminateInstanceInAutoScalingGroup" for c in recorder.calls)
+    return recorder.calls
+
+
+def test_drain_role_holds_exactly_what_a_drain_calls(deployed: Deployed) -> None:
+    policy = verify_role(deployed, "DrainRole", drain_flow(deployed))
+    assert not any(a.startswith("ec2:") and not a.startswith("ec2:Describe") for _, a in policy.grants())
+
+
+def cordon(deployed: Deployed, node: str, execution_id: str) -> None:
+    """Mark ``node`` cordoned by us for ``execution_id`` (what that drain's cordon step left)."""
+    double = deployed.base.double
+    obj = double.get_node(node)
+    assert obj is not None
+    obj["spec"]["unschedulable"] = True
+    obj["metadata"].setdefault("annotations", {})[ANN_CORDONED_BY] = execution_id
+    double.delete_node(node, delete_pods=False)
+    double.add_node(obj)
+
+
+def offhours_flow(deployed: Deployed, monkeypatch: pytest.MonkeyPatch) -> list[Call]:
+    """A night (sizes saved, a drain started, the drain seen in flight) and a morning (restore through
+    EKS, then complete); returns the AWS calls."""
+    # The off-hours window is around the real now: its drain assesses the node on the metrics the
+    # Prometheus of the deployment holds up to now (an unknown node is never drained).
+    now = datetime.now(UTC).replace(second=0, microsecond=0)
+    days = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]
+    window = {"start": f"{now - timedelta(hours=1):%H:%M}", "end": f"{now + timedelta(hours=1):%H:%M}"}
+    night = [{"days": days, **window, "timezone": "UTC"}]
+    monkeypatch.setenv(
+        "RIGHTSIZER_OFFHOURS",
+        json.dumps({"schedules": {"night": night}, "node_groups": [{"name": "gpu-l4", "schedule": "night"}]}),
+    )
+    clear_caches()
+    tick = event("offhours-tick")
+    # node gpu-idle (idle DCGM series) becomes the one node of gpu-l4
+    group = deployed.base.cluster.nodegroups["gpu-l4"]
+    deployed.base.double.delete_node("gpu-idle")
+    node = gpu_node(
+        "gpu-idle", instance_type="g6.xlarge", gpus=1, instance_id=group.instance_ids[0], nodegroup="gpu-l4"
+    )
+    deployed.base.double.add_node(node)
+    autoscaling = deployed.session.client("autoscaling", endpoint_url=deployed.endpoint_url)
+    offhours: Callable[[dict[str, Any], Any], dict[str, Any]] = handler("offhours")
+
+    def run(at: str) -> dict[str, Any]:
+        report = offhours(dict(tick, scheduled_time=at), LambdaContext(function_name="rightsizer-offhours"))
+        (found,) = [g for g in report["groups"] if g["node_group"] == "gpu-l4"]
+        return dict(found)
+
+    with (
+        as_function(deployed, "offhours"),
+        recording(Lookup(deployed.session, deployed.endpoint_url)) as recorder,
+    ):
+        # night: sizes saved, the node's drain started through the state machine
+        down = run(f"{now:%Y-%m-%dT%H:%M:%SZ}")
+        assert down["error"] is None and down["drains"][0]["status"] == "started", json.dumps(down)
+        # (its drain cordoned the node: the next tick sees the drain in flight through its lease)
+        cordon(deployed, "gpu-idle", down["drains"][0]["execution_id"])
+        waiting = run(f"{now + timedelta(minutes=5):%Y-%m-%dT%H:%M:%SZ}")
+        assert waiting["error"] is None, waiting
+        # (the drain removed the node, the group went to zero)
+        deployed.base.double.delete_node("gpu-idle")
+        deployed.session.client("eks", endpoint_url=deployed.endpoint_url).update_nodegroup_config(
+            clusterName=deployed.cluster,
+            nodegroupName="gpu-l4",
+            scalingConfig={"minSize": 0, "desiredSize": 0, "maxSize": 2},
+        )
+        autoscaling.update_auto_scaling_group(
+            AutoScalingGroupName=group.asg_name, MinSize=0, DesiredCapacity=0
+        )
+        # morning: the saved sizes are restored through EKS …
+        up = run(f"{now + timedelta(hours=2):%Y-%m-%dT%H:%M:%SZ}")
+        assert up["outcome"] == "restoring" and up["error"] is None, up
+        # … and once the node is back and Ready the restore completes and the sizes are forgotten
+        autoscaling.update_auto_scaling_group(
+            AutoScalingGroupName=group.asg_name, MinSize=0, DesiredCapacity=1
+        )
+        deployed.base.double.add_node(node)
+        done = run(f"{now + timedelta(hours=2, minutes=5):%Y-%m-%dT%H:%M:%SZ}")
+        assert done["outcome"] == "restored", done
+
+    actions = {c.action for c in recorder.calls}
+    assert {"eks:UpdateNodegroupConfig", "states:StartExecution", "dynamodb:DeleteItem"} <= actions, actions
+    return recorder.calls
+
+
+def test_offhours_role_holds_exactly_what_a_down_and_up_cycle_calls(
+    deployed: Deployed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    verify_role(deployed, "OffhoursRole", offhours_flow(deployed, monkeypatch))
+
+
+def test_the_acting_cluster_role_holds_exactly_what_drain_and_offhours_use(
+    deployed: Deployed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Both functions are bound to ClusterRole rightsizer: each verb must be used by one of them.
+    drain_flow(deployed)
+    offhours_flow(deployed, monkeypatch)
+    verify_rbac(deployed, ["drain", "offhours"])
+
+
+def test_a_group_that_did_not_opt_in_is_refused_before_the_cordon_and_denied_by_iam(
+    deployed: Deployed,
+) -> None:
+    # GIVEN the drained node's Auto Scaling group lost its opt-in tag (a system group, say)
+    asg = deployed.base.cluster.nodegroups["gpu-a10g"].asg_name
+    autoscaling = deployed.session.client("autoscaling", endpoint_url=deployed.endpoint_url)
+    autoscaling.delete_tags(
+        Tags=[{"ResourceId": asg, "ResourceType": "auto-scaling-group", "Key": TAG_ENABLED, "Value": "true"}]
+    )
+    node = event("drain-start")["request"]["node"]
+
+    # WHEN its drain runs
+    done = run_drain(deployed, event("drain-start"))
+
+    # THEN validate refused it, nothing was cordoned and the group keeps its size
+    assert (done["status"], done["step"]) == ("abandoned", "validate"), done
+    assert f"not_opted_in:{TAG_ENABLED}" in done["message"], done
+    after = deployed.base.double.get_node(node)
+    assert after is not None and not after["spec"].get("unschedulable")
+    # AND the template would deny the scale-in there anyway (and allows it once tagged again)
+    policy = RolePolicy(deployed.resolver(), "DrainRole")
+    instance = deployed.base.cluster.nodegroups["gpu-a10g"].instance_ids[0]
+    call = Call("autoscaling:TerminateInstanceInAutoScalingGroup", {"InstanceId": instance}, "test")
+    lookup = Lookup(deployed.session, deployed.endpoint_url)
+    (request,) = requests_of(call, lookup, table=TABLE)
+    assert policy.allowing(request) == []
+    autoscaling.create_or_update_tags(
+        Tags=[
+            {"ResourceId": asg, "ResourceType": "auto-scaling-group", "Key": TAG_ENABLED, "Value": "true",
+             "PropagateAtLaunch": True}
+        ]
+    )  # fmt: skip
+    (request,) = requests_of(call, lookup, table=TABLE)
+    assert [s.where for s, _ in policy.allowing(request)] == ["DrainRole/act/ScaleInOptedInGroupsOnly"]
