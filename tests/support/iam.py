@@ -288,8 +288,10 @@ class Resolver:
             default = self.template["Parameters"][name].get("Default")
             assert default is not None, f"parameter {name} needs a value"
             return default
-        if "." in name:
-            return self.attrs[name]
+        if "." in name:  # GetAtt of a resource the comparison does not need: a recognisable placeholder
+            return self.attrs.get(name, f"arn:aws:unresolved:::{name}")
+        if name not in self.refs and self.template["Resources"][name]["Type"] == "AWS::IAM::ManagedPolicy":
+            return name  # the logical id: RolePolicy reads the policy document from the template
         return self.refs[name]
 
     def condition(self, name: str) -> bool:
