@@ -47,8 +47,6 @@ __all__ = [
     "use_drain_workflow",
 ]
 
-#: The AWS actions this module calls: the policy parameter (``PolicyParameterName``) through Powertools.
-IAM_ACTIONS: Final = frozenset({"ssm:GetParameter"})
 
 #: CloudWatch namespace of every EMF metric.
 METRICS_NAMESPACE: Final = "GPURightsizer"

@@ -32,9 +32,9 @@ from rightsizer.adapters import eks_auth
 from rightsizer.adapters.dynamodb_state import DynamoDbState
 from rightsizer.adapters.kubernetes import KubernetesCluster
 from rightsizer.domain.model import ANN_CORDONED_BY, TAG_ENABLED
-from rightsizer.handler_support import clear_caches
 from rightsizer.testing.k8s import RecordedRequest
 from rightsizer.testing.moto_eks import seed_instance
+from rightsizer.wiring import clear_lambda_runtime as clear_caches
 from tests.builders import claim_volume, gpu_node, pod, pv, pvc
 from tests.integration.test_handlers import (
     POLICY,

@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import fnmatch
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, ClassVar
 
 import botocore.client
 import yaml
@@ -187,67 +187,95 @@ class Lookup:
         return str(self._secrets.describe_secret(SecretId=name)["ARN"])
 
 
-def requests_of(call: Call, lookup: Lookup, *, table: str) -> list[Request]:
-    """The IAM requests AWS evaluates for ``call`` (Service Authorization Reference resource types)."""
-    service, _, operation = call.action.partition(":")
+def _dynamodb(call: Call, lookup: Lookup, table: str) -> list[Request]:
     p = call.params
-    ctx: dict[str, Any] = {}
-    if service == "dynamodb":
-        if operation == "TransactWriteItems":
-            found: list[Request] = []
-            for item in p["TransactItems"]:
-                ((kind, body),) = item.items()
-                sub = Call(f"dynamodb:{_TRANSACT[kind]}", body, call.owner)
-                found += requests_of(sub, lookup, table=table)
-            return found
-        assert p["TableName"] == table, p
-        resource = _arn("dynamodb", f"table/{table}")
-        if p.get("IndexName"):
-            resource += f"/index/{p['IndexName']}"
-        ctx["dynamodb:LeadingKeys"] = [_leading_key(p)]
-        return [Request(call.action, resource, ctx, call.owner)]
-    if service == "autoscaling" and operation in (
-        "TerminateInstanceInAutoScalingGroup",
-        "UpdateAutoScalingGroup",
-    ):
-        if operation == "UpdateAutoScalingGroup":
-            name = p["AutoScalingGroupName"]
-        else:
-            name = p.get("_group") or lookup.group_of(p["InstanceId"])
-        ctx.update({f"aws:ResourceTag/{k}": v for k, v in lookup.asg_tags(name).items()})
-        resource = _arn("autoscaling", f"autoScalingGroup:*:autoScalingGroupName/{name}")
-        return [Request(call.action, resource, ctx, call.owner)]
-    if service == "eks":
-        if operation in ("DescribeCluster", "ListNodegroups"):
-            cluster = p.get("name") or p["clusterName"]
-            return [Request(call.action, _arn("eks", f"cluster/{cluster}"), ctx, call.owner)]
-        arn, tags = lookup.nodegroup(p["clusterName"], p["nodegroupName"])
-        ctx.update({f"aws:ResourceTag/{k}": v for k, v in tags.items()})
-        return [Request(call.action, arn, ctx, call.owner)]
-    if service == "ec2" and operation in ("StopInstances", "StartInstances", "ModifyInstanceAttribute"):
-        ids = p.get("InstanceIds") or [p["InstanceId"]]
-        found = []
-        for instance_id in ids:
-            tags = {f"ec2:ResourceTag/{k}": v for k, v in lookup.instance_tags(instance_id).items()}
-            if operation == "ModifyInstanceAttribute":
-                # The attribute changed is the condition key ec2:Attribute/<name> (InstanceType here).
-                tags.update(
-                    {f"ec2:Attribute/{k}": v for k, v in p.items() if k not in ("InstanceId", "DryRun")}
-                )
-            found.append(Request(call.action, _arn("ec2", f"instance/{instance_id}"), tags, call.owner))
+    if call.action == "dynamodb:TransactWriteItems":
+        found: list[Request] = []
+        for item in p["TransactItems"]:
+            ((kind, body),) = item.items()
+            found += _dynamodb(Call(f"dynamodb:{_TRANSACT[kind]}", body, call.owner), lookup, table)
         return found
+    assert p["TableName"] == table, p
+    resource = _arn("dynamodb", f"table/{table}")
+    if p.get("IndexName"):
+        resource += f"/index/{p['IndexName']}"
+    return [Request(call.action, resource, {"dynamodb:LeadingKeys": [_leading_key(p)]}, call.owner)]
+
+
+def _autoscaling(call: Call, lookup: Lookup, table: str) -> list[Request]:
+    p = call.params
+    if call.action == "autoscaling:UpdateAutoScalingGroup":
+        name = p["AutoScalingGroupName"]
+    elif call.action == "autoscaling:TerminateInstanceInAutoScalingGroup":
+        name = p.get("_group") or lookup.group_of(p["InstanceId"])
+    else:  # Describe*: no resource-level permissions
+        return [Request(call.action, "*", {}, call.owner)]
+    ctx = {f"aws:ResourceTag/{k}": v for k, v in lookup.asg_tags(name).items()}
+    return [
+        Request(
+            call.action,
+            _arn("autoscaling", f"autoScalingGroup:*:autoScalingGroupName/{name}"),
+            ctx,
+            call.owner,
+        )
+    ]
+
+
+def _eks(call: Call, lookup: Lookup, table: str) -> list[Request]:
+    p = call.params
+    if call.action in ("eks:DescribeCluster", "eks:ListNodegroups"):
+        cluster = p.get("name") or p["clusterName"]
+        return [Request(call.action, _arn("eks", f"cluster/{cluster}"), {}, call.owner)]
+    arn, tags = lookup.nodegroup(p["clusterName"], p["nodegroupName"])
+    return [Request(call.action, arn, {f"aws:ResourceTag/{k}": v for k, v in tags.items()}, call.owner)]
+
+
+def _ec2(call: Call, lookup: Lookup, table: str) -> list[Request]:
+    p = call.params
+    if call.action not in ("ec2:StopInstances", "ec2:StartInstances", "ec2:ModifyInstanceAttribute"):
+        return [Request(call.action, "*", {}, call.owner)]  # Describe*: no resource-level permissions
+    found = []
+    for instance_id in p.get("InstanceIds") or [p["InstanceId"]]:
+        ctx = {f"ec2:ResourceTag/{k}": v for k, v in lookup.instance_tags(instance_id).items()}
+        if call.action == "ec2:ModifyInstanceAttribute":
+            # The attribute changed is the condition key ec2:Attribute/<name> (InstanceType here).
+            ctx.update({f"ec2:Attribute/{k}": v for k, v in p.items() if k not in ("InstanceId", "DryRun")})
+        found.append(Request(call.action, _arn("ec2", f"instance/{instance_id}"), ctx, call.owner))
+    return found
+
+
+def _named(call: Call, lookup: Lookup, table: str) -> list[Request]:
+    service = call.action.partition(":")[0]
+    p = call.params
     if service == "states":
-        return [Request(call.action, p["stateMachineArn"], ctx, call.owner)]
-    if service == "secretsmanager":
-        return [Request(call.action, lookup.secret_arn(p["SecretId"]), ctx, call.owner)]
-    if service == "ssm":
-        name = str(p["Name"]).lstrip("/")
-        return [Request(call.action, _arn("ssm", f"parameter/{name}"), ctx, call.owner)]
-    if service == "aps":
+        resource = str(p["stateMachineArn"])
+    elif service == "secretsmanager":
+        resource = lookup.secret_arn(p["SecretId"])
+    elif service == "ssm":
+        resource = _arn("ssm", "parameter/" + str(p["Name"]).lstrip("/"))
+    else:  # aps
         workspace = str(p["url"]).partition("/workspaces/")[2].partition("/")[0] or "local"
-        return [Request(call.action, _arn("aps", f"workspace/{workspace}"), ctx, call.owner)]
-    # Describe*/List* of Auto Scaling and EC2, and sts: no resource-level permissions.
-    return [Request(call.action, "*", ctx, call.owner)]
+        resource = _arn("aps", f"workspace/{workspace}")
+    return [Request(call.action, resource, {}, call.owner)]
+
+
+_BY_SERVICE = {
+    "dynamodb": _dynamodb,
+    "autoscaling": _autoscaling,
+    "eks": _eks,
+    "ec2": _ec2,
+    "states": _named,
+    "secretsmanager": _named,
+    "ssm": _named,
+    "aps": _named,
+}
+
+
+def requests_of(call: Call, lookup: Lookup, *, table: str) -> list[Request]:
+    """The IAM requests AWS evaluates for ``call`` (Service Authorization Reference resource types);
+    sts and anything without resource-level permissions is ``*``."""
+    build = _BY_SERVICE.get(call.action.partition(":")[0])
+    return build(call, lookup, table) if build else [Request(call.action, "*", {}, call.owner)]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -312,39 +340,39 @@ class Resolver:
             return node
         if len(node) == 1:
             ((key, arg),) = node.items()
-            if key == "Ref":
-                return self.value(arg)
-            if key == "Fn::GetAtt":
-                return self.value(".".join(arg))
-            if key == "Fn::Sub":
-                if isinstance(arg, str):
-                    return self.sub(arg, {})
-                text, variables = arg
-                return self.sub(text, {k: self.resolve(v) for k, v in variables.items()})
-            if key == "Fn::If":
-                name, yes, no = arg
-                return self.resolve(yes if self.condition(name) else no)
-            if key == "Fn::Equals":
-                left, right = (self.resolve(a) for a in arg)
-                return left == right
-            if key == "Fn::Not":
-                return not self.resolve(arg[0])
-            if key == "Fn::And":
-                return all(self.resolve(a) for a in arg)
-            if key == "Fn::Or":
-                return any(self.resolve(a) for a in arg)
-            if key == "Fn::Join":
-                sep, items = arg
-                return sep.join(str(i) for i in self.resolve(items))
-            if key == "Fn::Split":
-                sep, text = arg
-                return str(self.resolve(text)).split(sep)
-            if key == "Fn::Select":
-                index, items = arg
-                return self.resolve(items)[int(index)]
-            if key == "Condition":
-                return self.condition(arg)
+            function = self._FUNCTIONS.get(key)
+            if function is not None:
+                return function(self, arg)
         return {k: v for k, v in ((k, self.resolve(v)) for k, v in node.items()) if v is not NO_VALUE}
+
+    def _sub_fn(self, arg: Any) -> Any:
+        if isinstance(arg, str):
+            return self.sub(arg, {})
+        text, variables = arg
+        return self.sub(text, {k: self.resolve(v) for k, v in variables.items()})
+
+    def _if_fn(self, arg: Any) -> Any:
+        name, yes, no = arg
+        return self.resolve(yes if self.condition(name) else no)
+
+    def _equals_fn(self, arg: Any) -> Any:
+        left, right = (self.resolve(a) for a in arg)
+        return left == right
+
+    _FUNCTIONS: ClassVar[dict[str, Callable[[Resolver, Any], Any]]] = {
+        "Ref": lambda self, arg: self.value(arg),
+        "Fn::GetAtt": lambda self, arg: self.value(".".join(arg)),
+        "Fn::Sub": _sub_fn,
+        "Fn::If": _if_fn,
+        "Fn::Equals": _equals_fn,
+        "Fn::Not": lambda self, arg: not self.resolve(arg[0]),
+        "Fn::And": lambda self, arg: all(self.resolve(a) for a in arg),
+        "Fn::Or": lambda self, arg: any(self.resolve(a) for a in arg),
+        "Fn::Join": lambda self, arg: arg[0].join(str(i) for i in self.resolve(arg[1])),
+        "Fn::Split": lambda self, arg: str(self.resolve(arg[1])).split(arg[0]),
+        "Fn::Select": lambda self, arg: self.resolve(arg[1])[int(arg[0])],
+        "Condition": lambda self, arg: self.condition(arg),
+    }
 
 
 @dataclass(frozen=True)

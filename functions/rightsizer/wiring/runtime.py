@@ -19,7 +19,7 @@ import logging
 import threading
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Literal, cast
+from typing import TYPE_CHECKING, Final, Literal, cast
 
 from rightsizer.config import Config
 from rightsizer.domain.errors import ConfigError
@@ -60,6 +60,9 @@ __all__ = [
     "policy_provider",
     "webhook_intake_from_env",
 ]
+
+#: The AWS actions this module calls itself: the policy parameter (``PolicyParameterName``, SSM).
+IAM_ACTIONS: Final = frozenset({"ssm:GetParameter"})
 
 log = logging.getLogger("rightsizer")
 
