@@ -28,7 +28,7 @@ from rightsizer.domain.catalog import HOURS_PER_MONTH
 from rightsizer.domain.periods import Period
 from rightsizer.domain.planner import plan
 from rightsizer.domain.policy import Policy
-from rightsizer.render import render_plan
+from rightsizer.render import render_plan, render_status
 
 DEV_GROUP = "gpu-dev"
 
@@ -48,6 +48,7 @@ def run_demo(*, json_output: bool = False, out: TextIO | None = None, err: TextI
     from rightsizer.services.drain import StepResult
     from rightsizer.services.offhours import run_offhours
     from rightsizer.services.resize import KIND as RESIZE_KIND
+    from rightsizer.services.status import read_status
     from rightsizer.testing.demo_env import DemoEnvironment
     from rightsizer.wiring import Runtime
 
@@ -218,6 +219,15 @@ def run_demo(*, json_output: bool = False, out: TextIO | None = None, err: TextI
             "up": list(dev_up[:3]),
             "exact_restore": exact,
         }
+        # 3. what `rightsizer status --stack` shows a deployment: read back from the same state table
+        status = read_status(state, runtime.plans, datetime.now(UTC), offhours_groups=[DEV_GROUP]).to_json()
+        say("")
+        say("== rightsizer status (read back from the state table, as for a deployed stack) ==")
+        say(render_status(status))
+        outcome["decisions"] = [
+            {k: r[k] for k in ("node", "verdict", "reasons", "action", "execution_id", "why_not")}
+            for r in (status["plan"] or {}).get("records", [])
+        ]
         outcome["duration_s"] = round(time.perf_counter() - started, 1)
         say("")
         say(f"demo finished in {outcome['duration_s']} s")

@@ -28,6 +28,10 @@ def test_demo_removes_the_idle_node_and_restores_off_hours_exactly() -> None:
         "-> EC2 now g5.xlarge running; Node g5.xlarge, Ready True, 1 GPU allocatable, cordoned False" in text
     )
     assert "exact restore: True" in text
+    # The assessment's decision records, read back as `rightsizer status` reads a deployed stack
+    assert "== rightsizer status" in text and "Latest assessment:" in text
+    status = text[text.index("== rightsizer status") :]
+    assert "drain_started" in status and "resize_started" in status and "none: protected:" in status
     assert "validate   → cordon" in err.getvalue() and "verify     → succeeded" in err.getvalue()
 
 
@@ -49,3 +53,8 @@ def test_demo_json_is_one_document(capsys: pytest.CaptureFixture[str]) -> None:
     assert resized["ready"] is True and resized["cordoned"] is False
     assert doc["offhours"]["before"] == doc["offhours"]["up"] == [0, 2, 2]
     assert doc["offhours"]["down"] == [0, 0, 2]
+    # one decision record per GPU node, with the verdicts of the plan table
+    decisions = {d["node"]: d for d in doc["decisions"]}
+    assert len(decisions) == len(doc["decisions"]) == sum(doc["assessment"]["verdicts"].values())
+    assert decisions["ip-10-0-83-246.ec2.internal"]["action"] == "drain_started"
+    assert all(d["why_not"] for d in decisions.values() if d["action"] == "none")

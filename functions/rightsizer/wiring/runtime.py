@@ -192,7 +192,7 @@ class Runtime:
 
     @functools.cached_property
     def plans(self) -> PlanHistory:
-        """Where assessments keep their decision records (the state table; ``serve`` and the demo keep none).
+        """Where assessments keep their decision records (the state table; ``serve`` keeps none).
 
         Raises:
             ConfigError: no ``aws.table``.
@@ -291,7 +291,7 @@ class Runtime:
             state=self.state,
             starter=starter or self.starter(),
             node_label=self._config.prometheus.node_label,
-            plans=self.plans if self.mode in ("lambda", "cli") else None,
+            plans=self.plans if self.mode != "serve" else None,
         )
 
     def offhours(self, *, can_drain: bool = True) -> OffhoursDeps:
