@@ -57,7 +57,9 @@ def double(clock: FakeClock) -> Iterator[KubernetesDouble]:
         yield d
 
 
-def drain(double: KubernetesDouble, clock: FakeClock, scaler: Any = None) -> tuple[str, Any]:
+def drain(
+    double: KubernetesDouble, clock: FakeClock, scaler: Any = None, *, cluster_name: str = "prod"
+) -> tuple[str, Any]:
     cluster = KubernetesCluster.for_eks(
         double.base_url, EksTokenSource("prod", "us-east-1", lambda: ReadOnlyCredentials("AKID", "s", None))
     )
@@ -75,7 +77,8 @@ def drain(double: KubernetesDouble, clock: FakeClock, scaler: Any = None) -> tup
         cluster=cluster,
         scaler=scaler,
         assessor=PlanningAssessor(observe, policy),
-        state=MemoryState("prod"),
+        # the EKS cluster: only its opted-in groups (eks:cluster-name, rightsizer.io/enabled) are scaled in
+        state=MemoryState(cluster_name),
         policy=policy,
         dry_run=False,
         clock=clock.now,
@@ -208,7 +211,7 @@ def test_node_local_data_on_moto_auto_scaling(
         affinity = {"kubernetes.io/hostname": ["gpu-1"]}
         double.add_pv(pv("pv-1", local_path="/mnt/nvme0", affinity=affinity) if local else pv("pv-1"))
         scaler = AsgNodeScaler(aws_clients.autoscaling)
-        status, _ = drain(double, clock, scaler)
+        status, _ = drain(double, clock, scaler, cluster_name=gpu_cluster.cluster)
     _min, desired, _max, in_service = scaler.group_sizes(group.asg_name)
     if local:
         assert status == "abandoned"
