@@ -25,7 +25,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-from rightsizer.adapters.aws import AsgScaler, aws_errors
+from rightsizer.adapters.aws import AsgScaler
+from rightsizer.adapters.aws_errors import aws_errors
 from rightsizer.domain.errors import StalePlan
 from rightsizer.domain.model import opt_in_refusal
 

@@ -22,7 +22,8 @@ if TYPE_CHECKING:
     from mypy_boto3_ec2.client import EC2Client
     from mypy_boto3_ec2.literals import InstanceTypeType
 
-from rightsizer.adapters.aws import ActionRefusedError, _unique, aws_errors
+from rightsizer.adapters.aws import _unique
+from rightsizer.adapters.aws_errors import ActionRefusedError, aws_errors
 
 __all__ = ["Ec2Resizer", "preflight_fits"]
 

@@ -19,7 +19,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
 from rightsizer.adapters.asg_scaler import AsgNodeScaler
-from rightsizer.adapters.aws import AwsClients, EksNodeGroupSizer, aws_errors
+from rightsizer.adapters.aws import AwsClients, EksNodeGroupSizer
+from rightsizer.adapters.aws_errors import aws_errors
 from rightsizer.ports import NodeGroupInfo, ScalingFailure
 
 if TYPE_CHECKING:
