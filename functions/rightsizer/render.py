@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from rightsizer.domain.plan import Plan
 
 if TYPE_CHECKING:
-    from rightsizer.services.offhours import OffhoursReport
+    from rightsizer.services.offhours_report import OffhoursReport
 
 REASON_WIDTH = 60
 WHY_WIDTH = 100

@@ -39,9 +39,9 @@ import logging
 import re
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
 from rightsizer.config import OffhoursConfig
 from rightsizer.domain.errors import RightsizerError
@@ -66,8 +66,9 @@ from rightsizer.services.drain import (
     DrainWorkflow,
     is_candidate,
 )
+from rightsizer.services.offhours_report import Direction, GroupReport, OffhoursReport, rfc3339_or_none
 from rightsizer.services.runner import InProcessRunner, Progress
-from rightsizer.state import GroupSizes, LedgerEntry, LedgerResult, SavedSizes, StateStore
+from rightsizer.state import GroupSizes, LedgerEntry, LedgerResult, StateStore
 
 __all__ = [
     "FORCE_OVERRIDABLE",
@@ -90,7 +91,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-Direction = Literal["down", "up"]
 
 #: EKS tag on a managed node group that selects it for off-hours; the value names the schedule.
 TAG_OFFHOURS = "rightsizer.io/offhours"
@@ -152,143 +152,6 @@ class OffhoursDeps:
     def acting(self) -> bool:
         """True only when both switches allow acting (docs/architecture.md §5 "Live needs every switch")."""
         return not self.dry_run and not self.policy.dry_run
-
-
-# --------------------------------------------------------------------------------------------------
-# Report
-# --------------------------------------------------------------------------------------------------
-
-
-def _rfc3339(value: datetime | None) -> str | None:
-    return None if value is None else value.astimezone(UTC).isoformat().replace("+00:00", "Z")
-
-
-def _sizes_json(sizes: GroupSizes | None) -> dict[str, int] | None:
-    return None if sizes is None else {"min": sizes.min, "desired": sizes.desired, "max": sizes.max}
-
-
-@dataclass
-class GroupReport:
-    """What one tick found and did for one node group.
-
-    ``outcome`` is one of: ``down`` (at zero, nothing to do), ``up`` (nothing saved, nothing to do),
-    ``scaling_down`` (sizes changed or drains made progress — or would, in dry run), ``waiting`` (a drain
-    is in flight), ``skipped`` (blocking nodes, unknown schedule, other direction), ``restoring`` (saved
-    sizes applied, nodes not all Ready yet), ``restored`` (success: saved sizes forgotten), ``failed`` (an
-    AWS/Kubernetes error or a drain that did not succeed), ``status`` (read-only view).
-
-    Sizes are instances; ``next_transition`` is when the schedule's state flips next (None beyond 8 days).
-    """
-
-    node_group: str
-    schedule: str
-    source: Literal["config", "tag"]
-    state: Direction | None = None
-    next_transition: datetime | None = None
-    outcome: str = "skipped"
-    reasons: list[str] = field(default_factory=list)
-    node_reasons: dict[str, list[str]] = field(default_factory=dict)
-    actions: list[str] = field(default_factory=list)
-    asg_name: str | None = None
-    saved: SavedSizes | None = None
-    current: GroupSizes | None = None
-    in_flight: list[str] = field(default_factory=list)
-    drains: list[dict[str, Any]] = field(default_factory=list)
-    ready_nodes: int | None = None
-    failed_activities: list[dict[str, Any]] = field(default_factory=list)
-    health_issues: list[str] = field(default_factory=list)
-    restore_overdue: bool = False
-    error: str | None = None
-
-    @property
-    def failed(self) -> bool:
-        """True when something went wrong that a person should look at (error, failed drain, overdue)."""
-        return self.outcome == "failed" or self.error is not None or self.restore_overdue
-
-    def to_json_dict(self) -> dict[str, Any]:
-        """A JSON-serialisable dict (times RFC 3339 UTC, sizes as ``{min, desired, max}``)."""
-        saved = self.saved
-        return {
-            "node_group": self.node_group,
-            "schedule": self.schedule,
-            "source": self.source,
-            "state": self.state,
-            "next_transition": _rfc3339(self.next_transition),
-            "outcome": self.outcome,
-            "reasons": list(self.reasons),
-            "node_reasons": {k: list(v) for k, v in sorted(self.node_reasons.items())},
-            "actions": list(self.actions),
-            "asg_name": self.asg_name,
-            "saved": None
-            if saved is None
-            else {
-                **(_sizes_json(saved.sizes) or {}),
-                "saved_at": _rfc3339(saved.saved_at),
-                "restore_started_at": _rfc3339(saved.restore_started_at),
-            },
-            "current": _sizes_json(self.current),
-            "in_flight": list(self.in_flight),
-            "drains": list(self.drains),
-            "ready_nodes": self.ready_nodes,
-            "failed_activities": list(self.failed_activities),
-            "health_issues": list(self.health_issues),
-            "restore_overdue": self.restore_overdue,
-            "error": self.error,
-        }
-
-
-@dataclass
-class OffhoursReport:
-    """The outcome of one off-hours tick (or ``status``) over every selected node group.
-
-    ``metrics`` are CloudWatch metrics for the caller to emit as EMF: ``{"name", "value", "unit",
-    "dimensions"}`` — ``RestoreOverdue`` (Count, 1 per overdue group, dimensions cluster and node_group).
-    ``errors`` are problems not tied to one group (listing node groups failed).
-    """
-
-    cluster: str
-    at: datetime
-    dry_run: bool
-    force: bool
-    only: Direction | None
-    groups: list[GroupReport] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-    metrics: list[dict[str, Any]] = field(default_factory=list)
-
-    @property
-    def alarms(self) -> list[str]:
-        """Node groups whose restore is overdue."""
-        return [g.node_group for g in self.groups if g.restore_overdue]
-
-    @property
-    def failed(self) -> bool:
-        """True when any group failed, a restore is overdue, or a tick-wide error happened."""
-        return bool(self.errors) or any(g.failed for g in self.groups)
-
-    def group(self, name: str) -> GroupReport:
-        """The report of node group ``name``.
-
-        Raises:
-            KeyError: the group was not selected.
-        """
-        for report in self.groups:
-            if report.node_group == name:
-                return report
-        raise KeyError(name)
-
-    def to_json_dict(self) -> dict[str, Any]:
-        """The report as one JSON document (what ``rightsizer offhours --json`` prints)."""
-        return {
-            "cluster": self.cluster,
-            "at": _rfc3339(self.at),
-            "dry_run": self.dry_run,
-            "force": self.force,
-            "only": self.only,
-            "groups": [g.to_json_dict() for g in self.groups],
-            "alarms": self.alarms,
-            "errors": list(self.errors),
-            "metrics": list(self.metrics),
-        }
 
 
 # --------------------------------------------------------------------------------------------------
@@ -759,7 +622,7 @@ class _Tick:
             report.failed_activities.append(
                 {
                     "activity_id": failure.activity_id,
-                    "started_at": _rfc3339(failure.started_at),
+                    "started_at": rfc3339_or_none(failure.started_at),
                     "status": failure.status,
                     "code": failure.code,
                     "message": failure.message,
@@ -772,7 +635,7 @@ class _Tick:
         deadline = started + timedelta(seconds=deps.policy.restore_deadline)
         if self.now >= deadline:
             report.restore_overdue = True
-            report.reasons.append(f"restore_overdue:since:{_rfc3339(deadline)}")
+            report.reasons.append(f"restore_overdue:since:{rfc3339_or_none(deadline)}")
             self._ledger(
                 report, "restore", "failed", "restore_overdue:" + ",".join(codes or ["nodes_not_ready"])
             )
@@ -787,7 +650,7 @@ class _Tick:
             log.error(
                 "off-hours: restore of %s overdue since %s: %d/%d nodes Ready with GPUs; failed activities: %s",
                 report.node_group,
-                _rfc3339(deadline),
+                rfc3339_or_none(deadline),
                 len(ready),
                 want.desired,
                 ", ".join(codes) or "none",
