@@ -45,13 +45,28 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
-from decimal import Decimal
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final, cast
 
 from botocore.exceptions import ClientError
 
 from rightsizer.adapters.aws import map_aws_error
+from rightsizer.adapters.dynamodb_codec import (
+    attr_b,
+    attr_money,
+    attr_n,
+    attr_s,
+    epoch_text,
+    from_epoch_text,
+    get_int,
+    get_s,
+    get_time,
+    iso,
+    opt_float,
+    opt_s,
+    opt_time,
+    placeholders,
+)
 from rightsizer.adapters.sdk_errors import SDK_ERRORS
 from rightsizer.domain.errors import ConfigError, TransientError
 from rightsizer.state import (
@@ -119,83 +134,9 @@ _DDB_TRANSIENT: Final = frozenset(
         "InternalServerError",
     }
 )
-_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
-_MICRO: Final = timedelta(microseconds=1)
 
 if TYPE_CHECKING:
     Item = dict[str, AttributeValueTypeDef]
-
-
-# --------------------------------------------------------------------------------------------------
-# Encoding
-# --------------------------------------------------------------------------------------------------
-
-
-def _s(value: str) -> AttributeValueTypeDef:
-    return {"S": value}
-
-
-def _n(value: int | Decimal) -> AttributeValueTypeDef:
-    return {"N": str(value)}
-
-
-def _b(value: bool) -> AttributeValueTypeDef:
-    return {"BOOL": value}
-
-
-def _iso(value: datetime) -> str:
-    # Fixed width with microseconds: strings sort chronologically (the ledger's gsi1sk relies on it).
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _epoch(value: datetime) -> str:
-    # Exact microseconds as a decimal string; a float would round and break `expires_at <= now`.
-    micros = (value - _EPOCH) // _MICRO
-    sign = "-" if micros < 0 else ""
-    whole, frac = divmod(abs(micros), 1_000_000)
-    return f"{sign}{whole}.{frac:06d}"
-
-
-def _from_epoch(text: str) -> datetime:
-    return _EPOCH + _MICRO * int(Decimal(text).scaleb(6))
-
-
-def _money(value: float | None) -> AttributeValueTypeDef | None:
-    # str(float) is the shortest round-tripping repr, so float(Decimal(str(x))) == x.
-    return None if value is None else {"N": str(Decimal(str(value)))}
-
-
-def _get_s(item: Item, name: str) -> str:
-    return item[name]["S"]
-
-
-def _opt_s(item: Item, name: str) -> str | None:
-    value = item.get(name)
-    return None if value is None else value["S"]
-
-
-def _get_int(item: Item, name: str) -> int:
-    return int(item[name]["N"])
-
-
-def _opt_float(item: Item, name: str) -> float | None:
-    value = item.get(name)
-    return None if value is None else float(Decimal(value["N"]))
-
-
-def _get_time(item: Item, name: str) -> datetime:
-    return datetime.fromisoformat(item[name]["S"])
-
-
-def _opt_time(item: Item, name: str) -> datetime | None:
-    value = item.get(name)
-    return None if value is None else datetime.fromisoformat(value["S"])
-
-
-def _names(*attributes: str) -> dict[str, str]:
-    # Every attribute goes through a placeholder: several of ours (owner, node, cluster, ttl, min, max)
-    # are DynamoDB reserved words or may become one.
-    return {f"#{name}": name for name in attributes}
 
 
 def _error_code(exc: ClientError) -> str:
@@ -257,7 +198,7 @@ class DynamoDbState:
     # ------------------------------------------------------------------------------------ plumbing
 
     def _key(self, pk: str, sk: str) -> dict[str, AttributeValueTypeDef]:
-        return {PK: _s(pk), SK: _s(sk)}
+        return {PK: attr_s(pk), SK: attr_s(sk)}
 
     def _get(self, pk: str, sk: str) -> Item | None:
         with _translated("GetItem", self._table):
@@ -282,8 +223,8 @@ class DynamoDbState:
         return self._query(
             {
                 "KeyConditionExpression": "#pk = :pk AND begins_with(#sk, :prefix)",
-                "ExpressionAttributeNames": _names(PK, SK),
-                "ExpressionAttributeValues": {":pk": _s(pk), ":prefix": _s(sk_prefix)},
+                "ExpressionAttributeNames": placeholders(PK, SK),
+                "ExpressionAttributeValues": {":pk": attr_s(pk), ":prefix": attr_s(sk_prefix)},
                 "ConsistentRead": True,
             }
         )
@@ -296,10 +237,10 @@ class DynamoDbState:
     def _lease(self, item: Item) -> Lease:
         return Lease(
             cluster=self._cluster,
-            node=_get_s(item, "node"),
-            epoch=_get_int(item, "epoch"),
-            owner=_get_s(item, "owner"),
-            expires_at=_from_epoch(item["expires_at"]["N"]),
+            node=get_s(item, "node"),
+            epoch=get_int(item, "epoch"),
+            owner=get_s(item, "owner"),
+            expires_at=from_epoch_text(item["expires_at"]["N"]),
             cancel_requested=bool(item.get("cancel_requested", {}).get("BOOL", False)),
         )
 
@@ -323,18 +264,18 @@ class DynamoDbState:
                         "#node = :node"
                     ),
                     ConditionExpression="attribute_not_exists(#pk) OR #held = :false OR #expires_at <= :now",
-                    ExpressionAttributeNames=_names(
+                    ExpressionAttributeNames=placeholders(
                         PK, "epoch", "held", "owner", "expires_at", "cancel_requested", "node"
                     ),
                     ExpressionAttributeValues={
-                        ":zero": _n(0),
-                        ":one": _n(1),
-                        ":true": _b(True),
-                        ":false": _b(False),
-                        ":owner": _s(owner),
-                        ":expires": {"N": _epoch(expires)},
-                        ":node": _s(node),
-                        ":now": {"N": _epoch(now)},
+                        ":zero": attr_n(0),
+                        ":one": attr_n(1),
+                        ":true": attr_b(True),
+                        ":false": attr_b(False),
+                        ":owner": attr_s(owner),
+                        ":expires": {"N": epoch_text(expires)},
+                        ":node": attr_s(node),
+                        ":now": {"N": epoch_text(now)},
                     },
                     ReturnValues="ALL_NEW",
                 )
@@ -359,13 +300,13 @@ class DynamoDbState:
                     ConditionExpression=(
                         "#held = :true AND #owner = :owner AND #epoch = :epoch AND #expires_at > :now"
                     ),
-                    ExpressionAttributeNames=_names("expires_at", "held", "owner", "epoch"),
+                    ExpressionAttributeNames=placeholders("expires_at", "held", "owner", "epoch"),
                     ExpressionAttributeValues={
-                        ":expires": {"N": _epoch(now + timedelta(seconds=ttl_seconds))},
-                        ":true": _b(True),
-                        ":owner": _s(owner),
-                        ":epoch": _n(epoch),
-                        ":now": {"N": _epoch(now)},
+                        ":expires": {"N": epoch_text(now + timedelta(seconds=ttl_seconds))},
+                        ":true": attr_b(True),
+                        ":owner": attr_s(owner),
+                        ":epoch": attr_n(epoch),
+                        ":now": {"N": epoch_text(now)},
                     },
                     ReturnValues="ALL_NEW",
                 )
@@ -384,14 +325,14 @@ class DynamoDbState:
                     Key=self._key(self._lease_pk(), f"node#{node}"),
                     UpdateExpression="SET #held = :false REMOVE #owner, #expires_at, #cancel_requested",
                     ConditionExpression="#held = :true AND #owner = :owner AND #epoch = :epoch",
-                    ExpressionAttributeNames=_names(
+                    ExpressionAttributeNames=placeholders(
                         "held", "owner", "expires_at", "cancel_requested", "epoch"
                     ),
                     ExpressionAttributeValues={
-                        ":false": _b(False),
-                        ":true": _b(True),
-                        ":owner": _s(owner),
-                        ":epoch": _n(epoch),
+                        ":false": attr_b(False),
+                        ":true": attr_b(True),
+                        ":owner": attr_s(owner),
+                        ":epoch": attr_n(epoch),
                     },
                 )
         except ClientError:
@@ -424,8 +365,8 @@ class DynamoDbState:
                     Key=self._key(self._lease_pk(), f"node#{node}"),
                     UpdateExpression="SET #cancel_requested = :true",
                     ConditionExpression="#held = :true AND #epoch = :epoch",
-                    ExpressionAttributeNames=_names("cancel_requested", "held", "epoch"),
-                    ExpressionAttributeValues={":true": _b(True), ":epoch": _n(epoch)},
+                    ExpressionAttributeNames=placeholders("cancel_requested", "held", "epoch"),
+                    ExpressionAttributeValues={":true": attr_b(True), ":epoch": attr_n(epoch)},
                 )
         except ClientError:
             return False
@@ -439,24 +380,24 @@ class DynamoDbState:
     def _slot(self, item: Item) -> Slot:
         return Slot(
             cluster=self._cluster,
-            group=_get_s(item, "group"),
-            node=_get_s(item, "node"),
-            owner=_get_s(item, "owner"),
-            taken_at=_get_time(item, "taken_at"),
+            group=get_s(item, "group"),
+            node=get_s(item, "node"),
+            owner=get_s(item, "owner"),
+            taken_at=get_time(item, "taken_at"),
         )
 
     def _counter_update(self, sk: str, delta: int, limit: int | None) -> TransactWriteItemTypeDef:
-        values: dict[str, AttributeValueTypeDef] = {":delta": _n(delta)}
+        values: dict[str, AttributeValueTypeDef] = {":delta": attr_n(delta)}
         update: dict[str, Any] = {
             "TableName": self._table,
             "Key": self._key(self._slot_pk(), sk),
             "UpdateExpression": "ADD #held :delta",
-            "ExpressionAttributeNames": _names("held"),
+            "ExpressionAttributeNames": placeholders("held"),
             "ExpressionAttributeValues": values,
         }
         if limit is not None:
             update["ConditionExpression"] = "attribute_not_exists(#held) OR #held < :limit"
-            values[":limit"] = _n(limit)
+            values[":limit"] = attr_n(limit)
         return cast("TransactWriteItemTypeDef", {"Update": update})
 
     def _transact(self, items: list[TransactWriteItemTypeDef]) -> bool:
@@ -473,7 +414,7 @@ class DynamoDbState:
         counts = []
         for sk in ("count", f"group#{group}"):
             item = self._get(self._slot_pk(), sk)
-            counts.append(_get_int(item, "held") if item is not None and "held" in item else 0)
+            counts.append(get_int(item, "held") if item is not None and "held" in item else 0)
         return counts[0], counts[1]
 
     def take_slot(
@@ -500,12 +441,12 @@ class DynamoDbState:
         """
         require_aware(now)
         slot_item: Item = {
-            PK: _s(self._slot_pk()),
-            SK: _s(f"node#{node}"),
-            "group": _s(group),
-            "node": _s(node),
-            "owner": _s(owner),
-            "taken_at": _s(_iso(now)),
+            PK: attr_s(self._slot_pk()),
+            SK: attr_s(f"node#{node}"),
+            "group": attr_s(group),
+            "node": attr_s(node),
+            "owner": attr_s(owner),
+            "taken_at": attr_s(iso(now)),
         }
         group_limit = min(max_per_group, desired - min_size)
         for _attempt in range(self._max_attempts):
@@ -518,7 +459,7 @@ class DynamoDbState:
                             "TableName": self._table,
                             "Item": slot_item,
                             "ConditionExpression": "attribute_not_exists(#pk)",
-                            "ExpressionAttributeNames": _names(PK),
+                            "ExpressionAttributeNames": placeholders(PK),
                         }
                     },
                     self._counter_update("count", 1, max_per_run),
@@ -568,8 +509,8 @@ class DynamoDbState:
                         "Key": self._key(self._slot_pk(), f"node#{node}"),
                         # The group we decrement must be the one this slot counted in.
                         "ConditionExpression": "#owner = :owner AND #group = :group",
-                        "ExpressionAttributeNames": _names("owner", "group"),
-                        "ExpressionAttributeValues": {":owner": _s(owner), ":group": _s(slot.group)},
+                        "ExpressionAttributeNames": placeholders("owner", "group"),
+                        "ExpressionAttributeValues": {":owner": attr_s(owner), ":group": attr_s(slot.group)},
                     }
                 },
                 self._counter_update("count", -1, None),
@@ -602,26 +543,26 @@ class DynamoDbState:
     def record(self, entry: LedgerEntry) -> bool:
         """See :meth:`rightsizer.state.Ledger.record` (PutItem, condition: no such entry yet)."""
         item: Item = {
-            PK: _s(f"ledger#{entry.execution_id}"),
-            SK: _s(f"entry#{entry.entry_id}"),
-            GSI1_PK: _s(f"ledger#{self._cluster}"),
-            GSI1_SK: _s(f"{_iso(entry.at)}#{entry.execution_id}#{entry.entry_id}"),
-            "cluster": _s(self._cluster),
-            "execution_id": _s(entry.execution_id),
-            "entry_id": _s(entry.entry_id),
-            "kind": _s(entry.kind),
-            "step": _s(entry.step),
-            "result": _s(entry.result),
-            "reason": _s(entry.reason),
-            "at": _s(_iso(entry.at)),
-            TTL_ATTRIBUTE: _n(entry.ttl),
+            PK: attr_s(f"ledger#{entry.execution_id}"),
+            SK: attr_s(f"entry#{entry.entry_id}"),
+            GSI1_PK: attr_s(f"ledger#{self._cluster}"),
+            GSI1_SK: attr_s(f"{iso(entry.at)}#{entry.execution_id}#{entry.entry_id}"),
+            "cluster": attr_s(self._cluster),
+            "execution_id": attr_s(entry.execution_id),
+            "entry_id": attr_s(entry.entry_id),
+            "kind": attr_s(entry.kind),
+            "step": attr_s(entry.step),
+            "result": attr_s(entry.result),
+            "reason": attr_s(entry.reason),
+            "at": attr_s(iso(entry.at)),
+            TTL_ATTRIBUTE: attr_n(entry.ttl),
         }
         optional: dict[str, AttributeValueTypeDef | None] = {
-            "node": None if entry.node is None else _s(entry.node),
-            "instance_id": None if entry.instance_id is None else _s(entry.instance_id),
-            "node_group": None if entry.node_group is None else _s(entry.node_group),
-            "hourly_savings_usd": _money(entry.hourly_savings_usd),
-            "monthly_savings_usd": _money(entry.monthly_savings_usd),
+            "node": None if entry.node is None else attr_s(entry.node),
+            "instance_id": None if entry.instance_id is None else attr_s(entry.instance_id),
+            "node_group": None if entry.node_group is None else attr_s(entry.node_group),
+            "hourly_savings_usd": attr_money(entry.hourly_savings_usd),
+            "monthly_savings_usd": attr_money(entry.monthly_savings_usd),
         }
         item.update({name: value for name, value in optional.items() if value is not None})
         try:
@@ -630,7 +571,7 @@ class DynamoDbState:
                     TableName=self._table,
                     Item=item,
                     ConditionExpression="attribute_not_exists(#pk)",
-                    ExpressionAttributeNames=_names(PK),
+                    ExpressionAttributeNames=placeholders(PK),
                 )
         except ClientError:
             return False
@@ -639,19 +580,19 @@ class DynamoDbState:
     @staticmethod
     def _entry(item: Item) -> LedgerEntry:
         return LedgerEntry(
-            execution_id=_get_s(item, "execution_id"),
-            node=_opt_s(item, "node"),
-            instance_id=_opt_s(item, "instance_id"),
-            node_group=_opt_s(item, "node_group"),
-            kind=_get_s(item, "kind"),
-            step=_get_s(item, "step"),
-            result=cast("LedgerResult", _get_s(item, "result")),
-            reason=_get_s(item, "reason"),
-            hourly_savings_usd=_opt_float(item, "hourly_savings_usd"),
-            monthly_savings_usd=_opt_float(item, "monthly_savings_usd"),
-            at=_get_time(item, "at"),
-            ttl=_get_int(item, TTL_ATTRIBUTE),
-            entry_id=_get_s(item, "entry_id"),
+            execution_id=get_s(item, "execution_id"),
+            node=opt_s(item, "node"),
+            instance_id=opt_s(item, "instance_id"),
+            node_group=opt_s(item, "node_group"),
+            kind=get_s(item, "kind"),
+            step=get_s(item, "step"),
+            result=cast("LedgerResult", get_s(item, "result")),
+            reason=get_s(item, "reason"),
+            hourly_savings_usd=opt_float(item, "hourly_savings_usd"),
+            monthly_savings_usd=opt_float(item, "monthly_savings_usd"),
+            at=get_time(item, "at"),
+            ttl=get_int(item, TTL_ATTRIBUTE),
+            entry_id=get_s(item, "entry_id"),
         )
 
     def entries(self, execution_id: str | None = None, node: str | None = None) -> list[LedgerEntry]:
@@ -663,8 +604,8 @@ class DynamoDbState:
                 {
                     "IndexName": GSI1,
                     "KeyConditionExpression": "#gsi1pk = :pk",
-                    "ExpressionAttributeNames": _names(GSI1_PK),
-                    "ExpressionAttributeValues": {":pk": _s(f"ledger#{self._cluster}")},
+                    "ExpressionAttributeNames": placeholders(GSI1_PK),
+                    "ExpressionAttributeValues": {":pk": attr_s(f"ledger#{self._cluster}")},
                 }
             )
         chosen = [self._entry(item) for item in items]
@@ -678,39 +619,43 @@ class DynamoDbState:
         """See :meth:`rightsizer.state.WorkflowRecords.save` (PutItem conditioned on ``version``)."""
         version = expected_version + 1
         item: Item = {
-            PK: _s(f"wf#{record.execution_id}"),
-            SK: _s("wf"),
-            "execution_id": _s(record.execution_id),
-            "node": _s(record.node),
-            "step": _s(record.step),
-            "status": _s(record.status),
-            "started_at": _s(_iso(require_aware(record.started_at, "started_at"))),
-            "deadline": _s(_iso(require_aware(record.deadline, "deadline"))),
+            PK: attr_s(f"wf#{record.execution_id}"),
+            SK: attr_s("wf"),
+            "execution_id": attr_s(record.execution_id),
+            "node": attr_s(record.node),
+            "step": attr_s(record.step),
+            "status": attr_s(record.status),
+            "started_at": attr_s(iso(require_aware(record.started_at, "started_at"))),
+            "deadline": attr_s(iso(require_aware(record.deadline, "deadline"))),
             "evicted": {
                 "L": [
                     {
                         "M": {
-                            "uid": _s(pod.uid),
-                            "namespace": _s(pod.namespace),
-                            "name": _s(pod.name),
-                            "grace_deadline": _s(_iso(require_aware(pod.grace_deadline, "grace_deadline"))),
+                            "uid": attr_s(pod.uid),
+                            "namespace": attr_s(pod.namespace),
+                            "name": attr_s(pod.name),
+                            "grace_deadline": attr_s(
+                                iso(require_aware(pod.grace_deadline, "grace_deadline"))
+                            ),
                         }
                     }
                     for pod in record.evicted
                 ]
             },
-            "version": _n(version),
+            "version": attr_n(version),
             # Needed only while the drain runs (and for a post-mortem): TTL keeps the table from growing
             # one item per execution forever. Leases and off-hours sizes never carry a ttl.
-            "ttl": _n(int((require_aware(record.started_at, "started_at") + LEDGER_RETENTION).timestamp())),
+            "ttl": attr_n(
+                int((require_aware(record.started_at, "started_at") + LEDGER_RETENTION).timestamp())
+            ),
         }
         if record.instance_id is not None:
-            item["instance_id"] = _s(record.instance_id)
+            item["instance_id"] = attr_s(record.instance_id)
         if record.cordoned_at is not None:
-            item["cordoned_at"] = _s(_iso(require_aware(record.cordoned_at, "cordoned_at")))
+            item["cordoned_at"] = attr_s(iso(require_aware(record.cordoned_at, "cordoned_at")))
         if record.lease_epoch is not None:
-            item["lease_epoch"] = _n(record.lease_epoch)
-        item["details"] = _s(json.dumps(record.details, sort_keys=True, separators=(",", ":")))
+            item["lease_epoch"] = attr_n(record.lease_epoch)
+        item["details"] = attr_s(json.dumps(record.details, sort_keys=True, separators=(",", ":")))
         try:
             with _translated("PutItem", self._table, _CONDITION_FAILED):
                 if expected_version == 0:
@@ -718,15 +663,15 @@ class DynamoDbState:
                         TableName=self._table,
                         Item=item,
                         ConditionExpression="attribute_not_exists(#pk)",
-                        ExpressionAttributeNames=_names(PK),
+                        ExpressionAttributeNames=placeholders(PK),
                     )
                 else:
                     self._client.put_item(
                         TableName=self._table,
                         Item=item,
                         ConditionExpression="#version = :expected",
-                        ExpressionAttributeNames=_names("version"),
-                        ExpressionAttributeValues={":expected": _n(expected_version)},
+                        ExpressionAttributeNames=placeholders("version"),
+                        ExpressionAttributeValues={":expected": attr_n(expected_version)},
                     )
         except ClientError as exc:
             current = self.load(record.execution_id)
@@ -751,18 +696,18 @@ class DynamoDbState:
         )
         epoch = item.get("lease_epoch")
         return WorkflowRecord(
-            execution_id=_get_s(item, "execution_id"),
-            node=_get_s(item, "node"),
-            instance_id=_opt_s(item, "instance_id"),
-            step=_get_s(item, "step"),
-            status=_get_s(item, "status"),
-            started_at=_get_time(item, "started_at"),
-            deadline=_get_time(item, "deadline"),
-            cordoned_at=_opt_time(item, "cordoned_at"),
+            execution_id=get_s(item, "execution_id"),
+            node=get_s(item, "node"),
+            instance_id=opt_s(item, "instance_id"),
+            step=get_s(item, "step"),
+            status=get_s(item, "status"),
+            started_at=get_time(item, "started_at"),
+            deadline=get_time(item, "deadline"),
+            cordoned_at=opt_time(item, "cordoned_at"),
             evicted=evicted,
             lease_epoch=None if epoch is None else int(epoch["N"]),
             details=json.loads(item["details"]["S"]) if "details" in item else {},
-            version=_get_int(item, "version"),
+            version=get_int(item, "version"),
         )
 
     def load(self, execution_id: str) -> WorkflowRecord | None:
@@ -778,28 +723,28 @@ class DynamoDbState:
     @staticmethod
     def _saved(item: Item) -> SavedSizes:
         return SavedSizes(
-            group=_get_s(item, "group"),
+            group=get_s(item, "group"),
             sizes=GroupSizes(
-                min=_get_int(item, "min_size"),
-                desired=_get_int(item, "desired_size"),
-                max=_get_int(item, "max_size"),
+                min=get_int(item, "min_size"),
+                desired=get_int(item, "desired_size"),
+                max=get_int(item, "max_size"),
             ),
-            saved_at=_get_time(item, "saved_at"),
-            restore_started_at=_opt_time(item, "restore_started_at"),
+            saved_at=get_time(item, "saved_at"),
+            restore_started_at=opt_time(item, "restore_started_at"),
         )
 
     def save_sizes(self, group: str, sizes: GroupSizes, now: datetime) -> SavedSizes:
         """See :meth:`rightsizer.state.OffhoursStore.save_sizes` (PutItem if not exists; no ``ttl``)."""
         require_aware(now)
         item: Item = {
-            PK: _s(self._sizes_pk(group)),
-            SK: _s("sizes"),
-            "cluster": _s(self._cluster),
-            "group": _s(group),
-            "min_size": _n(sizes.min),
-            "desired_size": _n(sizes.desired),
-            "max_size": _n(sizes.max),
-            "saved_at": _s(_iso(now)),
+            PK: attr_s(self._sizes_pk(group)),
+            SK: attr_s("sizes"),
+            "cluster": attr_s(self._cluster),
+            "group": attr_s(group),
+            "min_size": attr_n(sizes.min),
+            "desired_size": attr_n(sizes.desired),
+            "max_size": attr_n(sizes.max),
+            "saved_at": attr_s(iso(now)),
         }
         try:
             with _translated("PutItem", self._table, _CONDITION_FAILED):
@@ -807,7 +752,7 @@ class DynamoDbState:
                     TableName=self._table,
                     Item=item,
                     ConditionExpression="attribute_not_exists(#pk)",
-                    ExpressionAttributeNames=_names(PK),
+                    ExpressionAttributeNames=placeholders(PK),
                 )
         except ClientError:
             stored = self._get(self._sizes_pk(group), "sizes")
@@ -834,8 +779,8 @@ class DynamoDbState:
                     Key=self._key(self._sizes_pk(group), "sizes"),
                     UpdateExpression="SET #restore_started_at = if_not_exists(#restore_started_at, :now)",
                     ConditionExpression="attribute_exists(#pk)",
-                    ExpressionAttributeNames=_names(PK, "restore_started_at"),
-                    ExpressionAttributeValues={":now": _s(_iso(now))},
+                    ExpressionAttributeNames=placeholders(PK, "restore_started_at"),
+                    ExpressionAttributeValues={":now": attr_s(iso(now))},
                     ReturnValues="ALL_NEW",
                 )
         except ClientError:
