@@ -14,7 +14,9 @@ or, on EKS from Lambda, the endpoint and CA from ``eks:DescribeCluster`` and a b
 when older than 10 min). A 401 rebuilds the credentials once and retries the same idempotent request; a
 second consecutive 401 — or any 403 — is a :class:`KubernetesAccessError` (a ``PermanentError``) naming
 the identity, the refused verb and resource, and the remedy (BUG-31). Nothing is returned from a partial
-list: any failure raises.
+list: any failure raises. The request machinery (401 retry, pagination, error translation) is
+:mod:`rightsizer.adapters.kubernetes_transport`; reading answers and the remedies,
+:mod:`rightsizer.adapters.kubernetes_errors`.
 
 RBAC verbs needed (docs/architecture.md §5 "Names", ``infra/k8s/rbac.yaml``). Reading (``ClusterReader``; ClusterRole
 ``rightsizer-read``, the assess function):
@@ -45,15 +47,23 @@ IAM identity must have an EKS access entry in group ``rightsizer-read`` (or an `
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import socket
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final, NamedTuple
+from typing import Any, Final
 
 from rightsizer.adapters.eks_auth import EksTokenSource
-from rightsizer.domain.errors import PermanentError, StalePlan, TransientError
+from rightsizer.adapters.kubernetes_errors import (
+    REMEDY_403_WRITE,
+    ApiAnswer,
+    KubernetesAccessError,
+    eviction_retry_after,
+    namespace_terminating,
+    status_text,
+)
+from rightsizer.adapters.kubernetes_transport import DEFAULT_PAGE_SIZE, KubernetesTransport, client_module
+from rightsizer.domain.errors import StalePlan
 from rightsizer.domain.model import ANN_CORDONED_AT, ANN_CORDONED_BY
 from rightsizer.ports import JSON, AccessCheck, EvictionOutcome
 
@@ -69,22 +79,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PAGE_SIZE: Final = 500
 DRA_GROUP: Final = "resource.k8s.io"
 #: Newest first: the first one the server lists in ``/apis`` is used (docs/architecture.md §5 "Kubernetes API versions").
 DRA_VERSIONS: Final = ("v1", "v1beta2", "v1beta1")
-
-_REMEDY_401 = (
-    "give this identity access to the cluster: an EKS access entry (authentication mode API or "
-    "API_AND_CONFIG_MAP) with Kubernetes group rightsizer-read (rightsizer for the drain and off-hours "
-    "functions), or an aws-auth ConfigMap mapRoles entry"
-)
-_REMEDY_403 = "bind the ClusterRole rightsizer-read (infra/k8s/rbac.yaml) to the identity's Kubernetes group"
-_REMEDY_403_WRITE = (
-    "bind the ClusterRole rightsizer (infra/k8s/rbac.yaml: nodes patch, pods/eviction create, events "
-    "create) to the identity's Kubernetes group (EKS access entry group rightsizer)"
-)
-_WRITE_VERBS: Final = frozenset({"create", "patch", "update", "delete"})
 
 #: Node Events live in ``default``: the API server accepts an Event about a cluster-scoped object only
 #: in ``default`` (or ``kube-system``), and ``kubectl describe node`` looks there.
@@ -94,96 +91,6 @@ EVENT_COMPONENT: Final = "rightsizer"
 #: The API server keeps Event messages short (events.k8s.io ``note``: 1 kB); longer ones are cut here.
 _EVENT_MESSAGE_LIMIT: Final = 1024
 _MERGE_PATCH: Final = "application/merge-patch+json"
-
-
-class KubernetesAccessError(PermanentError):
-    """The API server refused us: 401 twice in a row (unknown identity) or 403 (RBAC).
-
-    ``identity`` is who we are (an IAM ARN on EKS), ``check`` the refused verb/resource, ``status`` the
-    HTTP status; the message ends with the remedy.
-    """
-
-    def __init__(self, message: str, *, identity: str, check: AccessCheck, status: int) -> None:
-        self.identity = identity
-        self.check = check
-        self.status = status
-        super().__init__(message)
-
-
-def _client_module() -> Any:
-    # Imported here, not at module top: see the module docstring (cold start of the webhook).
-    import kubernetes.client
-
-    return kubernetes.client
-
-
-def _status_message(exc: Any) -> str:
-    """The ``message`` of a Kubernetes ``Status`` body, else the HTTP reason."""
-    try:
-        body = json.loads(exc.body or b"{}")
-    except (TypeError, ValueError):
-        body = {}
-    return str(body.get("message") or exc.reason or "").strip() if isinstance(body, dict) else ""
-
-
-def _retry_after(exc: Any, default: float) -> float:
-    headers = getattr(exc, "headers", None) or {}
-    try:
-        return float(headers.get("Retry-After", default))
-    except (TypeError, ValueError):
-        return default
-
-
-class _Answer(NamedTuple):
-    """One API answer: HTTP status, the parsed JSON object (``{}`` when the body is not JSON), headers."""
-
-    status: int
-    body: JSON
-    headers: Mapping[str, str]
-
-
-def _parse_error_body(exc: Any) -> JSON:
-    try:
-        body = json.loads(exc.body or b"{}")
-    except (TypeError, ValueError):
-        return {}
-    return body if isinstance(body, dict) else {}
-
-
-def _status_text(body: JSON, fallback: str) -> str:
-    """A ``Status`` message followed by those of its ``details.causes`` that it does not already contain.
-
-    The Eviction API names the PodDisruptionBudget only in a cause (``The disruption budget triton-pdb
-    needs 2 healthy pods and has 2 currently``), so the causes are part of what a drain reports (BUG-14).
-    """
-    message = str(body.get("message") or fallback).strip()
-    parts = [message] if message else []
-    for cause in (body.get("details") or {}).get("causes") or []:
-        text = str((cause or {}).get("message") or "").strip()
-        if text and not any(text in part for part in parts):
-            parts.append(text)
-    return " ".join(parts)
-
-
-def _namespace_terminating(body: JSON) -> bool:
-    """A 403 Status caused by a namespace being deleted (``details.causes[].reason`` or ``type``
-    ``NamespaceTerminating``, as the NamespaceLifecycle admission plugin writes it)."""
-    causes = ((body.get("details") or {}).get("causes")) or []
-    return any(
-        "NamespaceTerminating" in (str(c.get("reason") or ""), str(c.get("type") or "")) for c in causes
-    ) or "because it is being terminated" in str(body.get("message") or "")
-
-
-def _eviction_retry_after(headers: Mapping[str, str], body: JSON) -> float | None:
-    """Seconds from the ``Retry-After`` header, else ``details.retryAfterSeconds``, else None."""
-    for raw in (headers.get("Retry-After"), (body.get("details") or {}).get("retryAfterSeconds")):
-        try:
-            seconds = float(raw) if raw is not None else None
-        except (TypeError, ValueError):
-            seconds = None
-        if seconds is not None and seconds > 0:
-            return seconds
-    return None
 
 
 def _utc_rfc3339(value: str) -> str:
@@ -203,7 +110,7 @@ def _reporting_instance() -> str:
     return f"{EVENT_COMPONENT}-{socket.gethostname()}"[:128]
 
 
-class KubernetesCluster:
+class KubernetesCluster(KubernetesTransport):
     """``ClusterReader`` and ``ClusterWriter`` over the official client; one instance per cluster and run
     (or Lambda cold start).
 
@@ -222,23 +129,16 @@ class KubernetesCluster:
         request_timeout: float = 30.0,
         clock: Callable[[], datetime] | None = None,
     ) -> None:
-        """Args:
-        connect: builds an ``ApiClient`` (host, TLS, credentials).
-        reauthenticate: drops cached credentials after a 401 (e.g. ``EksTokenSource.invalidate``).
-        identity: who we are, for error messages (an IAM ARN on EKS).
-        page_size: ``limit`` of every list call (items per page).
-        request_timeout: read timeout per request in seconds.
-        clock: aware "now" for Event timestamps (default: the system clock in UTC).
-        """
-        if page_size < 1:
-            raise ValueError("page_size must be at least 1")
-        self._connect = connect
-        self._reauthenticate = reauthenticate
-        self._identity = identity
+        """Args: as :class:`KubernetesTransport`, plus ``clock``: aware "now" for Event timestamps
+        (default: the system clock in UTC)."""
+        super().__init__(
+            connect,
+            reauthenticate=reauthenticate,
+            identity=identity,
+            page_size=page_size,
+            request_timeout=request_timeout,
+        )
         self._clock = clock or (lambda: datetime.now(UTC))
-        self.page_size = page_size
-        self._timeout = (min(10.0, request_timeout), request_timeout)
-        self._api: Any = None
         self._dra: tuple[str | None] | None = None  # discovered once per instance
 
     # ------------------------------------------------------------------------------ construction
@@ -264,7 +164,7 @@ class KubernetesCluster:
         """
 
         def connect() -> Any:
-            k8s = _client_module()
+            k8s = client_module()
             config = k8s.Configuration(host=endpoint.rstrip("/"))
             config.ssl_ca_cert = ca_file
             # The key must exist for the client to ask for it; the hook fills in the current token
@@ -332,10 +232,6 @@ class KubernetesCluster:
 
     # ----------------------------------------------------------------------------- ClusterReader
 
-    def identity(self) -> str:
-        """Who the cluster sees us as (an IAM ARN with EKS tokens, a kubeconfig user otherwise)."""
-        return self._identity() if self._identity else "<unknown identity>"
-
     def preflight(self, checks: Sequence[AccessCheck]) -> list[AccessCheck]:
         """Return the checks the API server denies (``SelfSubjectAccessReview``, one per check).
 
@@ -363,7 +259,7 @@ class KubernetesCluster:
 
     def _review(self, api: Any, *, body: JSON) -> Any:
         return (
-            _client_module()
+            client_module()
             .AuthorizationV1Api(api)
             .create_self_subject_access_review(
                 body=body, _preload_content=False, _request_timeout=self._timeout
@@ -376,7 +272,7 @@ class KubernetesCluster:
             AccessCheck("list", "nodes"),
             "Node",
             "v1",
-            lambda api, **page: _client_module().CoreV1Api(api).list_node(**page),
+            lambda api, **page: client_module().CoreV1Api(api).list_node(**page),
         )
 
     def list_pods(self) -> list[JSON]:
@@ -385,7 +281,7 @@ class KubernetesCluster:
             AccessCheck("list", "pods"),
             "Pod",
             "v1",
-            lambda api, **page: _client_module().CoreV1Api(api).list_pod_for_all_namespaces(**page),
+            lambda api, **page: client_module().CoreV1Api(api).list_pod_for_all_namespaces(**page),
         )
 
     def list_pdbs(self) -> list[JSON]:
@@ -395,7 +291,7 @@ class KubernetesCluster:
             "PodDisruptionBudget",
             "policy/v1",
             lambda api, **page: (
-                _client_module().PolicyV1Api(api).list_pod_disruption_budget_for_all_namespaces(**page)
+                client_module().PolicyV1Api(api).list_pod_disruption_budget_for_all_namespaces(**page)
             ),
         )
 
@@ -406,7 +302,7 @@ class KubernetesCluster:
             "PersistentVolumeClaim",
             "v1",
             lambda api, **page: (
-                _client_module().CoreV1Api(api).list_persistent_volume_claim_for_all_namespaces(**page)
+                client_module().CoreV1Api(api).list_persistent_volume_claim_for_all_namespaces(**page)
             ),
         )
 
@@ -416,7 +312,7 @@ class KubernetesCluster:
             AccessCheck("list", "persistentvolumes"),
             "PersistentVolume",
             "v1",
-            lambda api, **page: _client_module().CoreV1Api(api).list_persistent_volume(**page),
+            lambda api, **page: client_module().CoreV1Api(api).list_persistent_volume(**page),
         )
 
     def served_resource_api(self) -> str | None:
@@ -430,7 +326,7 @@ class KubernetesCluster:
                 self._json(
                     AccessCheck("get", "apis"),
                     lambda api: (
-                        _client_module()
+                        client_module()
                         .ApisApi(api)
                         .get_api_versions(_preload_content=False, _request_timeout=self._timeout)
                     ),
@@ -463,7 +359,7 @@ class KubernetesCluster:
         answer = self._call(
             AccessCheck("get", "nodes"),
             lambda api: (
-                _client_module()
+                client_module()
                 .CoreV1Api(api)
                 .read_node(name, _preload_content=False, _request_timeout=self._timeout)
             ),
@@ -477,7 +373,7 @@ class KubernetesCluster:
         answer = self._call(
             AccessCheck("get", "persistentvolumeclaims"),
             lambda api: (
-                _client_module()
+                client_module()
                 .CoreV1Api(api)
                 .read_namespaced_persistent_volume_claim(
                     name, namespace, _preload_content=False, _request_timeout=self._timeout
@@ -492,7 +388,7 @@ class KubernetesCluster:
         answer = self._call(
             AccessCheck("get", "persistentvolumes"),
             lambda api: (
-                _client_module()
+                client_module()
                 .CoreV1Api(api)
                 .read_persistent_volume(name, _preload_content=False, _request_timeout=self._timeout)
             ),
@@ -509,7 +405,7 @@ class KubernetesCluster:
             "Pod",
             "v1",
             lambda api, **page: (
-                _client_module().CoreV1Api(api).list_pod_for_all_namespaces(field_selector=selector, **page)
+                client_module().CoreV1Api(api).list_pod_for_all_namespaces(field_selector=selector, **page)
             ),
         )
 
@@ -522,7 +418,7 @@ class KubernetesCluster:
         answer = self._call(
             AccessCheck("get", "pods"),
             lambda api: (
-                _client_module()
+                client_module()
                 .CoreV1Api(api)
                 .read_namespaced_pod(name, namespace, _preload_content=False, _request_timeout=self._timeout)
             ),
@@ -654,7 +550,7 @@ class KubernetesCluster:
         answer = self._call(
             AccessCheck("create", "pods", "eviction"),
             lambda api: (
-                _client_module()
+                client_module()
                 .CoreV1Api(api)
                 .create_namespaced_pod_eviction(
                     name, namespace, body, _preload_content=False, _request_timeout=self._timeout
@@ -664,15 +560,15 @@ class KubernetesCluster:
         )
         if answer.status in (200, 201):
             return EvictionOutcome("accepted")
-        message = _status_text(answer.body, f"HTTP {answer.status}")
+        message = status_text(answer.body, f"HTTP {answer.status}")
         if answer.status == 403:
-            if _namespace_terminating(answer.body):
+            if namespace_terminating(answer.body):
                 # The namespace controller deletes the pod itself; kubectl drain waits for it too.
                 return EvictionOutcome("blocked", message, 5.0)
             who = self.identity()
             raise KubernetesAccessError(
                 f"Kubernetes API answered 403 Forbidden: {who} may not create pods/eviction ({message}). "
-                f"Remedy: {_REMEDY_403_WRITE}.",
+                f"Remedy: {REMEDY_403_WRITE}.",
                 identity=who,
                 check=AccessCheck("create", "pods", "eviction"),
                 status=403,
@@ -682,7 +578,7 @@ class KubernetesCluster:
         if answer.status == 409:
             return EvictionOutcome("uid_mismatch", message)
         if answer.status == 429:
-            return EvictionOutcome("blocked", message, _eviction_retry_after(answer.headers, answer.body))
+            return EvictionOutcome("blocked", message, eviction_retry_after(answer.headers, answer.body))
         return EvictionOutcome("error", message)
 
     def emit_event(self, node: str, reason: str, message: str, *, warning: bool = False) -> None:
@@ -724,7 +620,7 @@ class KubernetesCluster:
             self._call(
                 AccessCheck("create", "events"),
                 lambda api: (
-                    _client_module()
+                    client_module()
                     .CoreV1Api(api)
                     .create_namespaced_event(
                         EVENT_NAMESPACE, event, _preload_content=False, _request_timeout=self._timeout
@@ -734,13 +630,13 @@ class KubernetesCluster:
         except Exception as exc:  # best effort by contract (ports.ClusterWriter.emit_event)
             log.warning("event %s on node %s not recorded: %s", reason, node, exc)
 
-    def _patch_node(self, node: str, patch: JSON) -> _Answer:
+    def _patch_node(self, node: str, patch: JSON) -> ApiAnswer:
         # The client defaults a dict body to json-patch+json (its first content type); a merge patch must
         # say so, or the API server would read our object as a malformed list of operations.
         return self._call(
             AccessCheck("patch", "nodes"),
             lambda api: (
-                _client_module()
+                client_module()
                 .CoreV1Api(api)
                 .patch_node(
                     node,
@@ -765,144 +661,8 @@ class KubernetesCluster:
             kind,
             group_version,
             lambda api, **page: (
-                _client_module()
+                client_module()
                 .CustomObjectsApi(api)
                 .list_cluster_custom_object(DRA_GROUP, version, plural, **page)
             ),
         )
-
-    def _list(self, check: AccessCheck, kind: str, api_version: str, call: Callable[..., Any]) -> list[JSON]:
-        """Every item of a list call, following ``continue`` tokens; ⌈N/page_size⌉ requests.
-
-        A 410 Expired continue token restarts the list once from the beginning (as client-go's pager
-        does), so the result is still one consistent list, never a splice of two.
-        """
-        for attempt in (1, 2):
-            items: list[JSON] = []
-            token: str | None = None
-            try:
-                while True:
-                    page = self._json(
-                        check,
-                        functools.partial(
-                            call,
-                            limit=self.page_size,
-                            _continue=token,
-                            _preload_content=False,
-                            _request_timeout=self._timeout,
-                        ),
-                        expired_ok=token is not None,
-                    )
-                    version = str(page.get("apiVersion") or api_version)
-                    for item in page.get("items") or []:
-                        # The API server omits kind/apiVersion on list items; kubectl adds them back.
-                        items.append({"apiVersion": version, "kind": kind, **item})
-                    token = (page.get("metadata") or {}).get("continue") or None
-                    if token is None:
-                        return items
-            except _Expired as exc:
-                if attempt == 2:
-                    raise TransientError(
-                        f"{check.describe()}: continue token expired twice", retry_after=1.0
-                    ) from exc
-                log.info("%s: continue token expired (410); listing again from the start", check.describe())
-        raise AssertionError("unreachable")
-
-    def _client(self) -> Any:
-        if self._api is None:
-            self._api = self._connect()
-        return self._api
-
-    def _json(self, check: AccessCheck, send: Callable[[Any], Any], *, expired_ok: bool = False) -> JSON:
-        """Send one idempotent request and parse its JSON, retrying once after a 401 with new credentials."""
-        return self._call(check, send, expired_ok=expired_ok).body
-
-    def _call(
-        self,
-        check: AccessCheck,
-        send: Callable[[Any], Any],
-        *,
-        expired_ok: bool = False,
-        answered: frozenset[int] = frozenset(),
-    ) -> _Answer:
-        """Send one request (rebuilding credentials and resending once after a 401) and parse its JSON.
-
-        Error statuses in ``answered`` come back as an :class:`_Answer` for the caller to interpret
-        (404 on a GET, 409 on a guarded patch, the Eviction statuses); every other error is translated
-        into the taxonomy and raised.
-        """
-        k8s = _client_module()
-        import urllib3
-
-        for attempt in (1, 2):
-            try:
-                response = send(self._client())
-                data = response.data
-                status = int(response.status)
-                headers: Mapping[str, str] = response.headers or {}
-                break
-            except k8s.ApiException as exc:
-                if exc.status in answered:
-                    return _Answer(int(exc.status), _parse_error_body(exc), exc.headers or {})
-                if exc.status == 401 and attempt == 1:
-                    log.info(
-                        "%s: 401 Unauthorized; rebuilding credentials and retrying once", check.describe()
-                    )
-                    if self._reauthenticate is not None:
-                        self._reauthenticate()
-                    self._api = None  # kubeconfig mode: re-read it (exec plugins run again)
-                    continue
-                if exc.status == 410 and expired_ok:
-                    raise _Expired(check.describe()) from exc
-                raise self._translate(exc, check, second_401=attempt == 2) from exc
-            except urllib3.exceptions.HTTPError as exc:
-                raise TransientError(f"{check.describe()}: {exc}", retry_after=5.0) from exc
-        else:  # pragma: no cover - the loop either breaks, continues once, or raises
-            raise AssertionError("unreachable")
-        try:
-            parsed = json.loads(data)
-        except (TypeError, ValueError) as exc:
-            raise TransientError(f"{check.describe()}: the answer is not JSON") from exc
-        if not isinstance(parsed, dict):
-            raise TransientError(f"{check.describe()}: the answer is not a JSON object")
-        return _Answer(status, parsed, headers)
-
-    def _translate(self, exc: Any, check: AccessCheck, *, second_401: bool) -> Exception:
-        status = int(exc.status or 0)
-        message = _status_message(exc)
-        if status == 401:
-            who = self.identity()
-            again = " again with freshly built credentials" if second_401 else ""
-            return KubernetesAccessError(
-                f"Kubernetes API answered 401 Unauthorized to {check.describe()}{again}: the cluster does "
-                f"not recognise {who}. Remedy: {_REMEDY_401}.",
-                identity=who,
-                check=check,
-                status=401,
-            )
-        if status == 403:
-            who = self.identity()
-            remedy = (
-                _REMEDY_403_WRITE
-                if check.verb in _WRITE_VERBS and check.group != "authorization.k8s.io"
-                else _REMEDY_403
-            )
-            return KubernetesAccessError(
-                f"Kubernetes API answered 403 Forbidden: {who} may not {check.describe()} ({message}). "
-                f"Remedy: {remedy}.",
-                identity=who,
-                check=check,
-                status=403,
-            )
-        if status == 429 or status >= 500:
-            return TransientError(
-                f"{check.describe()}: HTTP {status} {message}", retry_after=_retry_after(exc, 5.0)
-            )
-        if status == 0:
-            # The client reports TLS failures as status 0: retrying cannot fix a wrong CA bundle.
-            return PermanentError(f"{check.describe()}: {exc.reason} (check the cluster CA bundle)")
-        return PermanentError(f"{check.describe()}: HTTP {status} {message}")
-
-
-class _Expired(Exception):
-    """A continue token expired (410 Gone); internal signal to restart a list."""
