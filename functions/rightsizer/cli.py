@@ -109,6 +109,7 @@ def _observe_live(config: Config, policy: Policy, at: datetime | None) -> Cluste
 
 def cmd_snapshot(args: argparse.Namespace) -> int:
     """``rightsizer snapshot``: record the live cluster as a snapshot directory (docs/architecture.md §5); never acts."""
+    from rightsizer.adapters.snapshot_projection import project_documents
     from rightsizer.services.snapshot import observe, require_free_output, write_snapshot
     from rightsizer.wiring import Runtime, observe_request
 
@@ -118,7 +119,11 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     request = observe_request(config, config.policy, at)
     observers = Runtime(config, "cli").observers
     observation = observe(observers.cluster, observers.inventory, observers.metrics, request)
-    out = write_snapshot(observation, args.out)
+    # The policy's node_selector keys stay on the nodes, so the snapshot selects the nodes it selected.
+    keep = tuple(config.policy.node_selector)
+    out = write_snapshot(
+        observation, args.out, project=lambda docs: project_documents(docs, policy_node_labels=keep)
+    )
     nodes = len(observation.documents["nodes.json"]["items"])
     pods = len(observation.documents["pods.json"]["items"])
     log.info("snapshot of %s at %s: %d nodes, %d pods -> %s", request.cluster, request.at, nodes, pods, out)

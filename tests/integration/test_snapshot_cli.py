@@ -21,6 +21,7 @@ from botocore.credentials import ReadOnlyCredentials
 from rightsizer.adapters.eks_auth import EksTokenSource
 from rightsizer.adapters.kubernetes import KubernetesCluster
 from rightsizer.adapters.snapshot_dir import load_snapshot
+from rightsizer.adapters.snapshot_projection import project_documents
 from rightsizer.cli import main
 from rightsizer.domain.errors import ConfigError
 from rightsizer.services.snapshot import (
@@ -242,7 +243,7 @@ def test_snapshot_then_plan_reproduces_the_live_plan(
     assert load_snapshot(out).inventory.known
 
 
-def test_snapshot_redacts_env_values_and_drops_managed_fields(
+def test_snapshot_keeps_only_the_env_the_decision_reads_and_drops_managed_fields(
     tmp_path: Path,
     double: KubernetesDouble,
     moto_server: MotoServer,
@@ -258,15 +259,11 @@ def test_snapshot_redacts_env_values_and_drops_managed_fields(
     assert code == 0, err
 
     pods = {p["metadata"]["name"]: p for p in json.loads((out / "pods.json").read_text())["items"]}
-    env = {e["name"]: e for e in pods["trainer-0"]["spec"]["containers"][0]["env"]}
-    assert env["API_KEY"]["value"] == "<redacted>"
-    assert env["NVIDIA_VISIBLE_DEVICES"]["value"] == "all"
-    assert env["CUDA_VISIBLE_DEVICES"]["value"] == "0"
-    assert env["DB_PASSWORD"] == {
-        "name": "DB_PASSWORD",
-        "valueFrom": {"secretKeyRef": {"name": "db", "key": "password"}},
-    }
-    assert pods["trainer-0"]["spec"]["initContainers"][0]["env"][0]["value"] == "<redacted>"
+    # Only NVIDIA_VISIBLE_DEVICES is read (domain.pods.gpu_use_outside_requests): the rest is not written.
+    assert pods["trainer-0"]["spec"]["containers"][0]["env"] == [
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}
+    ]
+    assert pods["trainer-0"]["spec"]["initContainers"][0]["env"] == []
     everything = "".join(p.read_text() for p in out.rglob("*.json"))
     assert "s3cr3t" not in everything
     assert "managedFields" not in everything
@@ -296,12 +293,12 @@ def test_dra_objects_are_written_only_when_served(
 
 def test_a_failed_write_leaves_nothing_behind(tmp_path: Path) -> None:
     # GIVEN an observation whose last document cannot be serialized
-    docs = {"snapshot.json": {"taken_at": rfc(AT)}, "nodes.json": {"items": []}, "pods.json": {1j: 1}}
+    docs = {"snapshot.json": {"taken_at": rfc(AT)}, "nodes.json": {"items": []}, "zz/last.json": {1j: 1}}
     out = tmp_path / "snap"
 
     # WHEN writing fails part-way THEN neither the directory nor a staging directory remains
     with pytest.raises(TypeError):
-        write_snapshot(Observation(docs), out)
+        write_snapshot(Observation(docs), out, project=project_documents)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -310,12 +307,14 @@ def test_write_refuses_a_non_empty_target_and_replaces_an_empty_one(tmp_path: Pa
     taken.mkdir()
     (taken / "keep.txt").write_text("mine")
     with pytest.raises(ConfigError, match="--out"):
-        write_snapshot(Observation({"snapshot.json": {}}), taken)
+        write_snapshot(Observation({"snapshot.json": {}}), taken, project=project_documents)
     assert (taken / "keep.txt").read_text() == "mine"
 
     empty = tmp_path / "empty"
     empty.mkdir()
-    write_snapshot(Observation({"snapshot.json": {}, "metrics/up.json": {}}), empty)
+    write_snapshot(
+        Observation({"snapshot.json": {}, "metrics/up.json": {}}), empty, project=project_documents
+    )
     assert sorted(p.name for p in empty.rglob("*.json")) == ["snapshot.json", "up.json"]
 
 

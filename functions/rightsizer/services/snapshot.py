@@ -3,8 +3,9 @@
 :func:`observe` reads everything a decision needs — Kubernetes objects, the AWS inventory and the DCGM
 range queries — into an :class:`Observation`: the snapshot directory's documents, in memory. The CLI
 either writes it (:func:`write_snapshot`, ``rightsizer snapshot``) or decodes it straight into a
-``ClusterSnapshot`` (``rightsizer plan --config``); both paths carry the same documents, so a written
-snapshot reproduces the live plan exactly.
+``ClusterSnapshot`` (``rightsizer plan --config``). The written snapshot is the projection of the same
+documents onto the fields the decision reads (``rightsizer.adapters.snapshot_projection``: no field a
+decision does not read leaves the cluster), so it reproduces the live plan exactly.
 
 Fail closed: a denied preflight or any failed Kubernetes list raises, and no observation (hence no plan
 and no directory) exists. A metric whose answer is unusable is recorded as it came; the decision then
@@ -13,12 +14,11 @@ marks the nodes depending on it ``unknown`` (docs/architecture.md §5).
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,17 +32,14 @@ from rightsizer.ports import JSON, AccessCheck, ClusterReader, MetricsRangeReade
 
 __all__ = [
     "DRA_READ_CHECKS",
-    "KEEP_ENV",
     "METRICS",
     "READ_CHECKS",
-    "REDACTED",
     "TIMESTAMPED_METRICS",
     "Observation",
     "ObserveRequest",
     "kubectl_list",
     "metric_queries",
     "observe",
-    "redact",
     "write_snapshot",
 ]
 
@@ -51,12 +48,6 @@ __all__ = [
 METRICS: Final = (*DEVICE_METRICS, UP)
 #: Activity metrics whose newest raw sample time is recorded too (``<metric>.timestamp.json``, sample age).
 TIMESTAMPED_METRICS: Final = ACTIVITY_METRICS
-#: Env values a snapshot keeps: they say which GPUs a container sees, and carry no secrets.
-KEEP_ENV: Final = frozenset({"NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES"})
-REDACTED: Final = "<redacted>"
-#: ``kubectl apply`` copies the whole object, env values included, into this annotation.
-LAST_APPLIED: Final = "kubectl.kubernetes.io/last-applied-configuration"
-
 #: The verbs the reads use — lists only (infra/k8s/rbac.yaml grants nothing more; tests/integration/test_iam.py).
 READ_CHECKS: Final = (
     AccessCheck("list", "nodes"),
@@ -130,36 +121,6 @@ def kubectl_list(items: Iterable[JSON]) -> JSON:
     return {"apiVersion": "v1", "items": list(items), "kind": "List", "metadata": {"resourceVersion": ""}}
 
 
-def _redact_containers(containers: Any) -> None:
-    for container in containers or []:
-        for env in container.get("env") or []:
-            # valueFrom names a Secret/ConfigMap key without its value: kept, it is evidence (BUG-06).
-            if "value" in env and env.get("name") not in KEEP_ENV:
-                env["value"] = REDACTED
-
-
-def redact(obj: JSON) -> JSON:
-    """A copy of a Kubernetes object fit for a snapshot (docs/architecture.md §5).
-
-    Drops ``metadata.managedFields`` (bulky, no decision reads it); in pods replaces env values with
-    ``"<redacted>"`` except ``KEEP_ENV`` (``valueFrom`` references are kept) in containers, init and
-    ephemeral containers, and redacts the ``last-applied-configuration`` annotation, which repeats them.
-    Secrets are never read at all.
-    """
-    out = copy.deepcopy(obj)
-    meta = out.get("metadata")
-    if isinstance(meta, dict):
-        meta.pop("managedFields", None)
-        annotations = meta.get("annotations")
-        if isinstance(annotations, dict) and LAST_APPLIED in annotations:
-            annotations[LAST_APPLIED] = REDACTED
-    if out.get("kind") == "Pod":
-        spec = out.get("spec") or {}
-        for key in ("containers", "initContainers", "ephemeralContainers"):
-            _redact_containers(spec.get(key))
-    return out
-
-
 def _instance_ids(nodes: Sequence[JSON]) -> list[str]:
     ids: list[str] = []
     for item in nodes:
@@ -218,9 +179,9 @@ def observe(
             "region": request.region,
             "metrics_format": METRICS_FORMAT,
         },
-        "nodes.json": kubectl_list(redact(n) for n in nodes),
-        "pods.json": kubectl_list(redact(p) for p in cluster.list_pods()),
-        "pdbs.json": kubectl_list(redact(p) for p in cluster.list_pdbs()),
+        "nodes.json": kubectl_list(nodes),
+        "pods.json": kubectl_list(cluster.list_pods()),
+        "pdbs.json": kubectl_list(cluster.list_pdbs()),
         "persistentvolumeclaims.json": kubectl_list(cluster.list_persistent_volume_claims()),
         "persistentvolumes.json": kubectl_list(cluster.list_persistent_volumes()),
     }
@@ -228,8 +189,8 @@ def observe(
         # Not in the contract's field list; the loader ignores unknown fields, plan --snapshot reads it.
         documents["snapshot.json"]["node_label"] = request.node_label
     if dra:
-        documents["resourceclaims.json"] = kubectl_list(redact(c) for c in cluster.list_resource_claims())
-        documents["resourceslices.json"] = kubectl_list(redact(s) for s in cluster.list_resource_slices())
+        documents["resourceclaims.json"] = kubectl_list(cluster.list_resource_claims())
+        documents["resourceslices.json"] = kubectl_list(cluster.list_resource_slices())
     if inventory is not None and request.eks_cluster:
         ids = _instance_ids(nodes)
         documents["nodegroups.json"] = inventory.describe(ids, request.eks_cluster)
@@ -256,8 +217,13 @@ def require_free_output(out: str | Path) -> Path:
     return target
 
 
-def write_snapshot(observation: Observation, out: str | Path) -> Path:
-    """Write the observation as a snapshot directory at ``out``, atomically.
+def write_snapshot(
+    observation: Observation, out: str | Path, *, project: Callable[[Mapping[str, Any]], Mapping[str, Any]]
+) -> Path:
+    """Write the observation, reduced by ``project``, as a snapshot directory at ``out``, atomically.
+
+    ``project`` is the allowlist projection (``rightsizer.adapters.snapshot_projection.project_documents``
+    in the CLI): it is required, so nothing writes a snapshot with fields no decision reads.
 
     Files go to a temporary directory beside ``out`` which is then renamed onto it, so ``out`` either
     does not exist or holds a complete snapshot — never half of one. An existing empty ``out`` is
@@ -270,7 +236,7 @@ def write_snapshot(observation: Observation, out: str | Path) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
     try:
-        for relative, document in sorted(observation.documents.items()):
+        for relative, document in sorted(project(observation.documents).items()):
             path = staging / relative
             path.parent.mkdir(parents=True, exist_ok=True)
             with path.open("w", encoding="utf-8") as fh:

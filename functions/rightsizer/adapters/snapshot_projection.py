@@ -1,0 +1,378 @@
+"""Project a snapshot's documents onto the fields the decision reads (issue 14 "Snapshots by projection").
+
+A snapshot is made to be attached to bug reports, so what it keeps is an allowlist, not a blocklist: a
+field is written only when a decision reads it, and secrets cannot leak through fields nobody thought of
+(container ``command``/``args``, probe headers, lifecycle hooks, ``last-applied-configuration``, …).
+
+* **Fields** come from the models the snapshot is decoded with (``rightsizer.domain.model`` for the
+  Kubernetes kinds, ``rightsizer.adapters.snapshot_dir`` for the AWS files): a key survives only when the
+  model declares it, recursively. A field the model keeps opaque (``dict[str, Any]``: ``hostPath``,
+  ``emptyDir``, ``ephemeral``, ``valueFrom``, ``envFrom`` items) is read for its presence only and is
+  written as ``{}``.
+* **Map keys** (labels, annotations, AWS tags, container env) are kept only when listed below — every
+  entry names the code that reads it, and ``tests/unit/test_snapshot_projection.py`` proves each one is
+  read — plus the label keys a selector *in the same snapshot* or the policy's ``node_selector`` compares
+  (PodDisruptionBudget selectors → pod labels; pod ``nodeSelector`` and PersistentVolume node affinity →
+  node labels).
+* DRA objects keep what ``parse_resource_claims`` reads; metrics files are Prometheus answers and are
+  written as queried (their label sets are the exporter's, docs/architecture.md §5).
+
+Projection never changes a decision: ``plan --snapshot`` on the projected directory decides exactly like
+``plan --config`` on the live objects (``tests/integration/test_snapshot_secrets.py``).
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Final, Union
+
+from pydantic import BaseModel
+
+from rightsizer.adapters.snapshot_dir import (
+    _Asg,
+    _Ec2Instance,
+    _InstancesFile,
+    _NodegroupResources,
+    _NodegroupsFile,
+)
+from rightsizer.domain.model import (
+    ANN_CORDONED_BY,
+    ANN_DO_NOT_DISRUPT,
+    TAG_EKS_CLUSTER,
+    TAG_ENABLED,
+    TAG_RESIZE,
+    Container,
+    Node,
+    ObjectMeta,
+    PersistentVolume,
+    PersistentVolumeClaim,
+    Pod,
+    PodDisruptionBudget,
+)
+from rightsizer.domain.planner import CA_SCALE_DOWN_DISABLED, KARPENTER_NODEPOOL
+from rightsizer.domain.pods import (
+    CA_SAFE_TO_EVICT,
+    CA_SAFE_TO_EVICT_LOCAL_VOLUMES,
+    KARPENTER_DO_NOT_DISRUPT,
+    MIRROR_ANNOTATION,
+    NVIDIA_VISIBLE_DEVICES,
+)
+
+__all__ = [
+    "ASG_TAGS",
+    "ENV_NAMES",
+    "INSTANCE_TAGS",
+    "NODE_ANNOTATIONS",
+    "NODE_LABELS",
+    "POD_ANNOTATIONS",
+    "POD_LABELS",
+    "project_documents",
+    "project_object",
+]
+
+#: Node labels the decision reads: instance type (``Node.instance_type``), pricing region, zone and
+#: capacity type (``planner._price``), node group and Karpenter ownership (``planner._selected``,
+#: ``_node_protections``), the do-not-disrupt label, and the GPU operator's labels (``domain.gpu``).
+NODE_LABELS: Final = frozenset(
+    {
+        "node.kubernetes.io/instance-type",
+        "beta.kubernetes.io/instance-type",
+        "topology.kubernetes.io/region",
+        "topology.kubernetes.io/zone",
+        "eks.amazonaws.com/capacityType",
+        "karpenter.sh/capacity-type",
+        "eks.amazonaws.com/nodegroup",
+        KARPENTER_NODEPOOL,
+        ANN_DO_NOT_DISRUPT,
+        "nvidia.com/gpu.present",
+        "nvidia.com/gpu.replicas",
+        "nvidia.com/gpu.count",
+        "nvidia.com/gpu.product",
+        "nvidia.com/mig.strategy",
+        "nvidia.com/mig.config",
+    }
+)
+#: Node annotations ``planner._node_protections`` reads (do-not-disrupt family, our cordon marker).
+NODE_ANNOTATIONS: Final = frozenset(
+    {ANN_DO_NOT_DISRUPT, KARPENTER_DO_NOT_DISRUPT, CA_SCALE_DOWN_DISABLED, ANN_CORDONED_BY}
+)
+#: Pod annotations the eviction filters read (``domain.pods``: mirror pods, do-not-disrupt, safe-to-evict).
+POD_ANNOTATIONS: Final = frozenset(
+    {
+        MIRROR_ANNOTATION,
+        ANN_DO_NOT_DISRUPT,
+        KARPENTER_DO_NOT_DISRUPT,
+        CA_SAFE_TO_EVICT,
+        CA_SAFE_TO_EVICT_LOCAL_VOLUMES,
+    }
+)
+#: Pod labels read whatever the snapshot holds: none — pod labels matter only to the PDB selectors of the
+#: same snapshot, whose keys are added per snapshot.
+POD_LABELS: Final = frozenset[str]()
+#: Container env entries ``domain.pods.gpu_use_outside_requests`` reads (value or the presence of
+#: ``valueFrom``).
+ENV_NAMES: Final = frozenset({NVIDIA_VISIBLE_DEVICES})
+#: Auto Scaling group tags read: the opt-in pair (``domain.model.opt_in_refusal``) and the node group
+#: name of a self-managed group (``snapshot_dir._inventory``).
+ASG_TAGS: Final = frozenset({TAG_ENABLED, TAG_EKS_CLUSTER, "eks:nodegroup-name"})
+#: EC2 instance tags read: the resize opt-in (``domain.recommend``).
+INSTANCE_TAGS: Final = frozenset({TAG_RESIZE})
+
+Rule = Callable[[Any], Any]
+
+
+def _keys(mapping: Any, keep: Iterable[str]) -> dict[str, Any]:
+    if not isinstance(mapping, Mapping):
+        return {}
+    allowed = set(keep)
+    return {k: v for k, v in mapping.items() if k in allowed}
+
+
+def _tags(tags: Any, keep: frozenset[str]) -> list[Any]:
+    return [
+        {"Key": t["Key"], "Value": t.get("Value", "")}
+        for t in tags or []
+        if isinstance(t, Mapping) and t.get("Key") in keep
+    ]
+
+
+def _unwrap(annotation: Any) -> list[Any]:
+    """The non-None members of a union annotation, or the annotation itself."""
+    origin = typing.get_origin(annotation)
+    if origin in (Union, types.UnionType):
+        return [a for a in typing.get_args(annotation) if a is not type(None)]
+    return [annotation]
+
+
+def _by_type(value: Any, annotation: Any, rules: Mapping[tuple[type, str], Rule]) -> Any:
+    for member in _unwrap(annotation):
+        if isinstance(member, type) and issubclass(member, BaseModel):
+            if isinstance(value, Mapping):
+                return _model(value, member, rules)
+            continue
+        origin, args = typing.get_origin(member), typing.get_args(member)
+        if origin is list and isinstance(value, list):
+            return [_by_type(item, args[0], rules) for item in value]
+        if origin is dict and isinstance(value, Mapping):
+            if args and args[1] is Any:
+                return {}  # opaque: read for its presence only
+            return {k: _by_type(v, args[1], rules) for k, v in value.items()}
+        if member is Any:
+            return {} if isinstance(value, Mapping) else value
+    if isinstance(value, Mapping | list):
+        return type(value)()  # a shape the model does not expect: the decoder reports it, nothing leaks
+    return value
+
+
+def _model(data: Mapping[str, Any], model: type[BaseModel], rules: Mapping[tuple[type, str], Rule]) -> Any:
+    out: dict[str, Any] = {}
+    for name, info in model.model_fields.items():
+        key = info.alias or name
+        if key not in data:
+            continue
+        rule = rules.get((model, key))
+        out[key] = rule(data[key]) if rule is not None else _by_type(data[key], info.annotation, rules)
+    return out
+
+
+def project_object(
+    obj: Mapping[str, Any], model: type[BaseModel], rules: Mapping[tuple[type, str], Rule]
+) -> Any:
+    """``obj`` reduced to the fields ``model`` declares (recursively), with ``rules`` overriding fields.
+
+    Args:
+        obj: a JSON object as the API returned it (Kubernetes object, AWS answer).
+        model: the pydantic model the snapshot decoder validates it with.
+        rules: ``(model class, JSON key)`` → function giving the value to keep for that key.
+
+    Returns:
+        A new JSON object; ``obj`` is not changed. ``apiVersion``/``kind`` are kept when present.
+    """
+    out = _model(obj, model, rules)
+    for key in ("apiVersion", "kind"):
+        if key in obj:
+            out[key] = obj[key]
+    return out
+
+
+def _env(entries: Any) -> list[Any]:
+    kept = []
+    for entry in entries or []:
+        if isinstance(entry, Mapping) and entry.get("name") in ENV_NAMES:
+            item: dict[str, Any] = {"name": entry["name"]}
+            if "value" in entry:
+                item["value"] = entry["value"]
+            if entry.get("valueFrom") is not None:
+                item["valueFrom"] = {}
+            kept.append(item)
+    return kept
+
+
+def _meta(labels: Iterable[str], annotations: Iterable[str]) -> Rule:
+    labels, annotations = frozenset(labels), frozenset(annotations)
+
+    def rule(meta: Any) -> Any:
+        if not isinstance(meta, Mapping):
+            return meta
+        out = _model(meta, ObjectMeta, {})
+        if "labels" in out:
+            out["labels"] = _keys(meta.get("labels"), labels)
+        if "annotations" in out:
+            out["annotations"] = _keys(meta.get("annotations"), annotations)
+        return out
+
+    return rule
+
+
+def _items(doc: Any) -> list[Any]:
+    items = doc.get("items") if isinstance(doc, Mapping) else None
+    return [i for i in items or [] if isinstance(i, Mapping)]
+
+
+def _selector_keys(selector: Any) -> set[str]:
+    if not isinstance(selector, Mapping):
+        return set()
+    keys = set(selector.get("matchLabels") or {})
+    keys |= {e.get("key") for e in selector.get("matchExpressions") or [] if isinstance(e, Mapping)}
+    return {k for k in keys if isinstance(k, str)}
+
+
+def _node_selector_keys(selector: Any) -> set[str]:
+    if not isinstance(selector, Mapping):
+        return set()
+    return {
+        e["key"]
+        for term in selector.get("nodeSelectorTerms") or []
+        if isinstance(term, Mapping)
+        for e in term.get("matchExpressions") or []
+        if isinstance(e, Mapping) and isinstance(e.get("key"), str)
+    }
+
+
+def _referenced_labels(
+    docs: Mapping[str, Any], policy_node_labels: Iterable[str]
+) -> tuple[set[str], set[str]]:
+    """(node label keys, pod label keys) that selectors in these documents or the policy compare."""
+    pod_keys: set[str] = set()
+    for pdb in _items(docs.get("pdbs.json")):
+        pod_keys |= _selector_keys((pdb.get("spec") or {}).get("selector"))
+    node_keys = set(policy_node_labels)
+    for pod in _items(docs.get("pods.json")):
+        node_keys |= {k for k in (pod.get("spec") or {}).get("nodeSelector") or {} if isinstance(k, str)}
+    for pv in _items(docs.get("persistentvolumes.json")):
+        affinity = (pv.get("spec") or {}).get("nodeAffinity") or {}
+        node_keys |= _node_selector_keys(affinity.get("required") if isinstance(affinity, Mapping) else None)
+    return node_keys, pod_keys
+
+
+def _kube_list(doc: Any, model: type[BaseModel], rules: Mapping[tuple[type, str], Rule]) -> Any:
+    if not isinstance(doc, Mapping):
+        return doc
+    out = {k: doc[k] for k in ("apiVersion", "kind") if k in doc}
+    out["metadata"] = {"resourceVersion": ""}
+    out["items"] = [project_object(item, model, rules) for item in _items(doc)]
+    return out
+
+
+def _pick(value: Any, shape: Mapping[str, Any]) -> Any:
+    """Keep the keys of ``shape`` (nested dict = recurse, list element shape = each item, None = leaf)."""
+    if isinstance(value, list):
+        return [_pick(v, shape) for v in value]
+    if not isinstance(value, Mapping):
+        return value
+    return {k: (value[k] if sub is None else _pick(value[k], sub)) for k, sub in shape.items() if k in value}
+
+
+#: What ``snapshot_dir.parse_resource_claims`` reads of ResourceClaims and ResourceSlices.
+_CLAIM_SHAPE: Final = {
+    "metadata": {"name": None, "namespace": None},
+    "status": {
+        "allocation": {
+            "nodeSelector": {
+                "nodeSelectorTerms": {"matchFields": {"key": None, "operator": None, "values": None}}
+            },
+            "devices": {"results": {"driver": None, "pool": None}},
+        },
+        "reservedFor": {"resource": None, "name": None},
+    },
+}
+_SLICE_SHAPE: Final = {
+    "metadata": {"name": None},
+    "spec": {"nodeName": None, "driver": None, "pool": {"name": None}},
+}
+
+
+def _claim(obj: Mapping[str, Any]) -> Any:
+    out = _pick(obj, _CLAIM_SHAPE)
+    allocation = (obj.get("status") or {}).get("allocation")
+    if allocation and not out.get("status", {}).get("allocation"):
+        out["status"]["allocation"] = {"devices": {}}  # allocated, with nothing else read: keep the fact
+    return out
+
+
+def _dra_list(doc: Any, project: Rule) -> Any:
+    if not isinstance(doc, Mapping):
+        return doc
+    return {
+        "apiVersion": doc.get("apiVersion", "v1"),
+        "kind": doc.get("kind", "List"),
+        "metadata": {"resourceVersion": ""},
+        "items": [project(item) for item in _items(doc)],
+    }
+
+
+#: The AWS fields whose model type is opaque or a tag list: what ``snapshot_dir._inventory`` reads of them.
+_AWS_RULES: Final[dict[tuple[type, str], Rule]] = {
+    (_Asg, "Tags"): lambda tags: _tags(tags, ASG_TAGS),
+    (_NodegroupResources, "autoScalingGroups"): lambda groups: _pick(groups, {"name": None}),
+    (_Ec2Instance, "Tags"): lambda tags: _tags(tags, INSTANCE_TAGS),
+    (_Ec2Instance, "State"): lambda state: _pick(state, {"Name": None}),
+    (_Ec2Instance, "Placement"): lambda place: _pick(place, {"AvailabilityZone": None}),
+}
+
+
+def project_documents(docs: Mapping[str, Any], *, policy_node_labels: Iterable[str] = ()) -> dict[str, Any]:
+    """Every document of a snapshot reduced to what the decision reads (module docstring).
+
+    Args:
+        docs: relative path → JSON document, as ``services.snapshot.observe`` returns them.
+        policy_node_labels: label keys the policy's ``node_selector`` compares (kept on nodes).
+
+    Returns:
+        A new mapping with the same paths; ``snapshot.json`` and ``metrics/*`` are unchanged.
+    """
+    node_keys, pod_keys = _referenced_labels(docs, policy_node_labels)
+    rules: dict[tuple[type, str], Rule] = {
+        (Node, "metadata"): _meta(NODE_LABELS | node_keys, NODE_ANNOTATIONS),
+        (Pod, "metadata"): _meta(POD_LABELS | pod_keys, POD_ANNOTATIONS),
+        (PodDisruptionBudget, "metadata"): _meta((), ()),
+        (PersistentVolume, "metadata"): _meta((), ()),
+        (PersistentVolumeClaim, "metadata"): _meta((), ()),
+        # env is kept by name (ENV_NAMES), never by its model: the model would keep every value.
+        (Container, "env"): _env,
+        **_AWS_RULES,
+    }
+    models: dict[str, type[BaseModel]] = {
+        "nodes.json": Node,
+        "pods.json": Pod,
+        "pdbs.json": PodDisruptionBudget,
+        "persistentvolumeclaims.json": PersistentVolumeClaim,
+        "persistentvolumes.json": PersistentVolume,
+    }
+    out: dict[str, Any] = {}
+    for path, doc in docs.items():
+        if path in models:
+            out[path] = _kube_list(doc, models[path], rules)
+        elif path == "resourceclaims.json":
+            out[path] = _dra_list(doc, _claim)
+        elif path == "resourceslices.json":
+            out[path] = _dra_list(doc, lambda s: _pick(s, _SLICE_SHAPE))
+        elif path == "nodegroups.json" and isinstance(doc, Mapping):
+            out[path] = project_object(doc, _NodegroupsFile, rules)
+        elif path == "instances.json" and isinstance(doc, Mapping):
+            out[path] = project_object(doc, _InstancesFile, rules)
+        else:
+            out[path] = doc
+    return out
