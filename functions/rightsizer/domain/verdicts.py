@@ -104,3 +104,32 @@ def verdict_of(reasons: Iterable[str], *, cheaper_shape_fits: bool = False) -> V
     if codes & PROTECTED_CODES:
         return "protected"
     return "idle"
+
+
+#: Protections the drain workflow re-checks itself: the budget slot and our own cordon.
+BUDGET_ONLY = frozenset({"disruption_budget_exhausted", "in_flight"})
+#: Protections an off-hours drain is exempt from: the schedule is the operator's window
+#: (docs/architecture.md §4 "Off-hours").
+OFFHOURS_EXEMPT = BUDGET_ONLY | {"cooldown", "outside_disruption_window", "node_group_at_min_size"}
+
+
+def blocking_reasons(reasons: Iterable[str], execution_id: str, *, offhours: bool) -> list[str]:
+    """The reasons that forbid draining a node now: every excluded, unknown or busy reason, and every
+    protection but those the workflow re-checks itself (``BUDGET_ONLY``; for off-hours drains
+    ``OFFHOURS_EXEMPT``). ``in_flight:<id>`` blocks unless ``<id>`` is ``execution_id`` (our own cordon).
+    """
+    allowed = OFFHOURS_EXEMPT if offhours else BUDGET_ONLY
+    blocking = []
+    for reason in reasons:
+        code = code_of(reason)
+        if code == "in_flight":
+            if not reason.endswith(f":{execution_id}"):
+                blocking.append(reason)
+        elif (
+            code in EXCLUDED_CODES
+            or code in UNKNOWN_CODES
+            or code in BUSY_CODES
+            or (code in PROTECTED_CODES and code not in allowed)
+        ):
+            blocking.append(reason)
+    return blocking

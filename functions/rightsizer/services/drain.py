@@ -30,7 +30,7 @@ from rightsizer.domain.model import (
 from rightsizer.domain.plan import NodeReport
 from rightsizer.domain.pods import PodContext, classify_pods
 from rightsizer.domain.policy import Policy
-from rightsizer.domain.verdicts import BUSY_CODES, EXCLUDED_CODES, PROTECTED_CODES, UNKNOWN_CODES, code_of
+from rightsizer.domain.verdicts import blocking_reasons
 from rightsizer.domain.volumes import UNKNOWN_VOLUMES, VolumeFacts, claim_names
 from rightsizer.ports import Assessor, ClusterWriter, EvictionOutcome, NodeScaler
 from rightsizer.state import EvictedPod, LedgerEntry, StateStore, WorkflowRecord, lease_ttl_seconds
@@ -48,11 +48,6 @@ POLL_S = 5.0
 MAX_RETRY_AFTER_S = 60.0
 UNCORDON_ATTEMPTS = 5
 UNCORDON_BACKOFF_S = 2.0
-
-# Reasons a candidate may carry and still be drained: the budget is re-checked by the slot, our own
-# cordon is what the workflow itself did. Off-hours drains are also exempt from cooldown and windows.
-_BUDGET_ONLY = frozenset({"disruption_budget_exhausted", "in_flight"})
-_OFFHOURS_EXEMPT = _BUDGET_ONLY | {"cooldown", "outside_disruption_window", "node_group_at_min_size"}
 
 
 @dataclass(frozen=True)
@@ -110,20 +105,7 @@ def is_candidate(report: NodeReport | None, execution_id: str, *, offhours: bool
     """
     if report is None:
         return False, ["not_a_gpu_node"]
-    allowed = _OFFHOURS_EXEMPT if offhours else _BUDGET_ONLY
-    blocking = []
-    for reason in report.reasons:
-        code = code_of(reason)
-        if code == "in_flight":
-            if not reason.endswith(f":{execution_id}"):
-                blocking.append(reason)
-        elif (
-            code in EXCLUDED_CODES
-            or code in UNKNOWN_CODES
-            or code in BUSY_CODES
-            or (code in PROTECTED_CODES and code not in allowed)
-        ):
-            blocking.append(reason)
+    blocking = blocking_reasons(report.reasons, execution_id, offhours=offhours)
     return not blocking, blocking
 
 

@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from rightsizer.config import OffhoursConfig
 from rightsizer.domain.errors import RightsizerError
@@ -53,20 +53,32 @@ from rightsizer.domain.model import (
     is_gpu_resource,
     opt_in_refusal,
 )
+from rightsizer.domain.offhours import (
+    FORCE_OVERRIDABLE,
+    Direction,
+    GroupFacts,
+    OffhoursAction,
+    OffhoursDecision,
+    Resize,
+    decide,
+    force_report,
+    wants_verdicts,
+)
 from rightsizer.domain.periods import Period, next_transition, schedule_contains
 from rightsizer.domain.plan import NodeReport
 from rightsizer.domain.policy import Policy
 from rightsizer.domain.quantity import parse_count
-from rightsizer.domain.verdicts import BUSY_CODES, code_of, verdict_of
-from rightsizer.ports import JSON, Assessor, NodeGroupInfo, NodeGroupSizer, NodeScaler, WorkflowStarter
-from rightsizer.services.drain import (
-    FINAL_STATUSES,
-    DrainDeps,
-    DrainRequest,
-    DrainWorkflow,
-    is_candidate,
+from rightsizer.ports import (
+    JSON,
+    Assessor,
+    NodeGroupInfo,
+    NodeGroupSizer,
+    NodeScaler,
+    ScalingFailure,
+    WorkflowStarter,
 )
-from rightsizer.services.offhours_report import Direction, GroupReport, OffhoursReport, rfc3339_or_none
+from rightsizer.services.drain import FINAL_STATUSES, DrainDeps, DrainRequest, DrainWorkflow
+from rightsizer.services.offhours_report import GroupReport, OffhoursReport, rfc3339_or_none
 from rightsizer.services.runner import InProcessRunner, Progress
 from rightsizer.state import GroupSizes, LedgerEntry, LedgerResult, StateStore
 
@@ -100,10 +112,6 @@ LABEL_NODEGROUP = "eks.amazonaws.com/nodegroup"
 METRIC_RESTORE_OVERDUE = "RestoreOverdue"
 #: Ledger ``kind`` of node group sizing entries (docs/architecture.md §5 action kinds).
 LEDGER_KIND = "scale_node_group"
-#: Reason codes ``force`` lifts: the busy verdicts, i.e. "idle for the whole idle window". Unknown and
-#: protected codes are never in here (docs/architecture.md §4).
-FORCE_OVERRIDABLE = BUSY_CODES
-
 # Step Functions execution names allow 80 characters of [A-Za-z0-9-_]; ours must fit and stay unique.
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
 _EXECUTION_NAME_MAX = 80
@@ -157,17 +165,6 @@ class OffhoursDeps:
 # --------------------------------------------------------------------------------------------------
 # Force
 # --------------------------------------------------------------------------------------------------
-
-
-def force_report(report: NodeReport | None) -> NodeReport | None:
-    """The report with the busy reasons removed (``FORCE_OVERRIDABLE``) and the verdict recomputed.
-
-    Unknown, protected and excluded reasons stay, so a forced drain still refuses those nodes.
-    """
-    if report is None:
-        return None
-    reasons = [r for r in report.reasons if code_of(r) not in FORCE_OVERRIDABLE]
-    return report.model_copy(update={"reasons": reasons, "verdict": verdict_of(reasons)})
 
 
 class ForcedAssessor:
@@ -309,8 +306,16 @@ def _select_groups(deps: OffhoursDeps, errors: list[str]) -> list[_Selected]:
 
 
 # --------------------------------------------------------------------------------------------------
-# The tick
+# The tick: read facts, decide (rightsizer.domain.offhours), apply
 # --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Read:
+    """What one round read about a group: the decision's facts plus what only the report needs."""
+
+    facts: GroupFacts
+    failures: tuple[ScalingFailure, ...]
 
 
 class _Tick:
@@ -323,67 +328,11 @@ class _Tick:
         self.now = now.astimezone(UTC)
         self.force = force
         self.only = only
+        # The one place a dry run is decided: every change goes through _apply, which asks this.
         self.acting = deps.acting
         self.report = OffhoursReport(deps.cluster, self.now, not self.acting, force, only)
-        # USD/h per node from the blocker check, reused as the drain's savings (one assessment per node).
-        self._hourly: dict[str, float | None] = {}
-
-    # ------------------------------------------------------------------------------ shared pieces
-
-    def _ledger(self, report: GroupReport, step: str, result: LedgerResult, reason: str) -> None:
-        """Record a ``scale_node_group`` entry. The execution id is the group's off-hours cycle (its
-        saved_at), so an outcome repeated by later ticks of one cycle is stored once."""
-        if not self.acting or report.saved is None:
-            return
-        cycle = _execution_name("offhours", report.node_group, _tick(report.saved.saved_at))
-        self.deps.state.record(
-            LedgerEntry(
-                execution_id=cycle,
-                node=None,
-                instance_id=None,
-                node_group=report.node_group,
-                kind=LEDGER_KIND,
-                step=step,
-                result=result,
-                reason=reason,
-                # Savings are recorded per removed node by the drains (kind scale_in); counting them here
-                # again would double them.
-                hourly_savings_usd=None,
-                monthly_savings_usd=None,
-                at=self.now,
-            )
-        )
-
-    def _resize(self, report: GroupReport, step: str, sizes: GroupSizes, what: str) -> bool:
-        """Apply ``sizes`` through ``UpdateNodegroupConfig`` (or say we would); ledger on change/failure."""
-        text = f"{what}: min {sizes.min}, desired {sizes.desired}, max {sizes.max}"
-        if not self.acting:
-            report.actions.append(f"would {text}")
-            return False
-        try:
-            changed = self.deps.sizer.update_sizes(
-                self.deps.cluster, report.node_group, sizes.min, sizes.desired, sizes.max
-            )
-        except RightsizerError as exc:
-            self._ledger(report, step, "failed", f"{type(exc).__name__}: {exc}")
-            raise
-        if changed:
-            report.actions.append(text)
-            self._ledger(report, step, "applied", text)
-        return changed
-
-    def _in_flight(self, asg: str, nodes: Sequence[Node]) -> list[str]:
-        """Nodes of the group being drained now: a budget slot held on the ASG, or our cordon with a live
-        lease held by the cordoning execution."""
-        flying = {slot.node for slot in self.deps.state.slots() if slot.group == asg}
-        for node in nodes:
-            owner = node.metadata.annotations.get(ANN_CORDONED_BY)
-            if not owner:
-                continue
-            lease = self.deps.state.get(node.name)
-            if lease is not None and lease.owner == owner and not lease.expired(self.now):
-                flying.add(node.name)
-        return sorted(flying)
+        # One assessment per node per tick: the blocker check and the drain's savings (USD/h) share it.
+        self._verdicts: dict[str, NodeReport | None] = {}
 
     # ------------------------------------------------------------------------------ per group
 
@@ -398,8 +347,7 @@ class _Tick:
             report.error = f"schedule {selected.schedule!r} is not defined (known: {known})"
             log.warning("off-hours: %s skipped: %s", selected.name, report.error)
             return report
-        down = schedule_contains(periods, self.now)
-        report.state = "down" if down else "up"
+        report.state = "down" if schedule_contains(periods, self.now) else "up"
         report.next_transition = next_transition(periods, self.now)
         if selected.error is not None or selected.info is None:
             report.outcome = "failed"
@@ -423,10 +371,8 @@ class _Tick:
             elif self.only is not None and self.only != report.state:
                 report.outcome = "skipped"
                 report.reasons.append(f"schedule_says_{report.state}")
-            elif down:
-                self._go_down(report)
             else:
-                self._come_up(report)
+                self._converge(report)
         except RightsizerError as exc:
             report.outcome = "failed"
             report.error = f"{type(exc).__name__}: {exc}"
@@ -446,215 +392,246 @@ class _Tick:
                 seconds=self.deps.policy.restore_deadline
             )
 
-    # ------------------------------------------------------------------------------ going down
+    def _converge(self, report: GroupReport) -> None:
+        """Read, decide, apply — again after each drain that finished in this tick (an in-process starter),
+        bounded so that nodes which never go away (a lagging node lifecycle) cannot keep the tick running."""
+        rounds_left: int | None = None
+        progressed = False
+        while rounds_left is None or rounds_left > 0:
+            read = self._read(report)
+            rounds_left = (len(read.facts.members) + 1 if rounds_left is None else rounds_left) - 1
+            decision = decide(read.facts, self.deps.policy, force=self.force)
+            report.requested.append(decision.to_json_dict())
+            report.outcome = decision.outcome
+            if progressed and decision.action is OffhoursAction.HOLD:
+                report.outcome = "scaling_down"  # this tick took the group the rest of the way
+            report.reasons.extend(decision.reasons)
+            report.node_reasons = {name: list(why) for name, why in decision.node_reasons.items()}
+            if not self._apply(report, decision, read):
+                return
+            progressed = True
+        report.reasons.append("nodes_still_present")
 
-    def _blockers(self, nodes: Sequence[Node]) -> dict[str, list[str]]:
-        """Per node, its verdict and the reasons that forbid an off-hours drain now (busy reasons lifted
-        when forced; the verdict shown is the assessed one, so a forced busy node reads ``verdict:busy``)."""
-        blockers: dict[str, list[str]] = {}
+    # ------------------------------------------------------------------------------ reading facts
+
+    def _read(self, report: GroupReport) -> _Read:
+        """Every fact the decision needs, read once per round (the observation behind the verdicts is
+        memoized per tick by the wiring)."""
+        asg, group, saved = report.asg_name, report.node_group, report.saved
+        assert asg is not None and report.state is not None
+        # Nodes before sizes: a node lifecycle that follows the ASG (the demo, tests) has caught up then.
+        nodes = self.deps.nodes.list_nodes()
+        labelled = _group_nodes(nodes, group)
+        report.current, ids = _asg_sizes(self.deps.scaler, asg)
+        # A Node whose instance left the group (Terminating, gone) is on its way out, not to drain.
+        members = tuple(n.name for n in labelled if n.instance_id in ids)
+        report.in_flight = self._in_flight(asg, labelled)
+        in_flight = tuple(report.in_flight)
+        failures: tuple[ScalingFailure, ...] = ()
+        if report.state == "up":
+            report.ready_nodes = len(ready_gpu_nodes(nodes, group))
+            if saved is not None:
+                since = saved.restore_started_at or self.now
+                failures = tuple(self.deps.sizer.failed_activities(asg, since))
+        if wants_verdicts(report.state, members, in_flight):
+            for name in members:
+                if name not in self._verdicts:
+                    self._verdicts[name] = self.deps.assessor.assess_node(name, self.now)
+        facts = GroupFacts(
+            direction=report.state,
+            now=self.now,
+            saved=saved,
+            current=report.current,
+            members=members,
+            in_flight=in_flight,
+            ready_nodes=report.ready_nodes or 0,
+            verdicts={name: self._verdicts[name] for name in members if name in self._verdicts},
+            failed_activity_codes=tuple(f.code for f in failures),
+        )
+        return _Read(facts, failures)
+
+    def _in_flight(self, asg: str, nodes: Sequence[Node]) -> list[str]:
+        """Nodes of the group being drained now: a budget slot held on the ASG, or our cordon with a live
+        lease held by the cordoning execution."""
+        flying = {slot.node for slot in self.deps.state.slots() if slot.group == asg}
         for node in nodes:
-            assessed: NodeReport | None = self.deps.assessor.assess_node(node.name, self.now)
-            report = force_report(assessed) if self.force else assessed
-            self._hourly[node.name] = assessed.hourly_usd if assessed is not None else None
-            ok, blocking = is_candidate(report, "", offhours=True)
-            if not ok:
-                verdict = assessed.verdict if assessed is not None else "not_a_gpu_node"
-                blockers[node.name] = [f"verdict:{verdict}", *blocking]
-        return blockers
+            owner = node.metadata.annotations.get(ANN_CORDONED_BY)
+            if not owner:
+                continue
+            lease = self.deps.state.get(node.name)
+            if lease is not None and lease.owner == owner and not lease.expired(self.now):
+                flying.add(node.name)
+        return sorted(flying)
 
-    def _ensure_saved(self, report: GroupReport, sizes: GroupSizes) -> None:
-        """Save the ASG's sizes once per cycle; keep the first ones forever (write-once store)."""
-        saved = report.saved
+    # ------------------------------------------------------------------------------ applying
+
+    def _apply(self, report: GroupReport, decision: OffhoursDecision, read: _Read) -> bool:
+        """Report the decision and, unless this is a dry run, take it. True = a drain finished, read again."""
+        if decision.action is OffhoursAction.RESTORE:
+            report.failed_activities = [_failure_json(f) for f in read.failures]
+        if decision.overdue_since is not None:
+            self._overdue(report, decision.overdue_since, read.facts)
         if not self.acting:
-            if saved is None:
-                report.actions.append(
-                    f"would save sizes: min {sizes.min}, desired {sizes.desired}, max {sizes.max}"
-                )
-            return
-        if saved is not None and saved.restore_started_at is not None:
+            report.actions.extend(_would(decision))
+            return False
+        self._save(report, decision)
+        if decision.start_restore_clock:
+            report.saved = self.deps.state.mark_restore_started(report.node_group, self.now) or report.saved
+        if decision.resize is not None:
+            try:
+                self._resize(report, decision.resize)
+            except RightsizerError as exc:
+                if decision.action is not OffhoursAction.RESTORE:
+                    raise
+                # Reported, and retried by the next tick; the restore deadline still applies.
+                report.error = f"{type(exc).__name__}: {exc}"
+        if decision.overdue_since is not None:
+            codes = sorted({code or "unknown" for code in read.facts.failed_activity_codes})
+            self._ledger(
+                report, "restore", "failed", "restore_overdue:" + ",".join(codes or ["nodes_not_ready"])
+            )
+        if decision.forget_saved:
+            self._ledger(report, "restored", "applied", f"{read.facts.ready_nodes} node(s) Ready with GPUs")
+            self.deps.state.forget_sizes(report.node_group)
+            report.actions.append("restore complete: saved sizes forgotten")
+        return bool(decision.drain) and self._drain_one(report, decision.drain[0])
+
+    def _save(self, report: GroupReport, decision: OffhoursDecision) -> None:
+        """Save the sizes once per cycle; keep the first ones forever (write-once store)."""
+        saved = report.saved
+        if decision.restart_restore_clock and saved is not None:
             # A restore that never completed is interrupted by a new off period: the sizes from before
             # the first scale-down are still the truth; only the restore clock must restart, so the next
             # up period does not raise RestoreOverdue at once.
             self.deps.state.forget_sizes(report.node_group)
             report.saved = self.deps.state.save_sizes(report.node_group, saved.sizes, self.now)
-            report.reasons.append("restore_interrupted")
-            return
-        if saved is None:
+        elif decision.save is not None:
+            sizes = decision.save
             report.saved = self.deps.state.save_sizes(report.node_group, sizes, self.now)
             if report.saved.sizes == sizes:
                 report.actions.append(
                     f"saved sizes: min {sizes.min}, desired {sizes.desired}, max {sizes.max}"
                 )
 
-    def _go_down(self, report: GroupReport) -> None:
-        deps, asg = self.deps, report.asg_name
-        assert asg is not None
-        rounds_left: int | None = None
-        checked = False
-        while rounds_left is None or rounds_left > 0:
-            # Nodes before sizes: a node lifecycle that follows the ASG (the demo, tests) has caught up then.
-            labelled = _group_nodes(deps.nodes.list_nodes(), report.node_group)
-            report.current, ids = _asg_sizes(deps.scaler, asg)
-            # A Node whose instance left the group (Terminating, gone) is on its way out, not to drain.
-            members = [n for n in labelled if n.instance_id in ids]
-            # Each successful synchronous drain removes one node; bounded so that nodes which never go
-            # away (a lagging node lifecycle) cannot keep the tick running.
-            rounds_left = (len(members) + 1 if rounds_left is None else rounds_left) - 1
-            report.in_flight = self._in_flight(asg, labelled)
-            if report.in_flight:
-                report.outcome = "waiting"
-                report.reasons.append("drain_in_flight:" + ",".join(report.in_flight))
-                return
-            current = report.current
-            if not members:
-                self._ensure_saved(report, current)
-                if current.min != 0 or current.desired != 0:
-                    self._resize(report, "desired_zero", GroupSizes(0, 0, current.max), "set desired 0")
-                    report.outcome = "scaling_down"
-                elif report.outcome != "scaling_down":
-                    report.outcome = "down"
-                return
-            if not checked:
-                checked = True
-                blockers = self._blockers(members)
-                if blockers:
-                    report.outcome = "skipped"
-                    report.node_reasons = blockers
-                    report.reasons.append("nodes_not_drainable:" + ",".join(sorted(blockers)))
-                    return
-            self._ensure_saved(report, current)
-            report.outcome = "scaling_down"
-            if current.min != 0:
-                self._resize(report, "min_zero", GroupSizes(0, current.desired, current.max), "set min 0")
-            if not self.acting:
-                names = ", ".join(n.name for n in members)
-                report.actions.append(f"would drain and remove, one at a time: {names}")
-                report.actions.append(f"would set desired 0: min 0, desired 0, max {current.max}")
-                return
-            if current.desired - 1 < current.min:
-                # EKS copies the new minSize to the ASG asynchronously; until it has, removing this node
-                # would be refused as below MinSize after the whole drain. The next tick goes on.
-                report.outcome = "waiting"
-                report.reasons.append(f"waiting_for_min_size:{current.min}")
-                return
-            if not self._drain_one(report, members[0]):
-                return
-        report.reasons.append("nodes_still_present")
+    def _ledger(self, report: GroupReport, step: str, result: LedgerResult, reason: str) -> None:
+        """Record a ``scale_node_group`` entry. The execution id is the group's off-hours cycle (its
+        saved_at), so an outcome repeated by later ticks of one cycle is stored once."""
+        if report.saved is None:
+            return
+        cycle = _execution_name("offhours", report.node_group, _tick(report.saved.saved_at))
+        self.deps.state.record(
+            LedgerEntry(
+                execution_id=cycle,
+                node=None,
+                instance_id=None,
+                node_group=report.node_group,
+                kind=LEDGER_KIND,
+                step=step,
+                result=result,
+                reason=reason,
+                # Savings are recorded per removed node by the drains (kind scale_in); counting them here
+                # again would double them.
+                hourly_savings_usd=None,
+                monthly_savings_usd=None,
+                at=self.now,
+            )
+        )
 
-    def _drain_one(self, report: GroupReport, node: Node) -> bool:
+    def _resize(self, report: GroupReport, resize: Resize) -> None:
+        """Send ``resize`` through ``UpdateNodegroupConfig``; ledger on change and on failure."""
+        sizes = resize.sizes
+        try:
+            changed = self.deps.sizer.update_sizes(
+                self.deps.cluster, report.node_group, sizes.min, sizes.desired, sizes.max
+            )
+        except RightsizerError as exc:
+            self._ledger(report, resize.step, "failed", f"{type(exc).__name__}: {exc}")
+            raise
+        if changed:
+            report.actions.append(resize.text())
+            self._ledger(report, resize.step, "applied", resize.text())
+
+    def _overdue(self, report: GroupReport, deadline: datetime, facts: GroupFacts) -> None:
+        """Raise ``RestoreOverdue`` (a report metric and an error log; also in a dry run)."""
+        report.restore_overdue = True
+        self.report.metrics.append(
+            {
+                "name": METRIC_RESTORE_OVERDUE,
+                "value": 1,
+                "unit": "Count",
+                "dimensions": {"cluster": self.deps.cluster, "node_group": report.node_group},
+            }
+        )
+        codes = sorted({code or "unknown" for code in facts.failed_activity_codes})
+        want = facts.saved.sizes.desired if facts.saved is not None else 0
+        log.error(
+            "off-hours: restore of %s overdue since %s: %d/%d nodes Ready with GPUs; failed activities: %s",
+            report.node_group,
+            rfc3339_or_none(deadline),
+            facts.ready_nodes,
+            want,
+            ", ".join(codes) or "none",
+        )
+
+    def _drain_one(self, report: GroupReport, node: str) -> bool:
         """Start the drain of ``node``; True when it finished successfully (go on with the next node)."""
         starter = self.deps.forced_starter if self.force else self.deps.starter
         if starter is None:
             report.outcome = "failed"
             report.error = "forced drains are not available here" if self.force else "no drain starter"
             return False
-        execution_id = _execution_name("offhours", report.node_group, node.name, _tick(self.now))
+        execution_id = _execution_name("offhours", report.node_group, node, _tick(self.now))
+        assessed = self._verdicts.get(node)
         request = DrainRequest(
-            node=node.name,
+            node=node,
             execution_id=execution_id,
             trigger=f"offhours:{report.node_group}",
-            hourly_savings_usd=self._hourly.get(node.name),
+            hourly_savings_usd=assessed.hourly_usd if assessed is not None else None,
             offhours=True,
         )
         starter.start(request)
         record = self.deps.state.load(execution_id)
         status = record.status if record is not None else "started"
-        report.drains.append({"node": node.name, "execution_id": execution_id, "status": status})
+        report.drains.append({"node": node, "execution_id": execution_id, "status": status})
         if record is None or record.status not in FINAL_STATUSES:
             report.outcome = "waiting"
-            report.actions.append(f"started drain of {node.name} ({execution_id})")
+            report.actions.append(f"started drain of {node} ({execution_id})")
             return False
         if record.status != "succeeded":
             report.outcome = "failed"
-            report.reasons.append(f"drain_{record.status}:{node.name}")
-            report.error = f"drain of {node.name} ended {record.status}"
+            report.reasons.append(f"drain_{record.status}:{node}")
+            report.error = f"drain of {node} ended {record.status}"
             return False
-        report.actions.append(f"drained and removed {node.name}")
+        report.actions.append(f"drained and removed {node}")
         return True
 
-    # ------------------------------------------------------------------------------ coming up
 
-    def _come_up(self, report: GroupReport) -> None:
-        deps, asg, saved = self.deps, report.asg_name, report.saved
-        assert asg is not None
-        report.current, _ids = _asg_sizes(deps.scaler, asg)
-        nodes = deps.nodes.list_nodes()
-        report.in_flight = self._in_flight(asg, _group_nodes(nodes, report.node_group))
-        if saved is None:
-            report.outcome = "up"
-            return
-        started = saved.restore_started_at
-        if self.acting:
-            marked = deps.state.mark_restore_started(report.node_group, self.now)
-            report.saved = marked or saved
-            started = report.saved.restore_started_at
-        started = started or self.now
-        current, want = report.current, saved.sizes
-        ready = ready_gpu_nodes(nodes, report.node_group)
-        report.ready_nodes = len(ready)
-        # Success is Ready nodes with GPUs (BUG-27), never the API's 200. desired ≥ rather than ==: an
-        # autoscaler may already have grown the group for pending pods, which is not a failure.
-        if (
-            current.min == want.min
-            and current.max == want.max
-            and current.desired >= want.desired
-            and len(ready) >= want.desired
-        ):
-            report.outcome = "restored"
-            if self.acting:
-                self._ledger(report, "restored", "applied", f"{len(ready)} node(s) Ready with GPUs")
-                deps.state.forget_sizes(report.node_group)
-                report.actions.append("restore complete: saved sizes forgotten")
-            else:
-                report.actions.append("would forget the saved sizes (restore complete)")
-            return
-        report.outcome = "restoring"
-        # Never lower desired during a restore: UpdateNodegroupConfig with a smaller desired terminates
-        # instances of AWS's choosing (BUG-23), e.g. nodes an autoscaler just added.
-        desired = want.desired if current.desired <= want.desired else min(current.desired, want.max)
-        target = GroupSizes(want.min, desired, want.max)
-        try:
-            self._resize(report, "restore", target, "restore saved sizes")
-        except RightsizerError as exc:
-            # Reported, and retried by the next tick; the deadline below still applies.
-            report.error = f"{type(exc).__name__}: {exc}"
-        for failure in deps.sizer.failed_activities(asg, started):
-            report.failed_activities.append(
-                {
-                    "activity_id": failure.activity_id,
-                    "started_at": rfc3339_or_none(failure.started_at),
-                    "status": failure.status,
-                    "code": failure.code,
-                    "message": failure.message,
-                }
-            )
-        codes = sorted({f["code"] or "unknown" for f in report.failed_activities})
-        if codes:
-            report.reasons.append("scaling_failed:" + ",".join(codes))
-        report.reasons.append(f"ready:{len(ready)}/{want.desired}")
-        deadline = started + timedelta(seconds=deps.policy.restore_deadline)
-        if self.now >= deadline:
-            report.restore_overdue = True
-            report.reasons.append(f"restore_overdue:since:{rfc3339_or_none(deadline)}")
-            self._ledger(
-                report, "restore", "failed", "restore_overdue:" + ",".join(codes or ["nodes_not_ready"])
-            )
-            self.report.metrics.append(
-                {
-                    "name": METRIC_RESTORE_OVERDUE,
-                    "value": 1,
-                    "unit": "Count",
-                    "dimensions": {"cluster": deps.cluster, "node_group": report.node_group},
-                }
-            )
-            log.error(
-                "off-hours: restore of %s overdue since %s: %d/%d nodes Ready with GPUs; failed activities: %s",
-                report.node_group,
-                rfc3339_or_none(deadline),
-                len(ready),
-                want.desired,
-                ", ".join(codes) or "none",
-            )
+def _would(decision: OffhoursDecision) -> list[str]:
+    """A dry run's account of ``decision``: each change it would make, in order."""
+    lines = []
+    if decision.save is not None:
+        s = decision.save
+        lines.append(f"would save sizes: min {s.min}, desired {s.desired}, max {s.max}")
+    if decision.resize is not None:
+        lines.append(f"would {decision.resize.text()}")
+    if decision.drain:
+        lines.append(f"would drain and remove, one at a time: {', '.join(decision.drain)}")
+    if decision.then is not None:
+        t = decision.then
+        lines.append(f"would set desired 0: min {t.min}, desired {t.desired}, max {t.max}")
+    if decision.forget_saved:
+        lines.append("would forget the saved sizes (restore complete)")
+    return lines
+
+
+def _failure_json(failure: ScalingFailure) -> dict[str, Any]:
+    return {
+        "activity_id": failure.activity_id,
+        "started_at": rfc3339_or_none(failure.started_at),
+        "status": failure.status,
+        "code": failure.code,
+        "message": failure.message,
+    }
 
 
 def _run(

@@ -9,12 +9,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from rightsizer.domain.offhours import Direction
 from rightsizer.state import GroupSizes, SavedSizes
 
 __all__ = ["Direction", "GroupReport", "OffhoursReport", "rfc3339_or_none"]
-
-#: Which way a schedule moves a node group: to zero, or back to its saved sizes.
-Direction = Literal["down", "up"]
 
 
 def rfc3339_or_none(value: datetime | None) -> str | None:
@@ -58,6 +56,7 @@ class GroupReport:
     health_issues: list[str] = field(default_factory=list)
     restore_overdue: bool = False
     error: str | None = None
+    requested: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def failed(self) -> bool:
@@ -93,6 +92,7 @@ class GroupReport:
             "health_issues": list(self.health_issues),
             "restore_overdue": self.restore_overdue,
             "error": self.error,
+            "requested": list(self.requested),
         }
 
 
