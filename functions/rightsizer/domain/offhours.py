@@ -33,6 +33,7 @@ __all__ = [
     "decide",
     "drain_blockers",
     "force_report",
+    "restore_target",
     "wants_verdicts",
 ]
 
