@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rightsizer.domain.offhours import (
+    Direction,
     GroupFacts,
     OffhoursAction,
     OffhoursDecision,
@@ -236,9 +237,9 @@ def test_a_member_not_assessed_or_not_a_gpu_node_blocks() -> None:
     ],
 )
 def test_verdicts_are_wanted_only_when_the_decision_reads_them(
-    direction: str, members: tuple[str, ...], in_flight: tuple[str, ...], wanted: bool
+    direction: Direction, members: tuple[str, ...], in_flight: tuple[str, ...], wanted: bool
 ) -> None:
-    assert wants_verdicts(direction, members, in_flight) is wanted  # type: ignore[arg-type]
+    assert wants_verdicts(direction, members, in_flight) is wanted
 
 
 # ------------------------------------------------------------------------------------------ coming up
@@ -339,7 +340,7 @@ def utc(text: str) -> datetime:
 )
 def test_the_decision_at_dst_instants(periods: list[Period], instant: str, action: OffhoursAction) -> None:
     at = utc(instant)
-    direction = "down" if schedule_contains(periods, at) else "up"
+    direction: Direction = "down" if schedule_contains(periods, at) else "up"
     facts = GroupFacts(direction, at, saved(), GroupSizes(0, 2, 6), NODES[:2], verdicts=idle(*NODES[:2]))
     assert decide(facts, POLICY).action is action
 
