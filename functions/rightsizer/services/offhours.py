@@ -5,29 +5,28 @@ evaluates each selected node group's schedule at ``now`` — the schedule lists 
 *down* — and converges one step further, so a missed or repeated tick never loses a transition (BUG-29)
 and the weekday is always read in the schedule's own zone (BUG-28).
 
-Going down (schedule contains ``now``):
+The executor of :func:`rightsizer.domain.offhours.decide` (the decision, its actions and its rules are
+documented there): per group and round it **reads** the facts once — saved sizes, the Auto Scaling group's
+sizes and members, drains in flight, Ready GPU nodes, failed scaling activities, and a verdict per member
+only when the decision will look at them (one assessment per node per tick, on one observation) —
+**decides**, and **applies** the decision in :meth:`_Tick._apply`:
 
-1. a group with a drain in flight waits for the next tick (one node per group at a time);
-2. every node of the group is assessed; a busy, underutilized, unknown, protected (or excluded) node skips
-   the whole group, with each node's reasons. ``force`` lifts only the busy verdicts (the "idle for the
-   whole window" requirement), never unknown or protected;
-3. ``{min, desired, max}`` are saved from the Auto Scaling group once (write-once store, no TTL: a second
-   run never overwrites them with already-reduced sizes);
-4. ``minSize`` goes to 0 (``UpdateNodegroupConfig``, desired and max unchanged) so that targeted scale-in
-   may take the group below its old minimum;
-5. each node is drained and removed by the drain workflow (``DrainRequest(offhours=True)``: exempt from
-   ``max_nodes_per_*``, cooldown and disruption windows) — one at a time; an in-process starter finishes a
-   drain before returning, so the next node follows in the same tick, an asynchronous one (Step Functions)
-   leaves it to the next tick;
-6. with no node left, ``desiredSize`` goes to 0 (min 0, max unchanged).
+- save the sizes once per cycle (write-once store, no TTL), or restart the cycle of an interrupted restore;
+- start the restore clock (``restore_deadline``, ``RestoreOverdue``);
+- send the one ``UpdateNodegroupConfig`` (``minSize`` 0 so that targeted scale-in may go below the old
+  minimum; ``desiredSize`` 0 with no node left; the saved sizes on the way up — a failed restore call is
+  reported and retried by the next tick);
+- drain and remove the first node through the drain workflow (``DrainRequest(offhours=True)``: exempt from
+  ``max_nodes_per_*``, cooldown and disruption windows). An in-process starter finishes the drain before
+  returning, so the tick reads and decides again; an asynchronous one (Step Functions) leaves it to the
+  next tick;
+- forget the saved sizes after a successful restore (BUG-27: nodes Ready with allocatable GPUs, never an
+  HTTP 200).
 
-Coming up (schedule does not contain ``now``) with saved sizes: the saved sizes are (re-)applied every
-tick, failed scaling activities are reported with their error codes (BUG-27: success is nodes Ready with
-allocatable GPUs, never an HTTP 200), ``RestoreOverdue`` fires once ``restore_deadline`` has passed since the
-first up tick, and only a successful restore forgets the saved sizes.
-
-Dry run (``deps.dry_run`` or the policy's ``dry_run``) reads everything and changes nothing: no sizes are
-saved, no node group call, no drain started, no ledger entry — the report says what would be done.
+Dry run (``deps.dry_run`` or the policy's ``dry_run``) is decided in that one method: the facts are read and
+the decision made as in a live run, then nothing is changed — no sizes saved, no node group call, no drain,
+no ledger entry — and each change is reported as "would …". The report keeps what was requested (every
+decision, ``GroupReport.requested``) apart from what was taken (``actions``, ``drains``, the ledger).
 
 Ports only (``rightsizer.ports``, ``rightsizer.state``); no clock: callers pass ``now``.
 """

@@ -35,6 +35,9 @@ class GroupReport:
     AWS/Kubernetes error or a drain that did not succeed), ``status`` (read-only view).
 
     Sizes are instances; ``next_transition`` is when the schedule's state flips next (None beyond 8 days).
+    ``requested`` is every :class:`~rightsizer.domain.offhours.OffhoursDecision` of the tick as JSON (one per
+    round: a drain finished in the tick starts another); ``actions`` and ``drains`` are what was taken (in a
+    dry run, ``actions`` say what would be).
     """
 
     node_group: str
