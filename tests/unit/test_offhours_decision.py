@@ -85,7 +85,8 @@ def down(
     return GroupFacts(
         direction="down",
         now=NOW,
-        saved=saved_sizes,
+        saved=saved_sizes.sizes if saved_sizes else None,
+        restore_started_at=saved_sizes.restore_started_at if saved_sizes else None,
         current=GroupSizes(*current),
         members=members,
         in_flight=in_flight,
@@ -104,7 +105,8 @@ def up(
     return GroupFacts(
         direction="up",
         now=now,
-        saved=saved_sizes,
+        saved=saved_sizes.sizes if saved_sizes else None,
+        restore_started_at=saved_sizes.restore_started_at if saved_sizes else None,
         current=GroupSizes(*current),
         ready_nodes=ready,
         failed_activity_codes=codes,
@@ -341,7 +343,9 @@ def utc(text: str) -> datetime:
 def test_the_decision_at_dst_instants(periods: list[Period], instant: str, action: OffhoursAction) -> None:
     at = utc(instant)
     direction: Direction = "down" if schedule_contains(periods, at) else "up"
-    facts = GroupFacts(direction, at, saved(), GroupSizes(0, 2, 6), NODES[:2], verdicts=idle(*NODES[:2]))
+    facts = GroupFacts(
+        direction, at, GroupSizes(1, 3, 6), GroupSizes(0, 2, 6), members=NODES[:2], verdicts=idle(*NODES[:2])
+    )
     assert decide(facts, POLICY).action is action
 
 
@@ -364,16 +368,15 @@ def group_facts(draw: st.DrawFn) -> GroupFacts:
             verdicts[name] = report(name, draw(reason_lists))
         elif choice == "none":
             verdicts[name] = None
-    saved_sizes = draw(
-        st.none() | st.builds(SavedSizes, st.just("gpu"), sizes, st.just(NOW - timedelta(days=1)))
-    )
+    saved_sizes = draw(st.none() | sizes)
+    began = None
     if saved_sizes is not None and draw(st.booleans()):
         began = NOW - timedelta(seconds=draw(st.integers(0, 7200)))
-        saved_sizes = SavedSizes("gpu", saved_sizes.sizes, saved_sizes.saved_at, began)
     return GroupFacts(
         direction=draw(st.sampled_from(["down", "up"])),
         now=NOW,
         saved=saved_sizes,
+        restore_started_at=began,
         current=draw(sizes),
         members=members,
         in_flight=tuple(draw(st.lists(st.sampled_from(members or ("n-x",)), max_size=2, unique=True))),
@@ -424,7 +427,7 @@ def test_restore_target_is_the_saved_sizes_and_never_lowers_desired(facts: Group
     if decision.action is not OffhoursAction.RESTORE:
         return
     assert facts.saved is not None and decision.resize is not None
-    want, current, target = facts.saved.sizes, facts.current, decision.resize.sizes
+    want, current, target = facts.saved, facts.current, decision.resize.sizes
     assert (target.min, target.max) == (want.min, want.max)
     if current.desired <= want.desired:
         assert target == want

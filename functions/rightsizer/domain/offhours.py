@@ -21,7 +21,7 @@ from typing import Any, Literal
 from rightsizer.domain.plan import NodeReport
 from rightsizer.domain.policy import Policy
 from rightsizer.domain.verdicts import BUSY_CODES, blocking_reasons, code_of, verdict_of
-from rightsizer.state import GroupSizes, SavedSizes
+from rightsizer.state import GroupSizes
 
 __all__ = [
     "FORCE_OVERRIDABLE",
@@ -89,6 +89,7 @@ class GroupFacts:
         direction: what the schedule says at ``now`` (``domain.periods.schedule_contains``: down = in a period).
         now: the tick's aware instant.
         saved: sizes saved before the scale-down (``OffhoursStore.get_sizes``), or None.
+        restore_started_at: when the first up tick of this cycle began the restore, or None.
         current: the Auto Scaling group's sizes (instances) now.
         members: names of the group's Nodes whose instance is still in the ASG, in drain order.
         in_flight: names of the group's nodes being drained now (a budget slot or a live lease of ours).
@@ -101,8 +102,9 @@ class GroupFacts:
 
     direction: Direction
     now: datetime
-    saved: SavedSizes | None
+    saved: GroupSizes | None
     current: GroupSizes
+    restore_started_at: datetime | None = None
     members: tuple[str, ...] = ()
     in_flight: tuple[str, ...] = ()
     ready_nodes: int = 0
@@ -232,10 +234,9 @@ def decide(facts: GroupFacts, policy: Policy, *, force: bool = False) -> Offhour
 
 def _save(facts: GroupFacts) -> tuple[GroupSizes | None, bool, tuple[str, ...]]:
     """Sizes to save once per cycle, and whether an unfinished restore is being interrupted."""
-    saved = facts.saved
-    if saved is None:
+    if facts.saved is None:
         return facts.current, False, ()
-    if saved.restore_started_at is not None:
+    if facts.restore_started_at is not None:
         return None, True, ("restore_interrupted",)
     return None, False, ()
 
@@ -306,11 +307,10 @@ def restore_target(saved: GroupSizes, current: GroupSizes) -> GroupSizes:
 
 
 def _coming_up(facts: GroupFacts, policy: Policy) -> OffhoursDecision:
-    saved = facts.saved
-    if saved is None:
+    if facts.saved is None:
         return OffhoursDecision(OffhoursAction.HOLD, "up")
-    start_clock = saved.restore_started_at is None
-    current, want = facts.current, saved.sizes
+    start_clock = facts.restore_started_at is None
+    current, want = facts.current, facts.saved
     # Success is Ready nodes with GPUs (BUG-27), never the API's 200. desired ≥ rather than ==: an
     # autoscaler may already have grown the group for pending pods, which is not a failure.
     if (
@@ -328,7 +328,7 @@ def _coming_up(facts: GroupFacts, policy: Policy) -> OffhoursDecision:
     codes = sorted({code or "unknown" for code in facts.failed_activity_codes})
     reasons = ["scaling_failed:" + ",".join(codes)] if codes else []
     reasons.append(f"ready:{facts.ready_nodes}/{want.desired}")
-    started = saved.restore_started_at or facts.now
+    started = facts.restore_started_at or facts.now
     deadline = started + timedelta(seconds=policy.restore_deadline)
     overdue = facts.now >= deadline
     if overdue:

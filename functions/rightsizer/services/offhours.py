@@ -439,8 +439,9 @@ class _Tick:
         facts = GroupFacts(
             direction=report.state,
             now=self.now,
-            saved=saved,
+            saved=saved.sizes if saved is not None else None,
             current=report.current,
+            restore_started_at=saved.restore_started_at if saved is not None else None,
             members=members,
             in_flight=in_flight,
             ready_nodes=report.ready_nodes or 0,
@@ -562,7 +563,7 @@ class _Tick:
             }
         )
         codes = sorted({code or "unknown" for code in facts.failed_activity_codes})
-        want = facts.saved.sizes.desired if facts.saved is not None else 0
+        want = facts.saved.desired if facts.saved is not None else 0
         log.error(
             "off-hours: restore of %s overdue since %s: %d/%d nodes Ready with GPUs; failed activities: %s",
             report.node_group,
