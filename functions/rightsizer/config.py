@@ -61,6 +61,12 @@ class PrometheusConfig(_Section):
         None, description="Region for SigV4 (service 'aps'); default aws.region."
     )
     node_label: str | None = Field(None, description="Series label carrying the Kubernetes node name.")
+    shard_nodes: int = Field(
+        1000,
+        ge=1,
+        description="GPU nodes per series shard: with node_label set, larger fleets are read in shards "
+        "of this many nodes, concurrently, and merged; a failed shard makes only its nodes unknown.",
+    )
     step: Seconds = Field(60, gt=0, description="Query step in seconds (≤ idle_window).")
     timeout: Seconds = Field(30, gt=0, description="Read timeout per query in seconds.")
     deadline: Seconds = Field(

@@ -418,3 +418,37 @@ def test_live_facts_equal_plain_python_facts_on_random_fleets(fleets: Any, step:
     assert any(f["liveness"] == "frozen" for f in everything)
     assert any(f["activity_max_pct"] and f["activity_max_pct"] > 30 for f in everything)
     assert any(k[2] for fleet in generated for k in reference_signals(fleet, window, 5.0))
+
+
+# ------------------------------------------------------------------------------------ series shards
+
+
+@pytest.mark.parametrize(("step", "per_shard"), [(60, 1), (15, 4)])
+def test_series_shards_merge_exactly_into_the_unsharded_facts(fleets: Any, step: int, per_shard: int) -> None:
+    """GIVEN the randomized fleets (pod-label variants, MIG, NaN, gaps) on a real Prometheus
+    WHEN each DCGM query is split into series shards by the ``node`` label (shards of 1 and 4 nodes,
+    plus sub-windows)
+    THEN every per-device fact, the ``up`` coverage, the unmapped series and the present metrics equal
+    the unsharded collection's, and each shard really was asked on its own."""
+    from rightsizer.domain.observation import series_shards
+
+    server, generated = fleets
+    policy = Policy()
+    window = Window.ending(AT, WINDOW, step)
+    nodes = [n for fleet in generated for n in fleet.nodes]
+    base = snapshot(nodes, [p for fleet in generated for p in fleet.pods], {})
+    joiner = NodeJoiner(base.nodes, base.pods, "node")
+    shards = series_shards("node", [n.name for n in base.nodes], per_shard)
+    assert len(shards) == -(-len(nodes) // per_shard) > 1
+    with PrometheusClient(server.url) as client:
+        whole = collect_live(client, joiner, window, policy, "node", split_seconds=600)
+        before = client.stats.queries
+        sharded = collect_live(client, joiner, window, policy, "node", split_seconds=600, shards=shards)
+        asked = client.stats.queries - before
+    subs = -(-WINDOW // 600)
+    assert asked == subs + (6 + 6 * subs) * len(shards)  # up per sub-window; per shard 6 whole + 6 split
+    assert sharded.devices == whole.devices
+    assert sharded.up_coverage == whole.up_coverage
+    assert sharded.unmapped == whole.unmapped
+    assert (sharded.problems, sharded.present, sharded.node_problems) == (whole.problems, whole.present, {})
+    assert sum(len(d) for d in whole.devices.values()) > len(nodes)  # not vacuous

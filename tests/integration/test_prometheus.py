@@ -441,6 +441,47 @@ def test_a_server_refusing_queries_makes_metrics_problems_not_holes(
     assert all(f"partial_response:{GPU_UTIL}" in n.reasons for n in p.nodes)
 
 
+def test_a_failing_series_shard_makes_only_its_nodes_unknown(prometheus_factory: Any) -> None:
+    """Item 3 of issue 11: a shard that still fails makes only the nodes it feeds unknown."""
+    from rightsizer.domain.observation import SeriesShard
+
+    # GIVEN 1 node of 1 GPU and 12 nodes of 8 GPUs, every DCGM series labelled with its node, all quiet,
+    # on a real Prometheus refusing any query that holds over 1,000 samples (422 execution): the
+    # per-step activity answer of the 12-node shard holds 96 series × 30 steps, the 1-node shard's 30
+    c = Cluster()
+    names = [f"gpu-{i:02d}" for i in range(13)]
+    for i, name in enumerate(names):
+        gpus = 1 if i == 0 else 8
+        exporter, ip = c.node(name, 10 + i, instance_type="g5.xlarge" if i == 0 else "g5.48xlarge", gpus=gpus)
+        for g in range(gpus):
+            c.device(exporter, ip, g, f"GPU-{i}-{g}", extra={"node": name})
+        c.up(ip)
+    server = prometheus_factory(c.families, extra_args=["--query.max-samples=1000"])
+    policy = Policy(max_nodes_per_run=20)
+    base = base_snapshot(c)
+    window = Window.ending(AT, policy.idle_window, STEP)
+    shards = [SeriesShard("node", (names[0],)), SeriesShard("node", tuple(names[1:]))]
+    # WHEN the live path collects in those two series shards
+    with PrometheusClient(server.url) as client:
+        signals = collect_live(
+            client, NodeJoiner(base.nodes, base.pods, "node"), window, policy, "node", shards=shards
+        )
+    # THEN only the big shard's activity failed, and only for its nodes
+    assert signals.problems == ()
+    assert set(signals.node_problems) == set(names[1:])
+    assert {m for ms in signals.node_problems.values() for m in ms} == {GPU_UTIL}
+    rows = {n.node: n for n in plan(dataclasses.replace(base, signals=signals), policy).nodes}
+    # AND the small shard's node is judged on its data (idle), every node of the failed shard is unknown
+    assert rows[names[0]].verdict == "idle", rows[names[0]].reasons
+    for name in names[1:]:
+        assert rows[name].verdict == "unknown"
+        assert f"partial_response:{GPU_UTIL}" in rows[name].reasons, rows[name].reasons
+    # AND unsharded, the same server fails the whole activity answer: every node would be unknown
+    with PrometheusClient(server.url) as client:
+        whole = collect_live(client, NodeJoiner(base.nodes, base.pods, "node"), window, policy, "node")
+    assert GPU_UTIL in whole.problems
+
+
 def test_ssm_and_secretsmanager_references_resolve_against_moto(moto_server: Any, boto_session: Any) -> None:
     # GIVEN a SecureString parameter and a secret in a moto server (real HTTP, boto3 clients)
     ssm = boto_session.client("ssm", endpoint_url=moto_server.endpoint_url)

@@ -38,7 +38,7 @@ from rightsizer.adapters.prometheus import (
 from rightsizer.adapters.secrets import resolve_secret
 from rightsizer.domain.errors import ConfigError
 from rightsizer.domain.join import NodeJoiner
-from rightsizer.domain.observation import observation_queries
+from rightsizer.domain.observation import observation_queries, series_shards
 from rightsizer.domain.planner import plan
 from rightsizer.domain.policy import Policy
 from rightsizer.domain.usage import ENERGY, FB_FREE, FB_USED, GPU_UTIL, POWER, UP, Window
@@ -436,6 +436,30 @@ def test_plan_queries_split_the_window_exactly_and_do_not_depend_on_the_fleet() 
     assert [(t.seconds, t.end) for t in spreads] == [(1800, window.end)] * 2
 
 
+def test_series_shards_cut_sorted_names_into_exact_match_sets() -> None:
+    shards = series_shards("node", ["ip-10-0-1-2.ec2.internal", "b", "a", "b", "c+d"], 2)
+    assert [s.nodes for s in shards] == [("a", "b"), ("c+d", "ip-10-0-1-2.ec2.internal")]
+    # only RE2 metacharacters escaped (PromQL string escaping doubles the backslash): a set of literals
+    assert shards[1].matcher() == 'node=~"c\\\\+d|ip-10-0-1-2\\\\.ec2\\\\.internal"'
+    assert series_shards("node", [], 5) == ()
+    with pytest.raises(ValueError, match="per_shard"):
+        series_shards("node", ["a"], 0)
+
+
+def test_plan_queries_repeat_every_dcgm_query_per_shard_but_not_up() -> None:
+    window = Window(end=1793613600.0, seconds=1800, step=60)
+    shards = series_shards("node", [f"n{i}" for i in range(5)], 2)
+    tasks = plan_queries(window, split_seconds=900, shards=shards)
+    up = [t for t in tasks if t.query.metric == UP]
+    assert [t.shard for t in up] == [None, None]  # the 2 sub-windows, unsharded
+    assert len(tasks) == 2 + (6 + 6 * 2) * 3
+    util = [t for t in tasks if t.query.path == f"metrics/{GPU_UTIL}.json"]
+    assert {t.shard for t in util} == set(shards)
+    assert util[0].expr(60) == 'max_over_time(DCGM_FI_DEV_GPU_UTIL{node=~"n0|n1"}[59999ms])'
+    with_job = plan_queries(window, job="dcgm", split_seconds=1800, shards=shards[:1])
+    assert with_job[0].expr(60) == 'max_over_time(DCGM_FI_DEV_GPU_UTIL{job="dcgm",node=~"n0|n1"}[59999ms])'
+
+
 NODE = "gpu-a"
 END = AT.timestamp()
 
@@ -626,3 +650,40 @@ def test_file_secret_drops_the_trailing_newline(tmp_path: Path) -> None:
 def test_bad_references_or_missing_clients_fail_closed(ref: str) -> None:
     with pytest.raises(ConfigError):
         resolve_secret(ref, environ={})
+
+
+@pytest.mark.parametrize(
+    ("prometheus", "expected"),
+    [
+        ({"node_label": "node", "shard_nodes": 2}, [("gpu-0", "gpu-1"), ("gpu-2", "gpu-3"), ("gpu-4",)]),
+        ({"node_label": "node", "shard_nodes": 5}, []),  # the fleet fits one query
+        ({"shard_nodes": 2}, []),  # no node label: nothing to shard on
+    ],
+)
+def test_the_live_plan_shards_gpu_nodes_by_the_node_label(
+    prometheus: dict[str, Any], expected: list[tuple[str, ...]]
+) -> None:
+    """``live_signals`` (what ``plan --config`` and the assess Lambda run) shards only GPU nodes, only with
+    ``prometheus.node_label``, and only when the fleet is larger than ``prometheus.shard_nodes``."""
+    from rightsizer.config import Config
+    from rightsizer.wiring.parts import live_signals
+
+    asked: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        asked.append(parse_qs(request.content.decode())["query"][0])
+        return httpx.Response(200, json={"status": "success", "data": {"resultType": "matrix", "result": []}})
+
+    config = Config.model_validate({"cluster": {"name": "c"}, "prometheus": prometheus})
+    cpu = gpu_node("cpu-0", instance_type="m5.large", gpus=0, labels={"nvidia.com/gpu.present": "false"})
+    base = snapshot([*(gpu_node(f"gpu-{i}") for i in range(5)), cpu], [])
+    with PrometheusClient("http://prometheus", transport=httpx.MockTransport(answer)) as client:
+        live_signals(config, Policy(), base, client)
+    util = sorted(q for q in asked if q.startswith("max_over_time(DCGM_FI_DEV_GPU_UTIL"))
+    if not expected:
+        assert util == ["max_over_time(DCGM_FI_DEV_GPU_UTIL[59999ms])"]
+    else:
+        assert util == [
+            f'max_over_time(DCGM_FI_DEV_GPU_UTIL{{node=~"{"|".join(names)}"}}[59999ms])' for names in expected
+        ]
+    assert [q for q in asked if q.startswith("max_over_time(up")] == ["max_over_time(up[59999ms])"]

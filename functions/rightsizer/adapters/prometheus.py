@@ -26,6 +26,7 @@ by ``rightsizer.adapters.secrets`` (``ssm:GetParameter``, ``secretsmanager:GetSe
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -47,9 +48,14 @@ from botocore.awsrequest import AWSRequest
 from rightsizer.domain.errors import ConfigError, PermanentError, TransientError
 from rightsizer.domain.join import NodeJoiner
 from rightsizer.domain.model import MetricData, Series
-from rightsizer.domain.observation import MetricQuery, observation_queries, signals_from_observation
+from rightsizer.domain.observation import (
+    MetricQuery,
+    SeriesShard,
+    observation_queries,
+    signals_from_observation,
+)
 from rightsizer.domain.policy import Policy
-from rightsizer.domain.usage import CollectedSignals, Window
+from rightsizer.domain.usage import UP, CollectedSignals, Window
 
 log = logging.getLogger(__name__)
 
@@ -482,18 +488,30 @@ def build_client(
 
 @dataclass(frozen=True, slots=True)
 class SubQuery:
-    """One request of ``collect_live``: ``query`` over the sub-window (end − seconds, end]."""
+    """One request of ``collect_live``: ``query`` over the sub-window (end − seconds, end], restricted
+    to the series of ``shard`` when one is set."""
 
     query: MetricQuery
     end: float
     seconds: int
+    shard: SeriesShard | None = None
+
+    def expr(self, step: int) -> str:
+        """The PromQL text of this request."""
+        return self.query.expr(step, self.seconds, self.shard.matcher() if self.shard else "")
 
     def span(self, step: int) -> tuple[float, float]:
         """(start, end) of the ``query_range`` (``MetricQuery.span`` of the sub-window)."""
         return self.query.span(self.end, self.seconds, step)
 
 
-def plan_queries(window: Window, *, job: str | None = None, split_seconds: int = 3600) -> list[SubQuery]:
+def plan_queries(
+    window: Window,
+    *,
+    job: str | None = None,
+    split_seconds: int = 3600,
+    shards: Sequence[SeriesShard] = (),
+) -> list[SubQuery]:
     """The requests of ``collect_live``: each ``observation_queries`` query, split like a query frontend.
 
     The window (end − W, end] is cut into sub-windows of at most ``split_seconds`` (rounded down to whole
@@ -502,8 +520,14 @@ def plan_queries(window: Window, *, job: str | None = None, split_seconds: int =
     are disjoint, a maximum is the maximum of the sub-windows' maxima, and a series has a non-finite
     sample in the window iff it has one in some sub-window. The others run once over the whole window:
     the spreads (``stddev_over_time`` does not merge), which read each sample of their family once, like
-    the floor, and the instant ``timestamp``/latest-value queries, which read one sample per series. The
-    count depends on W, the step and the split, never on the number of nodes: 6 + 9 × ⌈W / split⌉.
+    the floor, and the instant ``timestamp``/latest-value queries, which read one sample per series.
+    Without ``shards`` the count depends on W, the step and the split, never on the number of nodes:
+    6 + 7 × ⌈W / split⌉.
+
+    With ``shards`` (large fleets, ``series_shards``) every DCGM request is repeated per shard, each
+    reading only its nodes' series; ``up`` (one series per exporter, not per GPU) stays whole, since its
+    series need not carry the node label. Each request then reads at most one shard's share of the
+    fleet, so no single query nears the server's timeout or ``--query.max-samples``.
     """
     step = max(1, int(window.step))
     chunk = max(step, split_seconds // step * step)
@@ -515,10 +539,9 @@ def plan_queries(window: Window, *, job: str | None = None, split_seconds: int =
         covered += seconds
     out: list[SubQuery] = []
     for q in observation_queries(job):
-        if q.splittable:
-            out.extend(SubQuery(q, end, seconds) for end, seconds in subs)
-        else:
-            out.append(SubQuery(q, window.end, window.seconds))
+        spans = subs if q.splittable else [(window.end, window.seconds)]
+        parts: Sequence[SeriesShard | None] = shards if shards and q.metric != UP else (None,)
+        out.extend(SubQuery(q, end, seconds, shard) for shard in parts for end, seconds in spans)
     return out
 
 
@@ -552,6 +575,7 @@ class _Merged:
     labels: _Labels
     chunks: dict[LabelKey, list[tuple[array[float], array[float]]]] = field(default_factory=dict)
     problem: str | None = None
+    failed_shards: dict[SeriesShard, str] = field(default_factory=dict)
 
     def add(self, result: Sequence[Mapping[str, Any]]) -> None:
         for item in result:
@@ -589,6 +613,7 @@ def collect_live(
     job: str | None = None,
     max_workers: int = 4,
     split_seconds: int = 3600,
+    shards: Sequence[SeriesShard] = (),
     deadline_seconds: float | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> CollectedSignals:
@@ -611,20 +636,23 @@ def collect_live(
         job: config ``prometheus.job``: only series of that scrape job.
         max_workers: queries in flight at once.
         split_seconds: longest sub-window one query reads (``plan_queries``).
+        shards: series shards (``rightsizer.domain.observation.series_shards``) each DCGM query is split
+            into, merged by union; empty: one request per query and sub-window.
         deadline_seconds: the whole collection's budget (config ``prometheus.deadline``); every request
             gets at most what is left of it, and none starts after it.
         clock: monotonic clock (tests).
 
     Returns:
         ``CollectedSignals``; a failed query puts the metric it feeds into ``problems`` (its nodes are
-        then ``unknown``).
+        then ``unknown``); a failed shard of a query only into ``node_problems`` of the shard's nodes,
+        unless every shard of that query failed.
 
     Raises:
         PrometheusUnavailable: the deadline passed with queries unanswered (a hanging or overloaded
             Prometheus): "Prometheus unavailable", nothing is decided on a partial picture of the cycle.
     """
     _check_node_label(node_label)
-    tasks = plan_queries(window, job=job, split_seconds=split_seconds)
+    tasks = plan_queries(window, job=job, split_seconds=split_seconds, shards=shards)
     shared = _Labels()
     merged: dict[str, _Merged] = {q.path: _Merged(shared) for q in observation_queries(job)}
     lock = threading.Lock()
@@ -645,9 +673,7 @@ def collect_live(
         problem: str | None = None
         result: Any = None
         try:
-            answer = client.query_range(
-                q.expr(window.step, task.seconds), start, end, window.step, budget=left
-            )
+            answer = client.query_range(task.expr(window.step), start, end, window.step, budget=left)
             problem = answer_problem(answer, "matrix")
             result = None if problem else answer["data"]["result"]
         except PrometheusUnavailable as exc:
@@ -665,7 +691,17 @@ def collect_live(
                     target.add(result)
                 except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
                     problem = f"malformed: {exc}"
-            if problem is not None:
+            if problem is not None and task.shard is not None:
+                log.warning(
+                    "prometheus query %s unusable for %d nodes (%s…) (%s): %s unknown on them",
+                    q.path,
+                    len(task.shard.nodes),
+                    task.shard.nodes[0],
+                    problem,
+                    q.metric,
+                )
+                target.failed_shards.setdefault(task.shard, problem)
+            elif problem is not None:
                 log.warning("prometheus query %s unusable (%s): %s unknown", q.path, problem, q.metric)
                 target.problem = target.problem or problem
 
@@ -680,12 +716,32 @@ def collect_live(
             f"Prometheus unavailable: {len(expired)} of {len(tasks)} queries unanswered within the "
             f"cycle deadline of {deadline_seconds:g} s"
         )
+    files, node_problems = _files(merged, job, len(shards))
+    signals = signals_from_observation(files, joiner, window, float(policy.gpu_activity_max_pct))
+    return dataclasses.replace(signals, node_problems=node_problems) if node_problems else signals
+
+
+def _files(
+    merged: dict[str, _Merged], job: str | None, shard_count: int
+) -> tuple[dict[str, dict[str, MetricData]], dict[str, tuple[str, ...]]]:
+    """The merged answers as snapshot files (``MetricFiles``), and node → metrics of its failed shards.
+
+    A query that failed in every shard is a problem of the whole collection, as an unsharded failure.
+    """
     files: dict[str, dict[str, MetricData]] = {}
+    node_problems: dict[str, dict[str, None]] = {}
     for q in observation_queries(job):
+        target = merged.pop(q.path)
+        if target.failed_shards and len(target.failed_shards) == shard_count:
+            target.problem = target.problem or next(iter(target.failed_shards.values()))
+        elif not target.problem:
+            for shard in target.failed_shards:
+                for node in shard.nodes:
+                    node_problems.setdefault(node, {})[q.metric] = None
         # Window maxima share ``metrics/<M>.json`` with the per-step maxima, as in a snapshot.
         kind = "step" if q.kind == "max" else q.kind
-        files.setdefault(kind, {})[q.metric] = merged.pop(q.path).metric_data(q.metric)
-    return signals_from_observation(files, joiner, window, float(policy.gpu_activity_max_pct))
+        files.setdefault(kind, {})[q.metric] = target.metric_data(q.metric)
+    return files, {node: tuple(names) for node, names in node_problems.items()}
 
 
 def _check_node_label(node_label: str | None) -> None:

@@ -78,11 +78,15 @@ MetricFiles = dict[str, dict[str, MetricData]]
 → metric name → its answer."""
 
 
-def _selector(metric: str, job: str | None) -> str:
-    if not job:
-        return metric
-    escaped = job.replace("\\", "\\\\").replace('"', '\\"')
-    return f'{metric}{{job="{escaped}"}}'
+def _quote(value: str) -> str:
+    """A PromQL double-quoted string literal."""
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{escaped}"'
+
+
+def _selector(metric: str, job: str | None, matchers: str = "") -> str:
+    inner = ",".join(m for m in ((f"job={_quote(job)}" if job else ""), matchers) if m)
+    return f"{metric}{{{inner}}}" if inner else metric
 
 
 def _open_range(seconds: float) -> str:
@@ -127,9 +131,10 @@ class MetricQuery:
         """
         return (end - range_seconds + step_seconds, end) if self.per_step else (end, end)
 
-    def expr(self, step_seconds: float, range_seconds: float) -> str:
-        """The PromQL text for a step of ``step_seconds`` and a window (or sub-window) of ``range_seconds``."""
-        sel = _selector(self.metric, self.job)
+    def expr(self, step_seconds: float, range_seconds: float, matchers: str = "") -> str:
+        """The PromQL text for a step of ``step_seconds`` and a window (or sub-window) of ``range_seconds``;
+        ``matchers`` (PromQL label matchers, e.g. a ``SeriesShard``'s) narrow the selector further."""
+        sel = _selector(self.metric, self.job, matchers)
         if self.kind == "step":
             return f"max_over_time({sel}{_open_range(step_seconds)})"
         if self.kind == "max":
@@ -144,6 +149,44 @@ class MetricQuery:
 def observation_queries(job: str | None = None) -> tuple[MetricQuery, ...]:
     """Every query of an observation, in snapshot file order; their number is a constant (13)."""
     return tuple(MetricQuery(m, kind, job) for kind, (_, metrics) in KINDS.items() for m in metrics)
+
+
+#: RE2 metacharacters. Escaping only these keeps a shard's ``a|b|c`` a plain set of literals, which
+#: Prometheus answers with one index lookup per value instead of a regex run over every label value
+#: (``findSetMatches`` in prometheus/tsdb, 2.x); escaping anything else (``\\-``) would lose that.
+_REGEX_META = frozenset(".+*?()|[]{}^$\\")
+
+
+def _regex_literal(value: str) -> str:
+    return "".join("\\" + c if c in _REGEX_META else c for c in value)
+
+
+@dataclass(frozen=True, slots=True)
+class SeriesShard:
+    """A series shard: the series whose ``label`` (config ``prometheus.node_label``) is one of ``nodes``.
+
+    Shards of one collection hold disjoint node sets, so their answers are disjoint sets of series and
+    merge by plain union into the unsharded answer; a shard that fails leaves only its nodes without data.
+    """
+
+    label: str
+    nodes: tuple[str, ...]
+
+    def matcher(self) -> str:
+        """``label=~"n1|n2|…"`` with each name's regex metacharacters escaped (an exact-match set)."""
+        return f"{self.label}=~{_quote('|'.join(_regex_literal(n) for n in self.nodes))}"
+
+
+def series_shards(label: str, nodes: Iterable[str], per_shard: int) -> tuple[SeriesShard, ...]:
+    """Node names (sorted, deduplicated) cut into shards of at most ``per_shard`` (≥ 1) nodes each.
+
+    Raises:
+        ValueError: ``per_shard`` < 1.
+    """
+    if per_shard < 1:
+        raise ValueError(f"per_shard must be ≥ 1, got {per_shard}")
+    names = sorted(set(nodes))
+    return tuple(SeriesShard(label, tuple(names[i : i + per_shard])) for i in range(0, len(names), per_shard))
 
 
 def file_kind(stem: str) -> tuple[str, str]:

@@ -261,7 +261,7 @@ def plan(
             window=window,
             at=at,
             up_coverage=signals.up_coverage.get(node.name),
-            problems=signals.problems,
+            problems=signals.problems_of(node.name),
             present=signals.present,
             exporter=_exporter_pod(node_pods),
             signal_set=snapshot.signal_set,

@@ -118,7 +118,8 @@ class CollectedSignals:
 
     ``up_coverage`` maps node → share of window steps with ``up == 1`` (absent when ``up`` has no series
     for that node). ``problems`` are metric names whose answer was unusable (``partial_response``).
-    ``present`` are the device metrics that were exported at all.
+    ``present`` are the device metrics that were exported at all. ``node_problems`` maps a node to the
+    metric names whose answer was unusable for that node only (a failed series shard, ``SeriesShard``).
     """
 
     devices: dict[str, list[DeviceSignals]] = field(default_factory=dict)
@@ -126,6 +127,11 @@ class CollectedSignals:
     unmapped: list[UnmappedSeries] = field(default_factory=list)
     problems: tuple[str, ...] = ()
     present: frozenset[str] = frozenset()
+    node_problems: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def problems_of(self, node: str) -> tuple[str, ...]:
+        """Metric names unusable for ``node``: the collection-wide ``problems`` and the node's own."""
+        return (*self.problems, *self.node_problems.get(node, ()))
 
 
 def _device_key(node: str, labels: Mapping[str, str]) -> DeviceKey:

@@ -193,17 +193,29 @@ def live_signals(
 ) -> ClusterSnapshot:
     """``snapshot`` with ``signals`` read from Prometheus for the window ending at ``taken_at``
     (``collect_live``: the snapshot's queries, a constant number whatever the node count, docs/architecture.md §8).
+    With ``prometheus.node_label`` set and more GPU nodes than ``prometheus.shard_nodes``, each DCGM query
+    is split into series shards of that many nodes (``series_shards``).
 
     Raises:
         PrometheusUnavailable: ``prometheus.deadline`` passed with queries unanswered.
     """
     from rightsizer.adapters.prometheus import collect_live
+    from rightsizer.domain.catalog import load_catalog
+    from rightsizer.domain.gpu import is_gpu_node
     from rightsizer.domain.join import NodeJoiner
+    from rightsizer.domain.observation import SeriesShard, series_shards
     from rightsizer.domain.usage import Window
 
     node_label = config.prometheus.node_label
     window = Window.ending(snapshot.meta.taken_at, policy.idle_window, snapshot.meta.step_seconds)
     joiner = NodeJoiner(snapshot.nodes, snapshot.pods, node_label)
+    shards: tuple[SeriesShard, ...] = ()
+    per_shard = config.prometheus.shard_nodes
+    if node_label:
+        catalog = load_catalog()
+        gpu_nodes = [n.name for n in snapshot.nodes if is_gpu_node(n, catalog)]
+        if len(gpu_nodes) > per_shard:
+            shards = series_shards(node_label, gpu_nodes, per_shard)
     signals = collect_live(
         client,
         joiner,
@@ -211,6 +223,7 @@ def live_signals(
         policy,
         node_label,
         job=config.prometheus.job,
+        shards=shards,
         deadline_seconds=float(config.prometheus.deadline),
     )
     return dataclasses.replace(snapshot, signals=signals)
