@@ -3,19 +3,28 @@
 Every POST becomes a Function URL event (payload format 2.0) and a Lambda context emulation
 (:class:`LocalLambdaContext`), so the handler runs exactly as Lambda runs it
 (:func:`rightsizer.webhook_handler.function_url_handler`); drains run in this process, in background threads.
+
+Bounded whatever the clients do (issue 14): connections are served by a fixed pool of
+``SERVE_WORKERS`` threads with at most ``SERVE_BACKLOG`` more waiting (beyond that a connection is answered
+503 and closed at once); every socket read times out after ``READ_TIMEOUT_S`` and a request must arrive
+whole within ``REQUEST_TIMEOUT_S``, so a stalled or trickling connection is closed; a request with more
+than one ``Authorization`` header is answered 400 ``duplicate_authorization`` before anything else.
 """
 
 from __future__ import annotations
 
 import base64
 import logging
+import socket
+import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from typing import TYPE_CHECKING, Any, Final
 
 from rightsizer.config import Config
 from rightsizer.webhook_handler import LambdaHandler
@@ -38,6 +47,19 @@ log = logging.getLogger("rightsizer")
 #: Bytes of an over-long body read and thrown away so the client can read its 413 (closing a socket with
 #: unread data sends a TCP reset, which clients report instead of the answer); beyond this we just close.
 _DRAIN_LIMIT = 16 * 1_048_576
+#: Threads serving connections (each request also fans its alerts out to the intake's own bounded pool).
+SERVE_WORKERS: Final = 8
+#: Accepted connections that may wait for a worker; more are answered 503 and closed without one.
+SERVE_BACKLOG: Final = 32
+#: Seconds a socket read (or write) may block before the connection is closed (idle keep-alive included).
+READ_TIMEOUT_S: Final = 10.0
+#: Seconds from the first byte of a request's body to its last: a trickling sender is cut off.
+REQUEST_TIMEOUT_S: Final = 30.0
+_BUSY_BODY: Final = b'{"error":"server_busy","detail":"all workers busy; retry"}'
+_BUSY: Final = (
+    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\n"
+    b"connection: close\r\ncontent-length: " + str(len(_BUSY_BODY)).encode() + b"\r\n\r\n" + _BUSY_BODY
+)
 
 
 @dataclass
@@ -70,7 +92,7 @@ def function_url_event(
     *,
     method: str,
     path: str,
-    headers: Mapping[str, str],
+    headers: Mapping[str, str] | Iterable[tuple[str, str]],
     body: bytes,
     query: str = "",
     source_ip: str = "127.0.0.1",
@@ -79,12 +101,14 @@ def function_url_event(
 ) -> dict[str, Any]:
     """An HTTP request as a Lambda Function URL event (payload format 2.0).
 
-    Header names are lower-cased and repeated headers joined with commas, as Function URLs do; a body
-    that is not UTF-8 text is base64-encoded with ``isBase64Encoded: true``.
+    Header names are lower-cased and repeated headers (given as ``(name, value)`` pairs) joined with
+    commas, as Function URLs do; a body that is not UTF-8 text is base64-encoded with
+    ``isBase64Encoded: true``.
     """
     at = now or datetime.now(UTC)
     lowered: dict[str, str] = {}
-    for name, value in headers.items():
+    pairs = headers.items() if isinstance(headers, Mapping) else headers
+    for name, value in pairs:
         key = name.lower()
         lowered[key] = f"{lowered[key]},{value}" if key in lowered else value
     try:
@@ -121,7 +145,7 @@ def function_url_event(
     }
 
 
-class WebhookHTTPServer(ThreadingHTTPServer):
+class WebhookHTTPServer(HTTPServer):
     """A loopback HTTP server that hands every POST to a Lambda handler as a Function URL event.
 
     Args:
@@ -129,13 +153,29 @@ class WebhookHTTPServer(ThreadingHTTPServer):
         handler: the Lambda handler (``alert_webhook.app.lambda_handler``).
         max_body_bytes: bytes read from a body before the handler sees it; one more than the handler's
             limit is enough for it to answer 413.
+        workers: threads serving connections (``SERVE_WORKERS``).
+        backlog: accepted connections allowed to wait for a worker (``SERVE_BACKLOG``); more get 503.
+        read_timeout_s: seconds one socket read may block (``READ_TIMEOUT_S``).
+        request_timeout_s: seconds a request body may take to arrive (``REQUEST_TIMEOUT_S``).
     """
 
-    daemon_threads = True
-
-    def __init__(self, address: tuple[str, int], handler: LambdaHandler, *, max_body_bytes: int) -> None:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        handler: LambdaHandler,
+        *,
+        max_body_bytes: int,
+        workers: int = SERVE_WORKERS,
+        backlog: int = SERVE_BACKLOG,
+        read_timeout_s: float = READ_TIMEOUT_S,
+        request_timeout_s: float = REQUEST_TIMEOUT_S,
+    ) -> None:
         self.lambda_handler = handler
         self.max_body_bytes = max_body_bytes
+        self.read_timeout_s = read_timeout_s
+        self.request_timeout_s = request_timeout_s
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="serve")
+        self._slots = threading.BoundedSemaphore(workers + backlog)
         super().__init__(address, _WebhookRequestHandler)
 
     @property
@@ -143,6 +183,49 @@ class WebhookHTTPServer(ThreadingHTTPServer):
         """``http://127.0.0.1:<port>/``."""
         host, port = self.server_address[:2]
         return f"http://{host!s}:{port}/"
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """Queue the connection for the pool, or answer 503 and close it when pool and backlog are full."""
+        if not self._slots.acquire(blocking=False):
+            self._refuse(request)
+            return
+        try:
+            self._pool.submit(self._serve, request, client_address)
+        except RuntimeError:  # the pool is shut down: the server is closing
+            self._slots.release()
+            self.shutdown_request(request)
+
+    def _refuse(self, request: Any) -> None:
+        """503 and close, on the accepting thread, in at most ~0.1 s whatever the client does."""
+        try:
+            request.settimeout(0.05)
+            request.sendall(_BUSY)
+            request.shutdown(socket.SHUT_WR)
+            # Read what the client already sent (at most 64 KiB): closing with unread data sends a TCP
+            # reset, which can destroy the 503 before the client reads it.
+            for _ in range(16):
+                if not request.recv(4096):
+                    break
+        except OSError:
+            pass
+        finally:
+            request.close()
+
+    def _serve(self, request: Any, client_address: Any) -> None:
+        try:
+            self.finish_request(request, client_address)
+        except (TimeoutError, ConnectionError):
+            log.debug("serve: connection from %s closed (timeout or reset)", client_address[0])
+        except Exception:
+            self.handle_error(request, client_address)
+        finally:
+            self.shutdown_request(request)
+            self._slots.release()
+
+    def server_close(self) -> None:
+        """Stop accepting, then stop the workers (connections in progress are cut at their next read)."""
+        super().server_close()
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
 
 class _WebhookRequestHandler(BaseHTTPRequestHandler):
@@ -152,29 +235,62 @@ class _WebhookRequestHandler(BaseHTTPRequestHandler):
     # (40 ms on Linux) on every keep-alive response.
     disable_nagle_algorithm = True
 
+    def setup(self) -> None:
+        super().setup()
+        # Every read and write of this connection is bounded: a stalled peer is closed, never waited on.
+        self.connection.settimeout(self.server.read_timeout_s)
+
+    def _read_body(self, length: int) -> bytes | None:
+        """Up to ``length`` bytes of body within ``request_timeout_s``; None when the sender stalled."""
+        deadline = time.monotonic() + self.server.request_timeout_s
+        chunks: list[bytes] = []
+        left = length
+        try:
+            while left > 0:
+                if time.monotonic() > deadline:
+                    return None
+                chunk = self.rfile.read1(min(left, 65536))
+                if not chunk:
+                    return None
+                chunks.append(chunk)
+                left -= len(chunk)
+        except TimeoutError:
+            return None
+        return b"".join(chunks)
+
     def do_POST(self) -> None:
+        if len(self.headers.get_all("Authorization") or []) > 1:
+            # One request, one credential: which of two counts would depend on who parses (issue 14).
+            self._reply(
+                400,
+                {"content-type": "application/json"},
+                b'{"error":"duplicate_authorization","detail":"more than one Authorization header"}',
+                close=True,
+            )
+            return
         length_header = self.headers.get("Content-Length")
         if length_header is None or not length_header.isdigit():
             self._reply(411, {"content-type": "application/json"}, b'{"error":"length_required"}', close=True)
             return
         length = int(length_header)
         # Never hold more than the limit (+1 so the handler sees the body is too big and says 413).
-        body = self.rfile.read(min(length, self.server.max_body_bytes + 1))
+        body = self._read_body(min(length, self.server.max_body_bytes + 1))
+        if body is None:
+            log.warning("serve: %s sent its body too slowly; connection closed", self.address_string())
+            self.close_connection = True
+            return
         unread = length - len(body)
         close = unread > 0
-        if 0 < unread <= _DRAIN_LIMIT:
-            while unread > 0:
-                chunk = self.rfile.read(min(unread, 65536))
-                if not chunk:
-                    break
-                unread -= len(chunk)
+        if 0 < unread <= _DRAIN_LIMIT and self._read_body(unread) is None:
+            self.close_connection = True
+            return
         path, _, query = self.path.partition("?")
         request_id = str(uuid.uuid4())
         event = function_url_event(
             method="POST",
             path=path,
             query=query,
-            headers=dict(self.headers.items()),
+            headers=list(self.headers.items()),
             body=body,
             source_ip=self.client_address[0],
             request_id=request_id,

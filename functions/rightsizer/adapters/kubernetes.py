@@ -63,8 +63,9 @@ from rightsizer.adapters.kubernetes_errors import (
     status_text,
 )
 from rightsizer.adapters.kubernetes_transport import DEFAULT_PAGE_SIZE, KubernetesTransport, client_module
-from rightsizer.domain.errors import StalePlan
+from rightsizer.domain.errors import PermanentError, StalePlan
 from rightsizer.domain.model import ANN_CORDONED_AT, ANN_CORDONED_BY
+from rightsizer.domain.names import dns1123_label_problem, dns1123_subdomain_problem
 from rightsizer.ports import JSON, AccessCheck, EvictionOutcome
 
 __all__ = [
@@ -78,6 +79,26 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+
+def _checked(name: str, *, namespace: str | None = None) -> str:
+    """``name`` when it is a valid object name (DNS-1123 subdomain; ``namespace`` a DNS-1123 label).
+
+    A request path or field selector is built only from names the API server could have issued: ``..``
+    would address another API path, a comma another field selector (issue 14).
+
+    Raises:
+        PermanentError: the name (or namespace) is not valid; no request is made.
+    """
+    problem = dns1123_subdomain_problem(name)
+    if problem is None and namespace is not None:
+        problem = dns1123_label_problem(namespace)
+    if problem is not None:
+        raise PermanentError(
+            f"refusing an invalid object name {name[:64]!r} ({problem}): no request was made"
+        )
+    return name
+
 
 DRA_GROUP: Final = "resource.k8s.io"
 #: Newest first: the first one the server lists in ``/apis`` is used (docs/architecture.md §5 "Kubernetes API versions").
@@ -355,7 +376,12 @@ class KubernetesCluster(KubernetesTransport):
     # ----------------------------------------------------------------------------- ClusterWriter
 
     def get_node(self, name: str) -> JSON | None:
-        """The Node named exactly ``name`` (``GET /api/v1/nodes/{name}``, uncached), or None on 404."""
+        """The Node named exactly ``name`` (``GET /api/v1/nodes/{name}``, uncached), or None on 404.
+
+        Raises:
+            PermanentError: ``name`` is not a DNS-1123 subdomain (no request is made), or 403.
+        """
+        _checked(name)
         answer = self._call(
             AccessCheck("get", "nodes"),
             lambda api: (
@@ -370,6 +396,7 @@ class KubernetesCluster(KubernetesTransport):
     def get_persistent_volume_claim(self, namespace: str, name: str) -> JSON | None:
         """The PersistentVolumeClaim (``GET /api/v1/namespaces/{ns}/persistentvolumeclaims/{name}``), or
         None on 404."""
+        _checked(name, namespace=namespace)
         answer = self._call(
             AccessCheck("get", "persistentvolumeclaims"),
             lambda api: (
@@ -385,6 +412,7 @@ class KubernetesCluster(KubernetesTransport):
 
     def get_persistent_volume(self, name: str) -> JSON | None:
         """The PersistentVolume (``GET /api/v1/persistentvolumes/{name}``), or None on 404."""
+        _checked(name)
         answer = self._call(
             AccessCheck("get", "persistentvolumes"),
             lambda api: (
@@ -399,7 +427,7 @@ class KubernetesCluster(KubernetesTransport):
     def list_pods_on_node(self, node: str) -> list[JSON]:
         """Pods of all namespaces bound to ``node`` (``GET /api/v1/pods?fieldSelector=spec.nodeName=…``,
         paginated, uncached), terminating ones included, each in kubectl form (``kind``/``apiVersion``)."""
-        selector = f"spec.nodeName={node}"
+        selector = f"spec.nodeName={_checked(node)}"
         return self._list(
             AccessCheck("list", "pods"),
             "Pod",
@@ -415,6 +443,7 @@ class KubernetesCluster(KubernetesTransport):
         A pod inside its termination grace period is still returned, with ``metadata.deletionTimestamp``
         set: it is gone only when this answers None (or another UID) — BUG-17.
         """
+        _checked(name, namespace=namespace)
         answer = self._call(
             AccessCheck("get", "pods"),
             lambda api: (
@@ -449,6 +478,7 @@ class KubernetesCluster(KubernetesTransport):
             ValueError: ``at`` is not an RFC 3339 UTC instant.
             KubernetesAccessError: 403 on ``get nodes`` / ``patch nodes``, or 401 twice.
         """
+        _checked(node)
         _utc_rfc3339(at)
         current = self.get_node(node)
         if current is None:
@@ -493,6 +523,7 @@ class KubernetesCluster(KubernetesTransport):
             StalePlan: ``node_changed`` — 409 twice in a row.
             KubernetesAccessError: 403 on ``get nodes`` / ``patch nodes``, or 401 twice.
         """
+        _checked(node)
         for attempt in (1, 2):
             current = self.get_node(node)
             if current is None:
@@ -541,6 +572,7 @@ class KubernetesCluster(KubernetesTransport):
             TransientError: 502/503/504, timeouts, connection failures (nothing was decided).
             PermanentError: any other status (400/422: a malformed request).
         """
+        _checked(name, namespace=namespace)
         body = {
             "apiVersion": "policy/v1",
             "kind": "Eviction",
@@ -632,6 +664,7 @@ class KubernetesCluster(KubernetesTransport):
 
     def _patch_node(self, node: str, patch: JSON) -> ApiAnswer:
         # The client defaults a dict body to json-patch+json (its first content type); a merge patch must
+        _checked(node)
         # say so, or the API server would read our object as a malformed list of operations.
         return self._call(
             AccessCheck("patch", "nodes"),

@@ -27,6 +27,7 @@ from rightsizer.domain.model import (
     Pod,
     PodDisruptionBudget,
 )
+from rightsizer.domain.names import dns1123_subdomain_problem
 from rightsizer.domain.plan import NodeReport
 from rightsizer.domain.pods import PodContext, classify_pods
 from rightsizer.domain.policy import Policy
@@ -291,6 +292,9 @@ class DrainWorkflow:
         if record.status in FINAL_STATUSES:
             return StepResult(execution_id, record.step, None, record.status, 0.0, "already finished")
         step = record.step
+        if step == "validate" and (problem := dns1123_subdomain_problem(record.node)) is not None:
+            # Not a name any Node can have: it never reaches a request path (issue 14, ".." and "/").
+            return self._end(record, "abandoned", f"invalid_node_name:{problem}", step="validate")
         handler = getattr(self, f"_step_{step}")
         try:
             result: StepResult = handler(record)

@@ -8,9 +8,10 @@ delay they ask for, a bounded number of times — then the drain rolls back.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from typing import Final
 
 from rightsizer.domain.errors import TransientError
 from rightsizer.services.drain import DrainRequest, DrainWorkflow, StepResult
@@ -18,6 +19,10 @@ from rightsizer.services.drain import DrainRequest, DrainWorkflow, StepResult
 log = logging.getLogger(__name__)
 
 Progress = Callable[[StepResult], None]
+
+#: Workflows run at once in the background (``serve``); more wait their turn in a queue, so a flood of
+#: alerts never becomes a flood of threads (issue 14). A drain mostly waits (eviction grace periods).
+BACKGROUND_WORKERS: Final = 8
 
 
 class InProcessRunner:
@@ -28,7 +33,9 @@ class InProcessRunner:
         sleep: how to wait between steps, in seconds (tests pass a fake clock's advance).
         progress: called after every step with its ``StepResult`` (live progress on stderr).
         max_transient_retries: consecutive transient failures of one step before rolling back.
-        background: start workflows in a daemon thread (``serve``: the webhook answers at once).
+        background: run workflows on a pool of ``background_workers`` threads (``serve``: the webhook
+            answers at once); a workflow started while all are busy waits for one.
+        background_workers: size of that pool (``BACKGROUND_WORKERS``).
     """
 
     def __init__(
@@ -39,22 +46,26 @@ class InProcessRunner:
         progress: Progress | None = None,
         max_transient_retries: int = 5,
         background: bool = False,
+        background_workers: int = BACKGROUND_WORKERS,
     ) -> None:
         self.workflow = workflow
         self._sleep = sleep
         self._progress = progress
         self._retries = max_transient_retries
-        self._background = background
         self.results: dict[str, StepResult] = {}
-        self.threads: list[threading.Thread] = []
+        self._pool = (
+            ThreadPoolExecutor(max_workers=background_workers, thread_name_prefix="drain")
+            if background
+            else None
+        )
+        self.futures: list[Future[StepResult]] = []
 
     def start(self, request: DrainRequest) -> str:
-        """``WorkflowStarter.start``: create the workflow and run it (now, or in a background thread)."""
+        """``WorkflowStarter.start``: create the workflow and run it (now, or queued on the background pool)."""
         self.workflow.start(request)
-        if self._background:
-            thread = threading.Thread(target=self.run, args=(request.execution_id,), daemon=True)
-            self.threads.append(thread)
-            thread.start()
+        if self._pool is not None:
+            self.futures = [f for f in self.futures if not f.done()]  # results stay in self.results
+            self.futures.append(self._pool.submit(self.run, request.execution_id))
         else:
             self.run(request.execution_id)
         return request.execution_id
@@ -87,6 +98,5 @@ class InProcessRunner:
                 self._sleep(result.wait_seconds)
 
     def join(self, timeout: float | None = None) -> None:
-        """Wait for background workflows to finish."""
-        for thread in self.threads:
-            thread.join(timeout)
+        """Wait (at most ``timeout`` seconds) for the background workflows started so far to finish."""
+        wait(list(self.futures), timeout=timeout)

@@ -10,10 +10,18 @@ Order of checks — each answers without doing the next:
 
 1. ``Authorization: Bearer <token>`` compared in constant time; missing or wrong ⇒ **401**, before the
    body is decoded or parsed and before any backend is contacted.
+   Several ``Authorization`` headers (in any case, or joined by a comma as Function URLs join repeats)
+   never match: one request carries one credential.
 2. Body size after base64 decoding (Function URL bodies may be base64) > 1 MiB ⇒ **413**.
 3. JSON and the payload schema (:mod:`rightsizer.domain.alertmanager`) ⇒ **400**
-   ``{"error": "malformed_json" | "invalid_payload" | "invalid_base64", "detail": str}``.
-4. Per alert, in payload order: firing ⇒ start a drain with a deterministic execution id; resolved ⇒
+   ``{"error": "malformed_json" | "invalid_payload" | "invalid_base64", "detail": str}``; more than
+   ``MAX_ALERTS`` (500) alerts ⇒ **400** ``too_many_alerts`` before any of them is acted on, so one request
+   does bounded work whatever it carries (set ``max_alerts: 500`` on the Alertmanager receiver: it then
+   truncates instead, and ``truncatedAlerts`` is honoured).
+4. A node label value that is not a DNS-1123 subdomain (``..``, ``a/b``, upper case, over 253
+   characters) is ignored with reason ``invalid_node_name:<why>``: it cannot name a Node and never reaches
+   the workflow.
+5. Per alert, in payload order: firing ⇒ start a drain with a deterministic execution id; resolved ⇒
    ``request_cancel(node, lease.epoch)`` when a lease is held. Each alert runs at most once per
    ``[fingerprint, startsAt, status]`` (Powertools Idempotency, 7 days); a key in progress or completed
    is a duplicate.
@@ -41,6 +49,7 @@ from pydantic import ValidationError
 
 from rightsizer.domain.alertmanager import Alert, WebhookPayload, node_of
 from rightsizer.domain.errors import ConfigError, RightsizerError, TransientError
+from rightsizer.domain.names import DNS1123_SUBDOMAIN_MAX, dns1123_subdomain_problem
 from rightsizer.domain.policy import DEFAULT_ALERT_NODE_LABELS
 from rightsizer.ports import WorkflowStarter
 from rightsizer.services.drain import DrainRequest
@@ -53,6 +62,7 @@ __all__ = [
     "IDEMPOTENCY_EXPIRY_SECONDS",
     "IDEMPOTENCY_KEY_JMESPATH",
     "IDEMPOTENCY_KEY_PREFIX",
+    "MAX_ALERTS",
     "MAX_BODY_BYTES",
     "AlertKey",
     "DuplicateGuard",
@@ -83,6 +93,8 @@ IDEMPOTENCY_EXPIRY_SECONDS: Final = 604_800
 #: Sort-key prefix of idempotency items (``alert#<sha256>``). Fixed rather than Powertools' default
 #: ``<function>.<module>.<qualname>`` so that renaming code never forgets what was already handled.
 IDEMPOTENCY_KEY_PREFIX: Final = "alert"
+#: Most alerts one request may carry (docs/architecture.md §5 "Webhook"); more ⇒ 400 ``too_many_alerts``.
+MAX_ALERTS: Final = 500
 #: Alerts of one notification handled at once (each is a DynamoDB write or two and a StartExecution).
 ALERT_CONCURRENCY: Final = 8
 
@@ -150,23 +162,25 @@ def _error(status: int, error: str, detail: str) -> WebhookResponse:
     return WebhookResponse(status, {"error": error, "detail": detail})
 
 
-def _header(headers: Mapping[str, str], name: str) -> str | None:
+def _headers(headers: Mapping[str, str], name: str) -> list[str]:
     wanted = name.lower()
-    for key, value in headers.items():
-        if key.lower() == wanted:
-            return value
-    return None
+    return [value for key, value in headers.items() if key.lower() == wanted]
 
 
 def bearer_token_matches(headers: Mapping[str, str], token: str) -> bool:
-    """True when ``Authorization`` is ``Bearer <token>`` (scheme case-insensitive, RFC 7235).
+    """True when exactly one ``Authorization`` header is ``Bearer <token>`` (scheme case-insensitive,
+    RFC 7235).
 
-    The comparison is ``hmac.compare_digest`` over UTF-8 bytes: its time does not depend on how many
-    leading characters match, so the token cannot be guessed one character at a time.
+    Two ``Authorization`` headers (names differing in case), or one holding a comma (Function URLs join
+    repeated headers with commas; a bearer token has none, RFC 6750 ``b64token``), never match: which of
+    them counts would depend on the proxy in between. The comparison is ``hmac.compare_digest`` over UTF-8
+    bytes: its time does not depend on how many leading characters match, so the token cannot be guessed
+    one character at a time.
     """
-    value = _header(headers, "authorization")
-    if value is None:
+    values = _headers(headers, "authorization")
+    if len(values) != 1 or "," in values[0]:
         return False
+    value = values[0]
     scheme, _, credentials = value.strip().partition(" ")
     if scheme.lower() != "bearer":
         return False
@@ -408,6 +422,7 @@ class WebhookIntake:
             ``alert_node_labels``).
         logger: where log lines go (a Powertools ``Logger`` adds the correlation id).
         max_body_bytes: the 413 limit, bytes after base64 decoding.
+        max_alerts: the most alerts one request may carry (400 ``too_many_alerts`` above).
 
     Raises:
         ConfigError: an empty token.
@@ -423,6 +438,7 @@ class WebhookIntake:
         node_labels: Sequence[str] = DEFAULT_ALERT_NODE_LABELS,
         logger: LogSink | None = None,
         max_body_bytes: int = MAX_BODY_BYTES,
+        max_alerts: int = MAX_ALERTS,
     ) -> None:
         if not token:
             raise ConfigError(
@@ -436,6 +452,7 @@ class WebhookIntake:
         self.node_labels = tuple(node_labels)
         self.log: LogSink = logger if logger is not None else log
         self.max_body_bytes = max_body_bytes
+        self.max_alerts = max_alerts
 
     def handle(self, request: WebhookRequest, *, lambda_context: Any = None) -> WebhookResponse:
         """Answer one webhook request.
@@ -443,7 +460,8 @@ class WebhookIntake:
         Returns:
             401 ``{"error": "unauthorized"}`` — missing or wrong bearer token (nothing else looked at);
             413 ``{"error": "payload_too_large"}`` — more than ``max_body_bytes`` after decoding;
-            400 ``{"error": "malformed_json" | "invalid_payload" | "invalid_base64", "detail"}``;
+            400 ``{"error": "malformed_json" | "invalid_payload" | "invalid_base64" | "too_many_alerts",
+            "detail"}``;
             202 / 200 / 503 with ``{"started": [{"node", "execution_id", "fingerprint"}],
             "cancelled": [{"node", "epoch", "fingerprint"}], "duplicates": int,
             "ignored": [{"fingerprint", "node", "reason"}], "failed": [{"fingerprint", "node", "error"}],
@@ -465,6 +483,13 @@ class WebhookIntake:
         if isinstance(parsed, WebhookResponse):
             self.log.warning("webhook: %s: %s", parsed.body["error"], parsed.body["detail"])
             return parsed
+        if len(parsed.alerts) > self.max_alerts:
+            detail = (
+                f"{len(parsed.alerts)} alerts in one request; the limit is {self.max_alerts} "
+                f"(set max_alerts: {self.max_alerts} on the Alertmanager webhook receiver)"
+            )
+            self.log.warning("webhook: too_many_alerts: %s", detail)
+            return _error(400, "too_many_alerts", detail)
         self.guard.bind_invocation(lambda_context)
         return self.process(parsed)
 
@@ -490,9 +515,18 @@ class WebhookIntake:
         work: list[tuple[Alert, str]] = []
         for alert in payload.alerts:
             node = node_of(alert.labels, self.node_labels)
+            problem = None if node is None else dns1123_subdomain_problem(node)
             if node is None:
                 summary.ignored.append(
                     {"fingerprint": alert.fingerprint, "node": None, "reason": "no_node_label"}
+                )
+            elif problem is not None:
+                summary.ignored.append(
+                    {
+                        "fingerprint": alert.fingerprint,
+                        "node": node[:DNS1123_SUBDOMAIN_MAX],
+                        "reason": f"invalid_node_name:{problem}",
+                    }
                 )
             else:
                 work.append((alert, node))
