@@ -28,6 +28,7 @@ from rightsizer.domain.catalog import HOURS_PER_MONTH
 from rightsizer.domain.periods import Period
 from rightsizer.domain.planner import plan
 from rightsizer.domain.policy import Policy
+from rightsizer.ports import ScalingGroup
 from rightsizer.render import render_plan, render_status
 
 DEV_GROUP = "gpu-dev"
@@ -103,7 +104,7 @@ def run_demo(*, json_output: bool = False, out: TextIO | None = None, err: TextI
 
         # 1. the scheduled assessment: plan table, then one drain per scale_in action
         a10g_asg = env.asg_name("gpu-a10g")
-        before = scaler.group_sizes(a10g_asg)
+        before = scaler.describe_group(a10g_asg)
         first = plan(runtime.observe(now), policy, now)
         say("")
         say("== Scheduled assessment ==")
@@ -116,7 +117,7 @@ def run_demo(*, json_output: bool = False, out: TextIO | None = None, err: TextI
         )
         summary = run_assessment(runtime.assessment(starter=runner), now, "demo-tick-1")
         results = {eid: runner.results.get(eid) for eid in summary.started}
-        after = scaler.group_sizes(a10g_asg)
+        after = scaler.describe_group(a10g_asg)
         removed: list[dict[str, str]] = []
         resized: list[dict[str, Any]] = []
         for eid, result in results.items():
@@ -137,13 +138,13 @@ def run_demo(*, json_output: bool = False, out: TextIO | None = None, err: TextI
         say("")
         say("== Node group gpu-a10g (read from its Auto Scaling group) ==")
         say(
-            f"before: min {before[0]} / desired {before[1]} / max {before[2]}, {len(before[3])} instances in service"
+            f"before: min {before.sizes.min} / desired {before.sizes.desired} / max {before.sizes.max}, {len(before.in_service)} instances in service"
         )
         say(
-            f"after:  min {after[0]} / desired {after[1]} / max {after[2]}, {len(after[3])} instances in service"
+            f"after:  min {after.sizes.min} / desired {after.sizes.desired} / max {after.sizes.max}, {len(after.in_service)} instances in service"
         )
         for r in removed:
-            gone = r["instance_id"] not in after[3] and writer.get_node(r["node"]) is None
+            gone = r["instance_id"] not in after.in_service and writer.get_node(r["node"]) is None
             say(f"removed {r['node']} ({r['instance_id']}): instance terminated, Node gone: {gone}")
         if resized:
             say("")
@@ -164,7 +165,7 @@ def run_demo(*, json_output: bool = False, out: TextIO | None = None, err: TextI
         outcome["assessment"] = {
             "verdicts": summary.verdicts,
             "removed": removed,
-            "node_group": {"name": "gpu-a10g", "before": list(before[:3]), "after": list(after[:3])},
+            "node_group": {"name": "gpu-a10g", "before": _sizes(before), "after": _sizes(after)},
             "resized": resized,
             "ledger": [
                 {
@@ -183,21 +184,23 @@ def run_demo(*, json_output: bool = False, out: TextIO | None = None, err: TextI
 
         # 2. off-hours down/up on the dev node group
         dev_asg = env.asg_name(DEV_GROUP)
-        dev_before = scaler.group_sizes(dev_asg)
+        dev_before = scaler.describe_group(dev_asg)
         off_deps = runtime.offhours()
         say("")
         say(
             f"== Off-hours on {DEV_GROUP} (schedule 'nights': {_hhmm(now - timedelta(hours=1))}-{_hhmm(now + timedelta(hours=1))} UTC) =="
         )
-        say(f"before: min {dev_before[0]} / desired {dev_before[1]} / max {dev_before[2]}")
+        say(
+            f"before: min {dev_before.sizes.min} / desired {dev_before.sizes.desired} / max {dev_before.sizes.max}"
+        )
         down_ticks = _converge(
             lambda: run_offhours(off_deps, datetime.now(UTC)),
             env.settle,
-            done=lambda: scaler.group_sizes(dev_asg)[1] == 0,
+            done=lambda: scaler.describe_group(dev_asg).sizes.desired == 0,
         )
-        dev_down = scaler.group_sizes(dev_asg)
+        dev_down = scaler.describe_group(dev_asg)
         say(
-            f"down ({down_ticks} tick(s)): min {dev_down[0]} / desired {dev_down[1]} / max {dev_down[2]}, "
+            f"down ({down_ticks} tick(s)): min {dev_down.sizes.min} / desired {dev_down.sizes.desired} / max {dev_down.sizes.max}, "
             f"saved {_saved(state, DEV_GROUP)}"
         )
         later = datetime.now(UTC) + timedelta(hours=3)
@@ -207,16 +210,16 @@ def run_demo(*, json_output: bool = False, out: TextIO | None = None, err: TextI
             done=lambda: state.get_sizes(DEV_GROUP) is None,
             pause=1.0,
         )
-        dev_up = scaler.group_sizes(dev_asg)
-        exact = tuple(dev_up[:3]) == tuple(dev_before[:3])
+        dev_up = scaler.describe_group(dev_asg)
+        exact = dev_up.sizes == dev_before.sizes
         say(
-            f"up ({up_ticks} tick(s)): min {dev_up[0]} / desired {dev_up[1]} / max {dev_up[2]} — exact restore: {exact}"
+            f"up ({up_ticks} tick(s)): min {dev_up.sizes.min} / desired {dev_up.sizes.desired} / max {dev_up.sizes.max} — exact restore: {exact}"
         )
         outcome["offhours"] = {
             "node_group": DEV_GROUP,
-            "before": list(dev_before[:3]),
-            "down": list(dev_down[:3]),
-            "up": list(dev_up[:3]),
+            "before": _sizes(dev_before),
+            "down": _sizes(dev_down),
+            "up": _sizes(dev_up),
             "exact_restore": exact,
         }
         # 3. what `rightsizer status --stack` shows a deployment: read back from the same state table
@@ -232,7 +235,7 @@ def run_demo(*, json_output: bool = False, out: TextIO | None = None, err: TextI
         say("")
         say(f"demo finished in {outcome['duration_s']} s")
     resized_ok = len(resized) == len(resizes) and all(r["ok"] for r in resized)
-    ok = bool(removed) and after[1] == before[1] - len(removed) and exact and resized_ok
+    ok = bool(removed) and after.sizes.desired == before.sizes.desired - len(removed) and exact and resized_ok
     outcome["ok"] = ok
     if json_output:
         out.write(json.dumps(outcome, indent=2, default=str) + "\n")
@@ -262,6 +265,11 @@ def _resize_report(env: Any, writer: Any, record: Any, ok: bool) -> dict[str, An
     }
     report["ok"] = ok and report["ec2_type"] == want and report["node_type"] == want and ready
     return report
+
+
+def _sizes(group: ScalingGroup) -> list[int]:
+    """[min, desired, max] of an Auto Scaling group, the demo's JSON shape."""
+    return [group.sizes.min, group.sizes.desired, group.sizes.max]
 
 
 def _saved(state: Any, group: str) -> str:

@@ -9,9 +9,12 @@ ports, unchanged.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple, Protocol
+
+from rightsizer.domain.model import GroupSizes
 
 JSON = dict[str, Any]
 
@@ -198,15 +201,66 @@ class ClusterWriter(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class ScalingGroup:
+    """An Auto Scaling group as ``DescribeAutoScalingGroups`` shows it now, reduced to what we act on.
+
+    ``sizes`` are MinSize / DesiredCapacity / MaxSize (instances); ``in_service`` the ids of the members
+    whose ``LifecycleState`` is ``InService``; ``members`` the ids of every member in any state (Pending,
+    Terminating, Standby …); ``tags`` the group's tags (the opt-in rule reads them).
+    """
+
+    name: str
+    sizes: GroupSizes
+    in_service: frozenset[str]
+    members: frozenset[str]
+    tags: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class TerminateResult:
+    """Outcome of a targeted scale-in (``TerminateInstanceInAutoScalingGroup``): DesiredCapacity before
+    and after (instances); ``already_done`` means no terminate call was made this time (the instance was
+    already Terminating/Terminated or gone); ``activity_id`` is the scaling activity AWS started."""
+
+    asg_name: str
+    instance_id: str
+    desired_before: int
+    desired_after: int
+    already_done: bool
+    activity_id: str | None = None
+
+
+class ScalingFailure(NamedTuple):
+    """One failed Auto Scaling activity (``DescribeScalingActivities``, ``StatusCode`` ``Failed``).
+
+    ``code`` is the AWS error code found in the activity's status message or description (e.g.
+    ``InsufficientInstanceCapacity``), None when the message names none; ``started_at`` is aware UTC.
+    """
+
+    activity_id: str
+    started_at: datetime | None
+    status: str
+    code: str | None
+    message: str
+
+
 class NodeScaler(Protocol):
-    """Auto Scaling group membership, sizes and targeted scale-in (docs/architecture.md §4 "Remove")."""
+    """Auto Scaling: group membership, sizes, targeted scale-in and scaling activities
+    (docs/architecture.md §4 "Remove", "Off-hours"). Managed node groups are Auto Scaling groups underneath.
+
+    Raises (every method):
+        StalePlan: the group does not exist (any more).
+        TransientError: throttling, 5xx, connection failures.
+        PermanentError: access denied, validation errors.
+    """
 
     def find_group(self, instance_id: str) -> str | None:
         """The Auto Scaling group of the instance (DescribeAutoScalingInstances), None when standalone."""
         ...
 
-    def group_sizes(self, asg_name: str) -> tuple[int, int, int, frozenset[str]]:
-        """(MinSize, DesiredCapacity, MaxSize, InService instance ids) of the group, read fresh."""
+    def describe_group(self, asg_name: str) -> ScalingGroup:
+        """Sizes, members and tags of the group, read fresh (DescribeAutoScalingGroups)."""
         ...
 
     def opt_in_refusal(self, asg_name: str, cluster: str) -> str | None:
@@ -214,10 +268,15 @@ class NodeScaler(Protocol):
         read fresh), or None when it opted in: ``rightsizer.io/enabled=true`` and ``eks:cluster-name``."""
         ...
 
-    def terminate(self, asg_name: str, instance_id: str) -> tuple[int, int, bool]:
+    def terminate(self, asg_name: str, instance_id: str) -> TerminateResult:
         """``TerminateInstanceInAutoScalingGroup(ShouldDecrementDesiredCapacity=True)`` for exactly that
-        instance, after checking DesiredCapacity − 1 ≥ MinSize; returns (desired before, desired after,
-        already done). Never followed by UpdateNodegroupConfig."""
+        instance, after checking DesiredCapacity − 1 ≥ MinSize (else ``ActionRefusedError``
+        ``node_group_at_min_size``). Never followed by UpdateNodegroupConfig."""
+        ...
+
+    def failed_activities(self, asg_name: str, since: datetime) -> list[ScalingFailure]:
+        """Failed scaling activities of the group that started at or after ``since`` (aware), newest
+        first (``DescribeScalingActivities``)."""
         ...
 
 
@@ -286,40 +345,49 @@ class NodeGroupInfo(NamedTuple):
     ``asg_name`` is ``resources.autoScalingGroups[0].name`` (None while EKS has not created it yet);
     ``status`` the node group status (``ACTIVE``, ``UPDATING``, ``DEGRADED`` ...); ``tags`` the node group's
     tags (``rightsizer.io/offhours=<schedule>`` selects it); ``health_issues`` the codes of
-    ``health.issues[]`` (e.g. ``AsgInstanceLaunchFailures`` during a restore that lacks capacity, BUG-27).
+    ``health.issues[]`` (e.g. ``AsgInstanceLaunchFailures`` during a restore that lacks capacity, BUG-27);
+    ``scaling`` the node group's ``scalingConfig`` (what EKS was last told; off-hours reads the sizes that
+    count from the Auto Scaling group, :meth:`NodeScaler.describe_group`).
     """
 
     asg_name: str | None
     status: str
     tags: dict[str, str]
     health_issues: tuple[str, ...] = ()
+    scaling: GroupSizes | None = None
 
 
-class ScalingFailure(NamedTuple):
-    """One failed Auto Scaling activity (``DescribeScalingActivities``, ``StatusCode`` ``Failed``).
+@dataclass(frozen=True, slots=True)
+class NodeGroupUpdate:
+    """Outcome of ``NodeGroupSizer.update_sizes``: the node group's ``scalingConfig`` before and after;
+    ``update_id`` of the ``UpdateNodegroupConfig`` call, None when ``already_done`` (sizes already
+    matched, no call made); ``attempts`` = reads of the group it took (a busy group is waited for)."""
 
-    ``code`` is the AWS error code found in the activity's status message or description (e.g.
-    ``InsufficientInstanceCapacity``), None when the message names none; ``started_at`` is aware UTC.
-    """
+    cluster: str
+    nodegroup: str
+    before: GroupSizes
+    after: GroupSizes
+    update_id: str | None
+    already_done: bool
+    attempts: int
 
-    activity_id: str
-    started_at: datetime | None
-    status: str
-    code: str | None
-    message: str
+    @property
+    def changed(self) -> bool:
+        """True when an ``UpdateNodegroupConfig`` call was made."""
+        return not self.already_done
 
 
 class NodeGroupSizer(Protocol):
     """Managed node group sizing for off-hours (EKS ``UpdateNodegroupConfig``, managed groups only).
 
-    Sizes themselves are read from the Auto Scaling group through :meth:`NodeScaler.group_sizes` (design
-    §4: "Sizes are read from the ASG"); this port changes them and reports how the group is doing.
+    Sizes themselves are read from the Auto Scaling group through :meth:`NodeScaler.describe_group`
+    (docs/architecture.md §4: "Sizes are read from the ASG"); this port lists node groups and changes them.
 
     Raises (every method):
-        StalePlan: the node group or Auto Scaling group does not exist (any more).
+        StalePlan: the node group does not exist (any more).
         TransientError: throttling, 5xx, a group still busy (``ResourceInUseException``, ``UPDATING``).
         PermanentError: access denied, a failed node group, sizes AWS rejects.
-        ConfigError: sizes that fail local validation (no AWS call made).
+        ConfigError: sizes that fail local validation (``maxSize`` 0; no AWS call made).
     """
 
     def list_nodegroups(self, cluster: str) -> list[str]:
@@ -327,18 +395,9 @@ class NodeGroupSizer(Protocol):
         ...
 
     def describe(self, cluster: str, nodegroup: str) -> NodeGroupInfo:
-        """The node group's Auto Scaling group name, status, tags and health issue codes."""
+        """The node group's Auto Scaling group name, status, tags, health issue codes and ``scalingConfig``."""
         ...
 
-    def update_sizes(self, cluster: str, nodegroup: str, min_size: int, desired: int, max_size: int) -> bool:
-        """Set min, desired and max together (validated locally: 0 ≤ min ≤ desired ≤ max, max ≥ 1).
-
-        Returns:
-            True when an ``UpdateNodegroupConfig`` call was made, False when the sizes already matched.
-        """
-        ...
-
-    def failed_activities(self, asg_name: str, since: datetime) -> list[ScalingFailure]:
-        """Failed scaling activities of the Auto Scaling group that started at or after ``since``,
-        newest first (``DescribeScalingActivities``)."""
+    def update_sizes(self, cluster: str, nodegroup: str, sizes: GroupSizes) -> NodeGroupUpdate:
+        """Set min, desired and max together (``UpdateNodegroupConfig``); no call when they already match."""
         ...

@@ -35,6 +35,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Literal, Protocol, runtime_checkable
 
 from rightsizer.domain.errors import StalePlan
+from rightsizer.domain.model import GroupSizes
 
 __all__ = [
     "LEDGER_RESULTS",
@@ -45,7 +46,6 @@ __all__ = [
     "BudgetSlots",
     "ConflictError",
     "EvictedPod",
-    "GroupSizes",
     "Lease",
     "LeaseLostError",
     "LeaseStore",
@@ -441,19 +441,6 @@ class WorkflowRecords(Protocol):
 # --------------------------------------------------------------------------------------------------
 # Off-hours saved sizes
 # --------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class GroupSizes:
-    """A node group's sizes (instances), as read from its Auto Scaling group."""
-
-    min: int
-    desired: int
-    max: int
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.min <= self.desired <= self.max:
-            raise ValueError(f"sizes must satisfy 0 ≤ min ≤ desired ≤ max, got {self}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,25 +12,24 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError, ParamValidationError
 
-from rightsizer.adapters.aws import (
+from rightsizer.adapters.autoscaling import AutoScalingGroups
+from rightsizer.adapters.aws import AwsClients, AwsInventory
+from rightsizer.adapters.aws_errors import (
     ActionRefusedError,
-    AsgScaler,
-    AwsClients,
-    AwsInventory,
     AwsPermanentError,
     AwsStalePlan,
     AwsTransientError,
-    EksNodeGroupSizer,
-    GroupSizes,
     map_aws_error,
 )
 from rightsizer.adapters.ec2_resize import Ec2Resizer, preflight_fits
+from rightsizer.adapters.eks_nodegroups import EksNodeGroups
 from rightsizer.domain.errors import (
     ConfigError,
     PermanentError,
     StalePlan,
     TransientError,
 )
+from rightsizer.domain.model import GroupSizes
 from rightsizer.testing.moto_eks import (
     BuiltCluster,
     NodeGroupReconciler,
@@ -87,7 +86,7 @@ def test_terminate_removes_exactly_the_drained_instance_and_decrements_once(
     asg_calls, eks_calls = record_calls(aws_clients.autoscaling), record_calls(aws_clients.eks)
 
     # WHEN we remove node b
-    result = AsgScaler(aws_clients.autoscaling).terminate_instance(group.asg_name, node_b)
+    result = AutoScalingGroups(aws_clients.autoscaling).terminate(group.asg_name, node_b)
     eks_calls_by_scaler = list(eks_calls.operations)
     reconciler.reconcile()
     reconciler.reconcile()
@@ -108,11 +107,11 @@ def test_terminate_removes_exactly_the_drained_instance_and_decrements_once(
 def test_terminate_is_idempotent(aws_clients: AwsClients, gpu_cluster: BuiltCluster) -> None:
     group = gpu_cluster.nodegroups["gpu-a10g"]
     victim = group.instance_ids[1]
-    scaler = AsgScaler(aws_clients.autoscaling)
-    scaler.terminate_instance(group.asg_name, victim)
+    scaler = AutoScalingGroups(aws_clients.autoscaling)
+    scaler.terminate(group.asg_name, victim)
     calls = record_calls(aws_clients.autoscaling)
 
-    again = scaler.terminate_instance(group.asg_name, victim)
+    again = scaler.terminate(group.asg_name, victim)
 
     assert again.already_done
     assert (again.desired_before, again.desired_after) == (2, 2)
@@ -127,7 +126,7 @@ def test_terminate_refused_at_min_size(aws_clients: AwsClients, gpu_cluster: Bui
     calls = record_calls(aws_clients.autoscaling)
 
     with pytest.raises(ActionRefusedError) as refused:
-        AsgScaler(aws_clients.autoscaling).terminate_instance(group.asg_name, group.instance_ids[0])
+        AutoScalingGroups(aws_clients.autoscaling).terminate(group.asg_name, group.instance_ids[0])
 
     assert refused.value.reasons == ("node_group_at_min_size",)
     assert isinstance(refused.value, PermanentError)
@@ -143,7 +142,7 @@ def test_terminate_of_an_instance_in_another_group_is_stale(
     calls = record_calls(aws_clients.autoscaling)
 
     with pytest.raises(StalePlan):
-        AsgScaler(aws_clients.autoscaling).terminate_instance(a10g.asg_name, l4.instance_ids[0])
+        AutoScalingGroups(aws_clients.autoscaling).terminate(a10g.asg_name, l4.instance_ids[0])
 
     assert calls.count("TerminateInstanceInAutoScalingGroup") == 0
     assert _state(aws_clients, l4.instance_ids[0]) == "running"
@@ -151,11 +150,12 @@ def test_terminate_of_an_instance_in_another_group_is_stale(
 
 def test_group_sizes_come_from_the_asg(aws_clients: AwsClients, gpu_cluster: BuiltCluster) -> None:
     group = gpu_cluster.nodegroups["gpu-a10g"]
-    sizes = AsgScaler(aws_clients.autoscaling).group_sizes(group.asg_name)
-    assert sizes == GroupSizes(1, 3, 6, tuple(sizes.instance_ids))
-    assert sorted(sizes.instance_ids) == sorted(group.instance_ids)
+    described = AutoScalingGroups(aws_clients.autoscaling).describe_group(group.asg_name)
+    assert described.sizes == GroupSizes(1, 3, 6)
+    assert described.in_service == described.members == frozenset(group.instance_ids)
+    assert described.tags["eks:cluster-name"] == CLUSTER
     with pytest.raises(StalePlan):
-        AsgScaler(aws_clients.autoscaling).group_sizes("no-such-group")
+        AutoScalingGroups(aws_clients.autoscaling).describe_group("no-such-group")
 
 
 # --------------------------------------------------------------------------------- node group sizing
@@ -164,13 +164,13 @@ def test_group_sizes_come_from_the_asg(aws_clients: AwsClients, gpu_cluster: Bui
 def test_update_sizes_sends_all_three_and_the_asg_follows(
     aws_clients: AwsClients, gpu_cluster: BuiltCluster, reconciler: NodeGroupReconciler
 ) -> None:
-    sizer = EksNodeGroupSizer(aws_clients.eks, sleep=pytest.fail)
+    sizer = EksNodeGroups(aws_clients.eks, sleep=pytest.fail)
 
-    result = sizer.update_sizes(CLUSTER, "gpu-a10g", 0, 1, 4)
+    result = sizer.update_sizes(CLUSTER, "gpu-a10g", GroupSizes(0, 1, 4))
     reconciler.reconcile()
 
-    assert not result.already_done
-    assert (result.before.min_size, result.before.desired, result.before.max_size) == (1, 3, 6)
+    assert result.changed and not result.already_done
+    assert (result.before, result.after) == (GroupSizes(1, 3, 6), GroupSizes(0, 1, 4))
     assert _scaling_config(aws_clients, "gpu-a10g") == {"minSize": 0, "desiredSize": 1, "maxSize": 4}
     asg = _asg(aws_clients, gpu_cluster.nodegroups["gpu-a10g"].asg_name)
     assert (asg["MinSize"], asg["DesiredCapacity"], asg["MaxSize"]) == (0, 1, 4)
@@ -181,29 +181,32 @@ def test_update_sizes_with_unchanged_sizes_makes_no_update(
     aws_clients: AwsClients, gpu_cluster: BuiltCluster
 ) -> None:
     calls = record_calls(aws_clients.eks)
-    result = EksNodeGroupSizer(aws_clients.eks).update_sizes(CLUSTER, "gpu-a10g", 1, 3, 6)
+    result = EksNodeGroups(aws_clients.eks).update_sizes(CLUSTER, "gpu-a10g", GroupSizes(1, 3, 6))
     assert result.already_done
     assert calls.count("UpdateNodegroupConfig") == 0
 
 
 @pytest.mark.parametrize(
-    ("sizes", "field"),
-    [
-        ((1, 7, 6), "scalingConfig.desiredSize"),  # desired > max
-        ((3, 2, 6), "scalingConfig.minSize"),  # min > desired
-        ((-1, 0, 6), "scalingConfig.minSize"),
-        ((0, 0, 0), "scalingConfig.maxSize"),  # max >= 1
-    ],
+    "sizes",
+    [(1, 7, 6), (3, 2, 6), (-1, 0, 6), (0, 0, -1), (True, 1, 2), (0, 1.5, 2)],
+    ids=["desired>max", "min>desired", "negative", "max<0", "bool", "float"],
 )
-def test_update_sizes_refuses_inconsistent_sizes_without_calling_aws(
-    aws_clients: AwsClients, gpu_cluster: BuiltCluster, sizes: tuple[int, int, int], field: str
+def test_inconsistent_sizes_cannot_be_expressed(sizes: tuple[Any, Any, Any]) -> None:
+    # The one GroupSizes of the code base checks 0 <= min <= desired <= max and integers on construction,
+    # so no adapter can be handed sizes that AWS (or moto, which accepts anything) would hold wrongly.
+    with pytest.raises(ValueError, match="size"):
+        GroupSizes(*sizes)
+
+
+def test_update_sizes_refuses_max_zero_without_calling_aws(
+    aws_clients: AwsClients, gpu_cluster: BuiltCluster
 ) -> None:
     calls = record_calls(aws_clients.eks)
 
     with pytest.raises(ConfigError) as refused:
-        EksNodeGroupSizer(aws_clients.eks).update_sizes(CLUSTER, "gpu-a10g", *sizes)
+        EksNodeGroups(aws_clients.eks).update_sizes(CLUSTER, "gpu-a10g", GroupSizes(0, 0, 0))
 
-    assert refused.value.field == field
+    assert refused.value.field == "scalingConfig.maxSize"
     assert calls.operations == []
     assert _scaling_config(aws_clients, "gpu-a10g") == {"minSize": 1, "desiredSize": 3, "maxSize": 6}
 
@@ -215,8 +218,8 @@ def test_update_sizes_waits_and_retries_on_resource_in_use(
     fired = inject_error_once(aws_clients.eks, "UpdateNodegroupConfig", "ResourceInUseException", status=409)
     sleeps: list[float] = []
 
-    result = EksNodeGroupSizer(aws_clients.eks, sleep=sleeps.append, delay_s=7.0).update_sizes(
-        CLUSTER, "gpu-a10g", 1, 2, 6
+    result = EksNodeGroups(aws_clients.eks, sleep=sleeps.append, delay_s=7.0).update_sizes(
+        CLUSTER, "gpu-a10g", GroupSizes(1, 2, 6)
     )
 
     assert fired == [1]
@@ -236,8 +239,8 @@ def test_update_sizes_gives_up_after_bounded_attempts(
         )
     sleeps: list[float] = []
     with pytest.raises(TransientError):
-        EksNodeGroupSizer(aws_clients.eks, sleep=sleeps.append, max_attempts=3, delay_s=1.0).update_sizes(
-            CLUSTER, "gpu-a10g", 1, 2, 6
+        EksNodeGroups(aws_clients.eks, sleep=sleeps.append, max_attempts=3, delay_s=1.0).update_sizes(
+            CLUSTER, "gpu-a10g", GroupSizes(1, 2, 6)
         )
     assert sleeps == [1.0, 1.0]
 
@@ -257,7 +260,9 @@ def test_update_sizes_never_retries_invalid_parameter(
     sleeps: list[float] = []
 
     with pytest.raises(AwsPermanentError) as failed:
-        EksNodeGroupSizer(aws_clients.eks, sleep=sleeps.append).update_sizes(CLUSTER, "gpu-a10g", 1, 2, 6)
+        EksNodeGroups(aws_clients.eks, sleep=sleeps.append).update_sizes(
+            CLUSTER, "gpu-a10g", GroupSizes(1, 2, 6)
+        )
 
     assert failed.value.code == "InvalidParameterException"
     assert calls.count("UpdateNodegroupConfig") == 1
@@ -273,7 +278,7 @@ def test_instance_type_change_of_a_managed_node_group_is_refused_with_blue_green
     calls = record_calls(aws_clients.eks)
 
     with pytest.raises(ActionRefusedError) as refused:
-        EksNodeGroupSizer(aws_clients.eks).refuse_instance_type_change(CLUSTER, "gpu-a10g", "g5.xlarge")
+        EksNodeGroups(aws_clients.eks).refuse_instance_type_change(CLUSTER, "gpu-a10g", "g5.xlarge")
 
     message = str(refused.value)
     assert refused.value.reasons == ("immutable_instance_type",)
@@ -457,7 +462,7 @@ def test_background_reconciler_mirrors_the_asg_back_to_the_node_group(
     with NodeGroupReconciler(aws_clients, CLUSTER, region=REGION) as mirror:
         mirror.reconcile()
         mirror.start(interval_s=0.05)
-        AsgScaler(aws_clients.autoscaling).terminate_instance(group.asg_name, group.instance_ids[0])
+        AutoScalingGroups(aws_clients.autoscaling).terminate(group.asg_name, group.instance_ids[0])
         deadline = time.monotonic() + 5
         while _scaling_config(aws_clients, "gpu-a10g")["desiredSize"] != 2 and time.monotonic() < deadline:
             time.sleep(0.05)

@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from rightsizer.adapters.aws import AsgScaler
+from rightsizer.adapters.autoscaling import AutoScalingGroups
 from rightsizer.domain.planner import plan
 from rightsizer.domain.policy import Policy
 from rightsizer.domain.usage import ENERGY, GPU_UTIL
@@ -282,7 +282,7 @@ def test_terminated_instance_takes_its_node_away_within_a_second(env: DemoEnviro
     assert env.double.list_pods(node)
 
     # WHEN the Act adapter removes exactly that instance from its group
-    result = AsgScaler(env.clients.autoscaling).terminate_instance(env.asg_name("gpu-a10g"), instance)
+    result = AutoScalingGroups(env.clients.autoscaling).terminate(env.asg_name("gpu-a10g"), instance)
     terminated = time.monotonic()
 
     # THEN the Node and the pods bound to it are gone within a second, and so are its series

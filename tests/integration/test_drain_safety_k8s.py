@@ -13,7 +13,7 @@ import pytest
 import yaml
 from botocore.credentials import ReadOnlyCredentials
 
-from rightsizer.adapters.asg_scaler import AsgNodeScaler
+from rightsizer.adapters.autoscaling import AutoScalingGroups
 from rightsizer.adapters.aws import AwsClients
 from rightsizer.adapters.eks_auth import EksTokenSource
 from rightsizer.adapters.kubernetes import KubernetesCluster
@@ -210,9 +210,10 @@ def test_node_local_data_on_moto_auto_scaling(
         double.add_pvc(pvc("data-db-0", "pv-1"))
         affinity = {"kubernetes.io/hostname": ["gpu-1"]}
         double.add_pv(pv("pv-1", local_path="/mnt/nvme0", affinity=affinity) if local else pv("pv-1"))
-        scaler = AsgNodeScaler(aws_clients.autoscaling)
+        scaler = AutoScalingGroups(aws_clients.autoscaling)
         status, _ = drain(double, clock, scaler, cluster_name=gpu_cluster.cluster)
-    _min, desired, _max, in_service = scaler.group_sizes(group.asg_name)
+    described = scaler.describe_group(group.asg_name)
+    desired, in_service = described.sizes.desired, described.in_service
     if local:
         assert status == "abandoned"
         assert desired == 3 and group.instance_ids[0] in in_service

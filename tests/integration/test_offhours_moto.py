@@ -20,11 +20,12 @@ import pytest
 from botocore.awsrequest import AWSResponse
 from botocore.compat import HTTPHeaders
 
+from rightsizer.adapters.autoscaling import AutoScalingGroups
 from rightsizer.adapters.aws import AwsClients, make_clients
 from rightsizer.adapters.dynamodb_state import DynamoDbState
 from rightsizer.adapters.eks_nodegroups import EksNodeGroups
 from rightsizer.config import OffhoursConfig, OffhoursGroup
-from rightsizer.domain.model import TAG_ENABLED
+from rightsizer.domain.model import TAG_ENABLED, GroupSizes
 from rightsizer.domain.periods import Period
 from rightsizer.domain.policy import Policy
 from rightsizer.services.drain import DrainDeps
@@ -37,7 +38,6 @@ from rightsizer.services.offhours import (
     ready_gpu_nodes,
     run_offhours,
 )
-from rightsizer.state import GroupSizes
 from rightsizer.testing.dynamodb_table import create_state_table
 from rightsizer.testing.moto_eks import (
     BuiltCluster,
@@ -107,6 +107,7 @@ class Env:
     cluster: FakeCluster
     lifecycle: AsgNodeLifecycle
     groups: EksNodeGroups
+    scaler: AutoScalingGroups
     state: DynamoDbState
     deps: OffhoursDeps
     clock: list[datetime]
@@ -125,8 +126,8 @@ class Env:
     def asg(self, nodegroup: str = GROUP) -> tuple[int, int, int, int]:
         info = self.groups.describe(CLUSTER, nodegroup)
         assert info.asg_name is not None
-        min_size, desired, max_size, ids = self.groups.group_sizes(info.asg_name)
-        return min_size, desired, max_size, len(ids)
+        group = self.scaler.describe_group(info.asg_name)
+        return group.sizes.min, group.sizes.desired, group.sizes.max, len(group.in_service)
 
 
 @pytest.fixture
@@ -146,13 +147,14 @@ def env(
     lifecycle()
     # Its own clients, so that call counts see the product's calls and not the reconciler's.
     product = make_clients(REGION, endpoint_url=moto_server.endpoint_url, session=boto_session)
-    groups = EksNodeGroups(product, sleep=lambda _s: None, delay_s=0.0)
+    groups = EksNodeGroups(product.eks, sleep=lambda _s: None, delay_s=0.0)
+    scaler = AutoScalingGroups(product.autoscaling)
     assessor = FakeAssessor(cluster)
     policy = Policy(dry_run=False)
     clock = [SATURDAY]
     drain_deps = DrainDeps(
         cluster=cluster,
-        scaler=groups,
+        scaler=scaler,
         assessor=assessor,
         state=state,
         policy=policy,
@@ -168,14 +170,14 @@ def env(
         policy=policy,
         nodes=cluster,
         sizer=groups,
-        scaler=groups,
+        scaler=scaler,
         assessor=assessor,
         state=state,
         starter=normal,
         forced_starter=forced,
         dry_run=False,
     )
-    yield Env(aws_clients, product, cluster, lifecycle, groups, state, deps, clock)
+    yield Env(aws_clients, product, cluster, lifecycle, groups, scaler, state, deps, clock)
 
 
 def _nodes(env: Env, group: str = GROUP) -> list[str]:

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from botocore.credentials import ReadOnlyCredentials
 
-from rightsizer.adapters.asg_scaler import AsgNodeScaler
+from rightsizer.adapters.autoscaling import AutoScalingGroups
 from rightsizer.adapters.aws import AwsClients
 from rightsizer.adapters.ec2_resize import Ec2Resizer
 from rightsizer.adapters.eks_auth import EksTokenSource
@@ -76,7 +76,7 @@ class World:
             self.double.base_url, EksTokenSource("prod-eks", "us-east-1", lambda: CREDS)
         )
         deps = DrainDeps(
-            cluster, AsgNodeScaler(self.clients.autoscaling), UnderutilizedAssessor(), MemoryState("prod-eks"),
+            cluster, AutoScalingGroups(self.clients.autoscaling), UnderutilizedAssessor(), MemoryState("prod-eks"),
             policy, dry_run=False,
         )  # fmt: skip
         changer = Ec2Resizer(self.clients.ec2, self.clients.autoscaling)

@@ -31,13 +31,13 @@ from moto.server import ThreadedMotoServer
 from rightsizer.adapters.dynamodb_state import DynamoDbState
 from rightsizer.adapters.memory_state import MemoryState
 from rightsizer.domain.errors import ConfigError
+from rightsizer.domain.model import GroupSizes
 from rightsizer.state import (
     REFUSAL_AT_MIN_SIZE,
     REFUSAL_BUDGET_EXHAUSTED,
     REFUSAL_SLOT_HELD,
     ConflictError,
     EvictedPod,
-    GroupSizes,
     Lease,
     LeaseLostError,
     LedgerEntry,

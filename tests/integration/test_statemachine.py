@@ -461,7 +461,7 @@ def test_full_drain_runs_every_step_and_removes_exactly_that_instance(world: Wor
     assert steps[0] == "start" and "rollback" not in steps
     assert run.output["drain"]["status"] == "succeeded"
     assert world.scaler.terminated == [INSTANCE]
-    assert world.scaler.group_sizes(ASG)[1] == 2
+    assert world.scaler.describe_group(ASG).sizes.desired == 2
     assert {e[3] for e in world.cluster.evictions} == {"accepted"}
     assert "Wait" in run.states  # pods took their grace period: the waiting happened in the state machine
     record = world.state.load("gpu-node-k-0123456789abcdef")
@@ -520,7 +520,9 @@ def test_bug32_drain_longer_than_an_invocation_resumes_from_the_persisted_step(w
     assert run.status == "SUCCEEDED", (run.error, run.cause, world.state.load("gpu-node-k-0123456789abcdef"))
     assert run.retried.count("Sandbox.Timedout") == 2
     assert world.scaler.terminated == [INSTANCE]
-    assert [c for c in world.cluster.calls if c[0] == "cordon"] and world.scaler.group_sizes(ASG)[1] == 2
+    assert [c for c in world.cluster.calls if c[0] == "cordon"] and world.scaler.describe_group(
+        ASG
+    ).sizes.desired == 2
     accepted = [e for e in world.cluster.evictions if e[3] == "accepted"]
     assert sorted(e[1] for e in accepted) == sorted([*(f"worker-{i}" for i in range(5)), "trainer-2"])
     assert len({e[2] for e in accepted}) == len(accepted)  # no pod UID evicted twice
@@ -546,7 +548,7 @@ def test_deadline_rolls_back_with_no_scaling_call(world: World) -> None:
     record = world.state.load("gpu-node-k-0123456789abcdef")
     assert record is not None and record.status == "rolled_back"
     assert [c for c in world.scaler.calls if c[0] == "terminate"] == []
-    assert world.scaler.group_sizes(ASG)[1] == 3
+    assert world.scaler.describe_group(ASG).sizes.desired == 3
     # AND our cordon is undone, the lease and the slot are released
     assert "rightsizer.io/cordoned-by" not in node_annotations(world.cluster)
     assert world.state.get(NODE) is None and world.state.slots() == []

@@ -20,9 +20,10 @@ from rightsizer.adapters.aws import AwsClients
 from rightsizer.adapters.dynamodb_plans import DynamoDbPlans
 from rightsizer.adapters.dynamodb_state import DynamoDbState
 from rightsizer.cli import main
+from rightsizer.domain.model import GroupSizes
 from rightsizer.domain.policy import Policy
 from rightsizer.services.assess import AssessmentDeps, run_assessment
-from rightsizer.state import GroupSizes, LedgerEntry, Slot, WorkflowRecord
+from rightsizer.state import LedgerEntry, Slot, WorkflowRecord
 from rightsizer.testing.dynamodb_table import create_state_table
 from rightsizer.testing.fakes import FakeClock, FakeClusterWriter
 from rightsizer.testing.moto_eks import MotoServer

@@ -3,7 +3,7 @@
 ``params=["fake", "real"]``. ``ClusterWriter``: ``fake`` is :class:`FakeClusterWriter`; ``real`` is
 :class:`KubernetesCluster` (EKS token source, page size 2 so every list paginates) against the
 :class:`KubernetesDouble` over HTTP. ``NodeScaler``: ``fake`` is :class:`FakeNodeScaler`; ``real`` is
-:class:`AsgNodeScaler` against the session's moto server. Whatever the fake answers, the adapter answers:
+:class:`AutoScalingGroups` against the session's moto server. Whatever the fake answers, the adapter answers:
 the drain service's unit tests can trust the fakes.
 
 Both Kubernetes worlds share one hand-moved clock (grace periods, Event timestamps). The double's
@@ -24,13 +24,14 @@ from typing import Any
 import pytest
 from botocore.credentials import ReadOnlyCredentials
 
-from rightsizer.adapters.asg_scaler import AsgNodeScaler
-from rightsizer.adapters.aws import ActionRefusedError, AwsClients
+from rightsizer.adapters.autoscaling import AutoScalingGroups
+from rightsizer.adapters.aws import AwsClients
+from rightsizer.adapters.aws_errors import ActionRefusedError
 from rightsizer.adapters.eks_auth import EksTokenSource, build_token
 from rightsizer.adapters.kubernetes import KubernetesAccessError, KubernetesCluster
 from rightsizer.domain.errors import PermanentError, StalePlan, TransientError
-from rightsizer.domain.model import ANN_CORDONED_AT, ANN_CORDONED_BY
-from rightsizer.ports import AccessCheck, ClusterWriter, EvictionOutcome, NodeScaler
+from rightsizer.domain.model import ANN_CORDONED_AT, ANN_CORDONED_BY, GroupSizes
+from rightsizer.ports import AccessCheck, ClusterWriter, EvictionOutcome, NodeScaler, ScalingGroup
 from rightsizer.testing.fakes import FakeClock, FakeClusterWriter, FakeNodeScaler
 from rightsizer.testing.k8s import KubernetesDouble, RecordedRequest
 from rightsizer.testing.moto_eks import BuiltCluster, record_calls
@@ -824,7 +825,7 @@ def scaler_world(request: pytest.FixtureRequest) -> ScalerWorld:
         clients.autoscaling.update_auto_scaling_group(AutoScalingGroupName=a10g.asg_name, MinSize=n)
 
     return ScalerWorld(
-        AsgNodeScaler(clients.autoscaling),
+        AutoScalingGroups(clients.autoscaling),
         a10g.asg_name,
         (a, b, c),
         l4.asg_name,
@@ -841,11 +842,17 @@ def test_find_group(scaler_world: ScalerWorld) -> None:
     assert w.scaler.find_group("i-0123456789abcdef0") is None  # standalone or unknown
 
 
+def _sizes_and_in_service(group: ScalingGroup) -> tuple[GroupSizes, frozenset[str]]:
+    return group.sizes, group.in_service
+
+
 def test_group_sizes_are_min_desired_max_and_the_in_service_ids(scaler_world: ScalerWorld) -> None:
     w = scaler_world
-    assert w.scaler.group_sizes(w.asg_name) == (1, 3, 6, frozenset(w.instance_ids))
+    described = w.scaler.describe_group(w.asg_name)
+    assert _sizes_and_in_service(described) == (GroupSizes(1, 3, 6), frozenset(w.instance_ids))
+    assert described.members == frozenset(w.instance_ids)
     with pytest.raises(StalePlan):
-        w.scaler.group_sizes("no-such-group")
+        w.scaler.describe_group("no-such-group")
 
 
 def test_terminate_removes_exactly_that_instance_and_decrements_desired_once(
@@ -860,9 +867,12 @@ def test_terminate_removes_exactly_that_instance_and_decrements_desired_once(
     replay = w.scaler.terminate(w.asg_name, b)
 
     # THEN only b left, desired went 3 -> 2 once, and the replay made no call
-    assert first == (3, 2, False)
-    assert replay == (2, 2, True)
-    assert w.scaler.group_sizes(w.asg_name) == (1, 2, 6, frozenset({a, c}))
+    assert (first.desired_before, first.desired_after, first.already_done) == (3, 2, False)
+    assert (replay.desired_before, replay.desired_after, replay.already_done) == (2, 2, True)
+    assert _sizes_and_in_service(w.scaler.describe_group(w.asg_name)) == (
+        GroupSizes(1, 2, 6),
+        frozenset({a, c}),
+    )
     assert w.terminate_calls() == 1
 
 
@@ -875,7 +885,10 @@ def test_terminate_is_refused_at_min_size(scaler_world: ScalerWorld) -> None:
 
     assert refused.value.reasons == ("node_group_at_min_size",)
     assert isinstance(refused.value, PermanentError)
-    assert w.scaler.group_sizes(w.asg_name) == (3, 3, 6, frozenset(w.instance_ids))
+    assert _sizes_and_in_service(w.scaler.describe_group(w.asg_name)) == (
+        GroupSizes(3, 3, 6),
+        frozenset(w.instance_ids),
+    )
     assert w.terminate_calls() == 0
 
 
@@ -884,7 +897,7 @@ def test_terminate_of_an_instance_in_another_group_is_stale(scaler_world: Scaler
     with pytest.raises(StalePlan):
         w.scaler.terminate(w.asg_name, w.other_instance)
     assert w.terminate_calls() == 0
-    assert w.scaler.group_sizes(w.other_asg)[3] == frozenset({w.other_instance})
+    assert w.scaler.describe_group(w.other_asg).in_service == frozenset({w.other_instance})
 
 
 def test_fake_scaler_lifecycle_states_and_injected_failures() -> None:
@@ -896,9 +909,10 @@ def test_fake_scaler_lifecycle_states_and_injected_failures() -> None:
     fake.set_state("i-2", "Standby")
     with pytest.raises(StalePlan):
         fake.terminate("g", "i-2")
-    assert fake.group_sizes("g") == (0, 2, 2, frozenset())
-    fake.fail_next("group_sizes", TransientError("Throttling"))
+    assert _sizes_and_in_service(fake.describe_group("g")) == (GroupSizes(0, 2, 2), frozenset())
+    assert fake.describe_group("g").members == frozenset({"i-1", "i-2"})
+    fake.fail_next("describe_group", TransientError("Throttling"))
     with pytest.raises(TransientError):
-        fake.group_sizes("g")
-    assert fake.group_sizes("g")[1] == 2
+        fake.describe_group("g")
+    assert fake.describe_group("g").sizes.desired == 2
     assert fake.calls[0] == ("terminate", "g", "i-1")

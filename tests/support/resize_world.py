@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from rightsizer.adapters.aws import ActionRefusedError
+from rightsizer.adapters.aws_errors import ActionRefusedError
 from rightsizer.domain.catalog import load_catalog
 from rightsizer.ports import InstanceFacts
 

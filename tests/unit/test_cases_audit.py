@@ -552,7 +552,7 @@ def test_drain_persistent_429_never_terminates() -> None:
     record = world.drain()
     assert record.status == "rolled_back"
     assert world.scaler.terminated == []
-    assert world.scaler.group_sizes(ASG)[1] == 3
+    assert world.scaler.describe_group(ASG).sizes.desired == 3
 
 
 # ================================================================ windows: every period edge (BUG-29)

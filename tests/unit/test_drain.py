@@ -36,8 +36,11 @@ class World:
     def observe(self, now: datetime) -> ClusterSnapshot:
         nodes = [self.writer.get_node(n) for n in ("gpu-1", "gpu-2", "gpu-3")]
         pods = [p for n in ("gpu-1", "gpu-2", "gpu-3") for p in self.writer.list_pods_on_node(n)]
-        min_size, desired, max_size, ids = self.scaler.group_sizes(ASG)
-        group = AsgInfo(ASG, min_size, max_size, desired, {i: "InService" for i in ids}, "gpu-a10g")
+        asg = self.scaler.describe_group(ASG)
+        sizes = asg.sizes
+        group = AsgInfo(
+            ASG, sizes.min, sizes.max, sizes.desired, dict.fromkeys(asg.in_service, "InService"), "gpu-a10g"
+        )
         return snapshot([n for n in nodes if n], pods, self.metrics, groups=[group], at=AT)
 
     def workflow(self) -> DrainWorkflow:
@@ -89,7 +92,7 @@ def test_happy_path_drains_waits_and_removes_exactly_that_instance() -> None:
     record = world.drain()
     assert record.status == "succeeded"
     assert world.scaler.terminated == ["i-1"]
-    assert world.scaler.group_sizes(ASG)[1] == 2
+    assert world.scaler.describe_group(ASG).sizes.desired == 2
     assert world.writer.list_pods_on_node("gpu-1") == []
     assert event_reasons(world) == ["CordonedIdle", "ScaledIn"]
     [entry] = world.state.entries(execution_id="exec-1")

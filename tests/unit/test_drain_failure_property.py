@@ -30,7 +30,7 @@ WRITER_CALLS = (
     "uncordon",
     "evict",
 )
-SCALER_CALLS = ("find_group", "group_sizes", "terminate")
+SCALER_CALLS = ("find_group", "describe_group", "terminate")
 ERRORS = {
     "transient": lambda: TransientError("injected 503", retry_after=1.0),
     "permanent": lambda: PermanentError("injected 403"),

@@ -4,6 +4,7 @@ of a gone instance is not idle."""
 
 from __future__ import annotations
 
+import dataclasses
 import http.server
 import threading
 from collections.abc import Callable, Iterator
@@ -12,13 +13,13 @@ from typing import Any
 import boto3
 import pytest
 
-from rightsizer.adapters.asg_scaler import AsgNodeScaler
+from rightsizer.adapters.autoscaling import AutoScalingGroups
 from rightsizer.adapters.aws import AwsClients, AwsInventory
 from rightsizer.domain.errors import TransientError
 from rightsizer.domain.model import Ec2Instance, Inventory
 from rightsizer.domain.planner import plan
 from rightsizer.domain.policy import Policy
-from rightsizer.ports import EvictionOutcome
+from rightsizer.ports import EvictionOutcome, TerminateResult
 from rightsizer.services.drain import DrainRequest
 from rightsizer.services.runner import InProcessRunner
 from tests.builders import AT, asg, gpu_node, merge_metrics, node_devices, pod, snapshot
@@ -64,9 +65,9 @@ def test_savings_are_booked_only_when_our_instance_left_and_the_group_shrank() -
     world = make_world()
     original = world.scaler.terminate
 
-    def replaced_by_someone(asg_name: str, instance_id: str) -> tuple[int, int, bool]:
-        before, after, _ = original(asg_name, instance_id)
-        return before, after, True  # the instance was already gone: someone else removed/replaced it
+    def replaced_by_someone(asg_name: str, instance_id: str) -> TerminateResult:
+        # the instance was already gone: someone else removed/replaced it
+        return dataclasses.replace(original(asg_name, instance_id), already_done=True)
 
     world.scaler.terminate = replaced_by_someone  # type: ignore[method-assign]
     record = world.drain()
@@ -120,8 +121,12 @@ def garbage_endpoint() -> Iterator[str]:
 @pytest.mark.parametrize(
     ("service", "call", "operation"),
     [
-        ("autoscaling", lambda c: AsgNodeScaler(c).group_sizes("eks-gpu-asg"), "DescribeAutoScalingGroups"),
-        ("autoscaling", lambda c: AsgNodeScaler(c).find_group("i-1"), "DescribeAutoScalingInstances"),
+        (
+            "autoscaling",
+            lambda c: AutoScalingGroups(c).describe_group("eks-gpu-asg"),
+            "DescribeAutoScalingGroups",
+        ),
+        ("autoscaling", lambda c: AutoScalingGroups(c).find_group("i-1"), "DescribeAutoScalingInstances"),
         ("ec2", lambda c: AwsInventory(_clients(ec2=c)).describe_instances(["i-1"]), "DescribeInstances"),
     ],
     ids=["asg-sizes", "asg-membership", "ec2-instances"],

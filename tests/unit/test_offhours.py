@@ -20,16 +20,23 @@ from typing import Any
 import pytest
 
 from rightsizer import cli
-from rightsizer.adapters.eks_nodegroups import error_code_of
+from rightsizer.adapters.autoscaling import error_code_of
 from rightsizer.adapters.memory_state import MemoryState
 from rightsizer.config import Config, OffhoursConfig, OffhoursGroup
 from rightsizer.domain.errors import ConfigError, PermanentError, StalePlan
-from rightsizer.domain.model import ANN_CORDONED_AT, ANN_CORDONED_BY, TAG_ENABLED
+from rightsizer.domain.model import ANN_CORDONED_AT, ANN_CORDONED_BY, TAG_ENABLED, GroupSizes
 from rightsizer.domain.periods import Period
 from rightsizer.domain.plan import NodeReport
 from rightsizer.domain.policy import Policy
 from rightsizer.domain.verdicts import verdict_of
-from rightsizer.ports import EvictionOutcome, NodeGroupInfo, ScalingFailure
+from rightsizer.ports import (
+    EvictionOutcome,
+    NodeGroupInfo,
+    NodeGroupUpdate,
+    ScalingFailure,
+    ScalingGroup,
+    TerminateResult,
+)
 from rightsizer.services.drain import DrainDeps
 from rightsizer.services.offhours import (
     METRIC_RESTORE_OVERDUE,
@@ -43,7 +50,6 @@ from rightsizer.services.offhours import (
     ready_gpu_nodes,
     run_offhours,
 )
-from rightsizer.state import GroupSizes
 from tests.builders import gpu_node, pod
 
 JSON = dict[str, Any]
@@ -249,15 +255,16 @@ class FakeNodeGroups:
             raise StalePlan(f"node group {nodegroup} not found")
         return NodeGroupInfo(group.asg, group.status, dict(group.tags), group.health)
 
-    def update_sizes(self, cluster: str, nodegroup: str, min_size: int, desired: int, max_size: int) -> bool:
+    def update_sizes(self, cluster: str, nodegroup: str, sizes: GroupSizes) -> NodeGroupUpdate:
         self.update_asks += 1
-        if not 0 <= min_size <= desired <= max_size or max_size < 1:
-            raise ConfigError("bad sizes", field="scalingConfig")
+        if sizes.max < 1:
+            raise ConfigError("bad sizes", field="scalingConfig.maxSize")
         group = self.groups[nodegroup]
-        if (group.min, group.desired, group.max) == (min_size, desired, max_size):
-            return False
-        self.update_calls.append((nodegroup, min_size, desired, max_size))
-        group.min, group.desired, group.max = min_size, desired, max_size
+        before = GroupSizes(group.min, group.desired, group.max)
+        if before == sizes:
+            return NodeGroupUpdate(cluster, nodegroup, before, before, None, True, 1)
+        self.update_calls.append((nodegroup, sizes.min, sizes.desired, sizes.max))
+        group.min, group.desired, group.max = sizes.min, sizes.desired, sizes.max
         limit = self.capacity.get(nodegroup, 10**6)
         while len(group.instances) < min(group.desired, limit):
             self._launch(group, ready=self.launch_ready)
@@ -267,7 +274,7 @@ class FakeNodeGroups:
             name = self.cluster.node_of_instance(gone)
             if name:
                 self.cluster.remove_node(name)
-        return True
+        return NodeGroupUpdate(cluster, nodegroup, before, sizes, "update-1", False, 1)
 
     def failed_activities(self, asg_name: str, since: datetime) -> list[ScalingFailure]:
         return [f for f in self.failures.get(asg_name, []) if f.started_at is None or f.started_at >= since]
@@ -279,18 +286,19 @@ class FakeNodeGroups:
                 return group.asg
         return None
 
-    def group_sizes(self, asg_name: str) -> tuple[int, int, int, frozenset[str]]:
+    def describe_group(self, asg_name: str) -> ScalingGroup:
         group = self._by_asg(asg_name)
-        return group.min, group.desired, group.max, frozenset(group.instances)
+        members = frozenset(group.instances)
+        return ScalingGroup(asg_name, GroupSizes(group.min, group.desired, group.max), members, members)
 
     def opt_in_refusal(self, asg_name: str, cluster: str) -> str | None:
         self._by_asg(asg_name)
         return None
 
-    def terminate(self, asg_name: str, instance_id: str) -> tuple[int, int, bool]:
+    def terminate(self, asg_name: str, instance_id: str) -> TerminateResult:
         group = self._by_asg(asg_name)
         if instance_id not in group.instances:
-            return group.desired, group.desired, True
+            return TerminateResult(asg_name, instance_id, group.desired, group.desired, already_done=True)
         if group.desired - 1 < group.min:
             raise PermanentError(f"{asg_name}: desired {group.desired} - 1 < min {group.min}")
         group.instances.remove(instance_id)
@@ -298,7 +306,7 @@ class FakeNodeGroups:
         name = self.cluster.node_of_instance(instance_id)
         if name:
             self.cluster.remove_node(name)
-        return group.desired + 1, group.desired, False
+        return TerminateResult(asg_name, instance_id, group.desired + 1, group.desired, already_done=False)
 
     def sizes(self, name: str) -> tuple[int, int, int]:
         group = self.groups[name]
@@ -588,9 +596,9 @@ def test_an_asynchronous_starter_drains_one_node_per_tick() -> None:
 class LaggingNodeGroups(FakeNodeGroups):
     """EKS accepted the new sizes; the Auto Scaling group has not been updated yet."""
 
-    def update_sizes(self, cluster: str, nodegroup: str, min_size: int, desired: int, max_size: int) -> bool:
-        self.update_calls.append((nodegroup, min_size, desired, max_size))
-        return True
+    def update_sizes(self, cluster: str, nodegroup: str, sizes: GroupSizes) -> NodeGroupUpdate:
+        self.update_calls.append((nodegroup, sizes.min, sizes.desired, sizes.max))
+        return NodeGroupUpdate(cluster, nodegroup, sizes, sizes, "update-1", False, 1)
 
 
 def test_min_size_not_yet_on_the_asg_waits_instead_of_draining() -> None:

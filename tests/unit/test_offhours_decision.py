@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rightsizer.domain.model import GroupSizes
 from rightsizer.domain.offhours import (
     Direction,
     GroupFacts,
@@ -40,7 +41,7 @@ from rightsizer.domain.verdicts import (
     code_of,
     verdict_of,
 )
-from rightsizer.state import GroupSizes, SavedSizes
+from rightsizer.state import SavedSizes
 
 NOW = datetime(2024, 5, 18, 11, 0, tzinfo=UTC)
 POLICY = Policy()  # restore_deadline 1800 s

@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any, Final, cast
 
 from botocore.exceptions import ClientError
 
-from rightsizer.adapters.aws import map_aws_error
+from rightsizer.adapters.aws_errors import map_aws_error
 from rightsizer.adapters.dynamodb_codec import (
     attr_b,
     attr_money,
@@ -69,12 +69,12 @@ from rightsizer.adapters.dynamodb_codec import (
 )
 from rightsizer.adapters.sdk_errors import SDK_ERRORS
 from rightsizer.domain.errors import ConfigError, TransientError
+from rightsizer.domain.model import GroupSizes
 from rightsizer.state import (
     LEDGER_RETENTION,
     REFUSAL_SLOT_HELD,
     ConflictError,
     EvictedPod,
-    GroupSizes,
     Lease,
     LeaseLostError,
     LedgerEntry,

@@ -3,18 +3,18 @@
 
 IAM: ``ec2:DescribeInstances``, ``ec2:DescribeInstanceTypes``, ``autoscaling:DescribeAutoScalingInstances``
 (preflight); ``ec2:StopInstances``, ``ec2:StartInstances``, ``ec2:ModifyInstanceAttribute`` (scope them with
-a condition on the tag ``rightsizer.io/resize=allowed``). SDK errors leave as the taxonomy of
-:mod:`rightsizer.adapters.aws`.
+a condition on the tag ``rightsizer.io/resize=allowed``), declared in :data:`IAM_ACTIONS`. SDK errors leave
+as the taxonomy of :mod:`rightsizer.adapters.aws_errors`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
-from rightsizer.domain.errors import (
-    StalePlan,
-)
+from rightsizer.adapters.aws import unique
+from rightsizer.adapters.aws_errors import ActionRefusedError, aws_errors
+from rightsizer.domain.errors import StalePlan
 from rightsizer.ports import InstanceFacts
 
 if TYPE_CHECKING:
@@ -22,10 +22,19 @@ if TYPE_CHECKING:
     from mypy_boto3_ec2.client import EC2Client
     from mypy_boto3_ec2.literals import InstanceTypeType
 
-from rightsizer.adapters.aws import _unique
-from rightsizer.adapters.aws_errors import ActionRefusedError, aws_errors
-
 __all__ = ["Ec2Resizer", "preflight_fits"]
+
+#: The AWS actions this module calls (IAM ``service:Action``); ``tests/integration/test_iam.py`` checks it.
+IAM_ACTIONS: Final = frozenset(
+    {
+        "ec2:DescribeInstances",
+        "ec2:DescribeInstanceTypes",
+        "autoscaling:DescribeAutoScalingInstances",
+        "ec2:StopInstances",
+        "ec2:StartInstances",
+        "ec2:ModifyInstanceAttribute",
+    }
+)
 
 
 def preflight_fits(pods_gpu_requests: Mapping[str, int], target_gpu_count: int) -> None:
@@ -125,7 +134,7 @@ class Ec2Resizer:
 
         with aws_errors("DescribeInstanceTypes"):
             answer = self._ec2.describe_instance_types(
-                InstanceTypes=cast("list[InstanceTypeType]", _unique([current_type, target_type]))
+                InstanceTypes=cast("list[InstanceTypeType]", unique([current_type, target_type]))
             )
         types: dict[str, Mapping[str, Any]] = {
             str(t["InstanceType"]): t for t in answer.get("InstanceTypes", [])

@@ -1,124 +1,99 @@
-"""Managed node groups for off-hours: the ``NodeGroupSizer`` and ``NodeScaler`` ports on EKS + Auto Scaling.
+"""EKS managed node groups: the ``NodeGroupSizer`` port (docs/architecture.md §4 "Node group sizing").
 
-:class:`EksNodeGroups` wraps the sizing and scale-in code of :mod:`rightsizer.adapters.aws`
-(:class:`~rightsizer.adapters.aws.EksNodeGroupSizer`, :class:`~rightsizer.adapters.aws.AsgScaler`) and adds
-what off-hours needs besides: listing and describing node groups (tags select groups, health issues explain
-a slow restore) and the failed scaling activities of a restore with their error codes (BUG-27).
+One adapter for the EKS node group capability: listing and describing node groups (tags select groups for
+off-hours, health issues explain a slow restore), setting min/desired/max together through
+``UpdateNodegroupConfig`` (off-hours only; waits while the group is busy, never retries
+``InvalidParameterException``), and refusing an in-place instance type change with the blue/green steps
+(BUG-25). Sizes that count are read from the Auto Scaling group
+(:class:`rightsizer.adapters.autoscaling.AutoScalingGroups`).
 
-IAM actions: ``eks:ListNodegroups``, ``eks:DescribeNodegroup``, ``eks:UpdateNodegroupConfig``,
-``autoscaling:DescribeAutoScalingGroups``, ``autoscaling:DescribeAutoScalingInstances``,
-``autoscaling:DescribeScalingActivities``, ``autoscaling:TerminateInstanceInAutoScalingGroup``.
+IAM actions (:data:`IAM_ACTIONS`): ``eks:ListNodegroups``, ``eks:DescribeNodegroup``,
+``eks:UpdateNodegroupConfig``.
 """
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, NoReturn
 
-from rightsizer.adapters.asg_scaler import AsgNodeScaler
-from rightsizer.adapters.aws import AwsClients, EksNodeGroupSizer
-from rightsizer.adapters.aws_errors import aws_errors
-from rightsizer.ports import NodeGroupInfo, ScalingFailure
+from rightsizer.adapters.aws_errors import ActionRefusedError, aws_errors, error_code
+from rightsizer.domain.errors import ConfigError, PermanentError, StalePlan, TransientError
+from rightsizer.domain.model import GroupSizes
+from rightsizer.ports import NodeGroupInfo, NodeGroupUpdate
 
 if TYPE_CHECKING:
-    from mypy_boto3_autoscaling.client import AutoScalingClient
+    from mypy_boto3_eks.client import EKSClient
 
-__all__ = ["EksNodeGroups", "error_code_of"]
+__all__ = ["EksNodeGroups", "instance_type_change_steps"]
 
-#: The AWS actions this module calls itself (sizing is :class:`rightsizer.adapters.aws.EksNodeGroupSizer`'s).
-IAM_ACTIONS: Final = frozenset(
-    {"eks:ListNodegroups", "eks:DescribeNodegroup", "autoscaling:DescribeScalingActivities"}
-)
+#: The AWS actions this module calls (IAM ``service:Action``); ``tests/integration/test_iam.py`` checks it.
+IAM_ACTIONS: Final = frozenset({"eks:ListNodegroups", "eks:DescribeNodegroup", "eks:UpdateNodegroupConfig"})
 
-# Codes EC2 / Auto Scaling put into a failed launch's status message. Checked before the generic pattern
-# because some messages carry them mid-sentence ("... Instances. InsufficientInstanceCapacity - ...").
-_KNOWN_CODES: Final = (
-    "InsufficientInstanceCapacity",
-    "InsufficientCapacity",
-    "InsufficientHostCapacity",
-    "InsufficientFreeAddressesInSubnet",
-    "InstanceLimitExceeded",
-    "VcpuLimitExceeded",
-    "MaxSpotInstanceCountExceeded",
-    "SpotMaxPriceTooLow",
-    "InvalidParameterValue",
-    "InvalidParameterCombination",
-    "Unsupported",
-    "UnauthorizedOperation",
-    "InvalidBlockDeviceMapping",
-    "InvalidLaunchTemplateId.NotFound",
-    "InvalidAMIID.NotFound",
-)
-# A CamelCase token followed by " - " or ":" is how Auto Scaling quotes an EC2 error code.
-_GENERIC_CODE = re.compile(r"\b([A-Z][a-z]+(?:[A-Z][a-z]*)+(?:\.[A-Za-z]+)?)(?: - |:)")
-# The plain-English form EC2 uses when no code is quoted (BUG-27's StartInstances message).
-_CAPACITY_PHRASE = re.compile(r"do not have sufficient .* capacity", re.IGNORECASE)
-
-#: DescribeScalingActivities page size (the API maximum is 100).
-_ACTIVITY_PAGE: Final = 50
+# Transitional statuses end by themselves; DEGRADED is not among them because it can last for hours
+# (e.g. AsgInstanceLaunchFailures during a restore, BUG-27) and EKS accepts config updates then.
+_WAIT_STATUSES: Final = frozenset({"CREATING", "UPDATING"})
+_GONE_STATUSES: Final = frozenset({"DELETING"})
+_BROKEN_STATUSES: Final = frozenset({"CREATE_FAILED", "DELETE_FAILED"})
 
 
-def error_code_of(*texts: str) -> str | None:
-    """The AWS error code quoted in a scaling activity's ``StatusMessage`` / ``Description``, if any.
+def instance_type_change_steps(
+    nodegroup: str, target_type: str, *, via_launch_template: bool = False
+) -> list[str]:
+    """The blue/green steps for changing a managed node group's instance type (BUG-25), as text."""
+    new_name = f"{nodegroup}-{target_type.replace('.', '-')}"
+    steps = [
+        f"1. create a NEW managed node group with a new name (e.g. {new_name}) and instanceTypes "
+        f"[{target_type}], carrying the same labels, taints, subnets and IAM role",
+        "2. wait until it is ACTIVE and its nodes are Ready with allocatable nvidia.com/gpu > 0",
+        f"3. cordon and drain the nodes of {nodegroup} with the normal PodDisruptionBudget-respecting drain",
+        f"4. scale {nodegroup} to 0 (minSize 0, desiredSize 0) and only then delete it",
+        f"never delete {nodegroup} first and recreate it under the same name (409 ResourceInUseException)",
+    ]
+    if via_launch_template:
+        steps.append(
+            "alternative, since the type lives in the launch template: create a new launch template "
+            f"version with InstanceType {target_type}, then UpdateNodegroupVersion (a rolling replacement); "
+            "check first that every pod fits the new type"
+        )
+    return steps
 
-    Args:
-        texts: the activity's status message and description (either may be empty).
 
-    Returns:
-        e.g. ``"InsufficientInstanceCapacity"`` for "Could not launch On-Demand Instances.
-        InsufficientInstanceCapacity - capacity not available ..." or for "We currently do not have
-        sufficient p4d.24xlarge capacity ..."; None when no code can be told.
-    """
-    joined = " ".join(t for t in texts if t)
-    for code in _KNOWN_CODES:
-        if re.search(rf"\b{re.escape(code)}\b", joined):
-            return code
-    match = _GENERIC_CODE.search(joined)
-    if match:
-        return match.group(1)
-    if _CAPACITY_PHRASE.search(joined):
-        return "InsufficientInstanceCapacity"
-    return None
-
-
-def _aware(value: Any) -> datetime | None:
-    if not isinstance(value, datetime):
+def _scaling(nodegroup: Any) -> GroupSizes | None:
+    config = nodegroup.get("scalingConfig")
+    if not config:
         return None
-    return (value if value.tzinfo is not None else value.replace(tzinfo=UTC)).astimezone(UTC)
+    try:
+        return GroupSizes(
+            int(config.get("minSize", 0)), int(config.get("desiredSize", 0)), int(config.get("maxSize", 0))
+        )
+    except ValueError:
+        return None  # sizes EKS would never hold (moto keeps anything): unknown, so any update differs
 
 
-class EksNodeGroups(AsgNodeScaler):
-    """Off-hours node group access: implements ``NodeGroupSizer`` and, inherited from ``AsgNodeScaler``,
-    ``NodeScaler`` (``rightsizer.ports``).
+class EksNodeGroups:
+    """``NodeGroupSizer`` (``rightsizer.ports``) over EKS managed node groups.
 
     Args:
-        clients: EKS and Auto Scaling clients (``make_clients``); EC2 is not used.
+        eks: an EKS client (standard retries), built by the wiring.
         sleep: how to wait between sizing attempts, in seconds (tests pass a no-op).
-        max_attempts: ``UpdateNodegroupConfig`` attempts while the group is busy (UPDATING,
-            ``ResourceInUseException``).
+        max_attempts: reads of a busy group (``CREATING``/``UPDATING``, ``ResourceInUseException``) before
+            :meth:`update_sizes` gives up.
         delay_s: seconds between those attempts.
-        activity_pages: at most this many pages of ``DescribeScalingActivities`` per call (50 each).
     """
 
     def __init__(
         self,
-        clients: AwsClients,
+        eks: EKSClient,
         *,
         sleep: Callable[[float], None] = time.sleep,
         max_attempts: int = 10,
         delay_s: float = 15.0,
-        activity_pages: int = 2,
     ) -> None:
-        super().__init__(clients.autoscaling)
-        self._eks = clients.eks
-        self._autoscaling: AutoScalingClient = clients.autoscaling
-        self._sizer = EksNodeGroupSizer(clients.eks, sleep=sleep, max_attempts=max_attempts, delay_s=delay_s)
-        self._activity_pages = activity_pages
-
-    # ------------------------------------------------------------------------------ NodeGroupSizer
+        self._eks = eks
+        self._sleep = sleep
+        self._max_attempts = max_attempts
+        self._delay_s = delay_s
 
     def list_nodegroups(self, cluster: str) -> list[str]:
         """Managed node group names of ``cluster``, sorted (EKS ``ListNodegroups``, every page)."""
@@ -137,13 +112,13 @@ class EksNodeGroups(AsgNodeScaler):
                 return sorted(names)
 
     def describe(self, cluster: str, nodegroup: str) -> NodeGroupInfo:
-        """ASG name, status, tags and health issue codes of a managed node group (EKS ``DescribeNodegroup``).
+        """ASG name, status, tags, health issue codes and ``scalingConfig`` of a managed node group (EKS
+        ``DescribeNodegroup``).
 
         Raises:
             StalePlan: the node group does not exist.
         """
-        with aws_errors("DescribeNodegroup"):
-            ng = self._eks.describe_nodegroup(clusterName=cluster, nodegroupName=nodegroup)["nodegroup"]
+        ng = self._nodegroup(cluster, nodegroup)
         groups = ng.get("resources", {}).get("autoScalingGroups", [])
         asg_name = str(groups[0]["name"]) if groups and groups[0].get("name") else None
         issues = tuple(
@@ -152,57 +127,90 @@ class EksNodeGroups(AsgNodeScaler):
             )
         )
         tags = {str(k): str(v) for k, v in (ng.get("tags") or {}).items()}
-        return NodeGroupInfo(asg_name, str(ng.get("status", "")), tags, issues)
+        return NodeGroupInfo(asg_name, str(ng.get("status", "")), tags, issues, _scaling(ng))
 
-    def update_sizes(self, cluster: str, nodegroup: str, min_size: int, desired: int, max_size: int) -> bool:
-        """``UpdateNodegroupConfig`` with min, desired and max together, validated locally first.
+    def update_sizes(self, cluster: str, nodegroup: str, sizes: GroupSizes) -> NodeGroupUpdate:
+        """Send min, desired and max together with ``UpdateNodegroupConfig``.
 
-        Waits and retries while the group is busy, never retries ``InvalidParameterException``
-        (:meth:`rightsizer.adapters.aws.EksNodeGroupSizer.update_sizes`).
+        ``sizes`` are consistent by construction (:class:`~rightsizer.domain.model.GroupSizes`); EKS also
+        needs ``maxSize`` ≥ 1, checked here before any call (moto accepts anything; EKS would refuse only
+        after the drain). Waits ``delay_s`` and tries again (at most ``max_attempts`` times) while the
+        group is CREATING/UPDATING or the call answers ResourceInUseException; never retries
+        InvalidParameterException. Sizes already equal ⇒ no call (``already_done``).
 
-        Returns:
-            True when a call was made; False when ``scalingConfig`` already had these sizes.
+        Raises:
+            ConfigError: ``maxSize`` < 1 (no AWS call made), naming ``scalingConfig.maxSize``.
+            StalePlan: the node group is gone or being deleted.
+            TransientError: still busy after ``max_attempts``; throttling/5xx.
+            PermanentError: the group is in a failed state, or AWS rejected the sizes.
         """
-        update = self._sizer.update_sizes(cluster, nodegroup, min_size, desired, max_size)
-        return not update.already_done
+        if sizes.max < 1:
+            raise ConfigError(
+                f"maxSize {sizes.max} < 1 (EKS requires at least 1)", field="scalingConfig.maxSize"
+            )
+        before: GroupSizes | None = None
+        for attempt in range(1, self._max_attempts + 1):
+            info = self.describe(cluster, nodegroup)
+            current = info.scaling or GroupSizes(0, 0, 0)
+            before = before or current
+            if current == sizes:
+                return NodeGroupUpdate(cluster, nodegroup, before, current, None, True, attempt)
+            if info.status in _GONE_STATUSES:
+                raise StalePlan(f"node group {cluster}/{nodegroup} is {info.status}")
+            if info.status in _BROKEN_STATUSES:
+                raise PermanentError(f"node group {cluster}/{nodegroup} is {info.status}; fix it first")
+            if info.status in _WAIT_STATUSES:
+                self._pause(attempt)
+                continue
+            try:
+                with aws_errors("UpdateNodegroupConfig"):
+                    response = self._eks.update_nodegroup_config(
+                        clusterName=cluster,
+                        nodegroupName=nodegroup,
+                        scalingConfig={
+                            "minSize": sizes.min,
+                            "desiredSize": sizes.desired,
+                            "maxSize": sizes.max,
+                        },
+                    )
+            except TransientError as exc:
+                if error_code(exc) != "ResourceInUseException":
+                    raise
+                self._pause(attempt)
+                continue
+            return NodeGroupUpdate(
+                cluster, nodegroup, before, sizes, response.get("update", {}).get("id"), False, attempt
+            )
+        raise TransientError(
+            f"node group {cluster}/{nodegroup} still busy after {self._max_attempts} attempts",
+            retry_after=self._delay_s,
+        )
 
-    def failed_activities(self, asg_name: str, since: datetime) -> list[ScalingFailure]:
-        """Failed activities of ``asg_name`` started at or after ``since`` (aware), newest first.
+    def refuse_instance_type_change(self, cluster: str, nodegroup: str, target_type: str) -> NoReturn:
+        """Always refuse an in-place instance type change of a managed node group (BUG-25).
 
-        Reads ``DescribeScalingActivities`` (newest first) page by page and stops at the first activity
-        older than ``since`` or after ``activity_pages`` pages. The error code comes from
-        :func:`error_code_of` on ``StatusMessage`` and ``Description``.
+        Reads the group (EKS DescribeNodegroup) only to say whether the type lives in
+        ``instanceTypes`` or in a launch template, and raises with the blue/green steps.
+
+        Raises:
+            ActionRefusedError: ``immutable_instance_type``, always.
         """
-        since = since.astimezone(UTC)
-        failures: list[ScalingFailure] = []
-        token: str | None = None
-        for _ in range(self._activity_pages):
-            with aws_errors("DescribeScalingActivities"):
-                if token:
-                    page = self._autoscaling.describe_scaling_activities(
-                        AutoScalingGroupName=asg_name, MaxRecords=_ACTIVITY_PAGE, NextToken=token
-                    )
-                else:
-                    page = self._autoscaling.describe_scaling_activities(
-                        AutoScalingGroupName=asg_name, MaxRecords=_ACTIVITY_PAGE
-                    )
-            for activity in page.get("Activities", []):
-                started = _aware(activity.get("StartTime"))
-                if started is not None and started < since:
-                    return failures
-                if activity.get("StatusCode") != "Failed":
-                    continue
-                message = str(activity.get("StatusMessage") or "")
-                failures.append(
-                    ScalingFailure(
-                        activity_id=str(activity.get("ActivityId", "")),
-                        started_at=started,
-                        status=str(activity.get("StatusCode")),
-                        code=error_code_of(message, str(activity.get("Description") or "")),
-                        message=message,
-                    )
-                )
-            token = page.get("NextToken")
-            if not token:
-                break
-        return failures
+        ng = self._nodegroup(cluster, nodegroup)
+        current = ", ".join(ng.get("instanceTypes") or []) or "set by its launch template"
+        via_template = not ng.get("instanceTypes") and bool(ng.get("launchTemplate"))
+        steps = "\n".join(
+            instance_type_change_steps(nodegroup, target_type, via_launch_template=via_template)
+        )
+        raise ActionRefusedError(
+            f"the instance type of managed node group {cluster}/{nodegroup} ({current}) cannot be changed "
+            f"in place (UpdateNodegroupConfig has no instanceTypes); to move to {target_type}:\n{steps}",
+            reasons=["immutable_instance_type"],
+        )
+
+    def _nodegroup(self, cluster: str, nodegroup: str) -> Any:
+        with aws_errors("DescribeNodegroup"):
+            return self._eks.describe_nodegroup(clusterName=cluster, nodegroupName=nodegroup)["nodegroup"]
+
+    def _pause(self, attempt: int) -> None:
+        if attempt < self._max_attempts:
+            self._sleep(self._delay_s)

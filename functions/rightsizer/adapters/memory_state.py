@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from rightsizer.domain.model import GroupSizes
 from rightsizer.state import (
     REFUSAL_SLOT_HELD,
     ConflictError,
     EvictedPod,
-    GroupSizes,
     Lease,
     LeaseLostError,
     LedgerEntry,

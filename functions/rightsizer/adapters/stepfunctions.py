@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from botocore.exceptions import ClientError
 
-from rightsizer.adapters.aws import map_aws_error
+from rightsizer.adapters.aws_errors import map_aws_error
 from rightsizer.adapters.sdk_errors import SDK_ERRORS
 
 if TYPE_CHECKING:

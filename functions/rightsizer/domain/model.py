@@ -52,6 +52,32 @@ def opt_in_refusal(tags: dict[str, str], cluster: str | None, *, asg: bool) -> s
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class GroupSizes:
+    """A node group's sizes, in instances: Auto Scaling ``MinSize`` / ``DesiredCapacity`` / ``MaxSize``,
+    which EKS mirrors as ``scalingConfig`` ``minSize`` / ``desiredSize`` / ``maxSize``.
+
+    The one sizes type of the code base: read from an Auto Scaling group, sent to
+    ``UpdateNodegroupConfig``, saved before an off-hours scale-down and restored after it.
+
+    Raises:
+        ValueError: a size is not an integer, or ``0 ≤ min ≤ desired ≤ max`` does not hold (the order
+            both AWS APIs enforce; checked here so that no inconsistent sizes ever reach them).
+    """
+
+    min: int
+    desired: int
+    max: int
+
+    def __post_init__(self) -> None:
+        for name in ("min", "desired", "max"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"size {name} must be an integer, got {value!r}")
+        if not 0 <= self.min <= self.desired <= self.max:
+            raise ValueError(f"sizes must satisfy 0 ≤ min ≤ desired ≤ max, got {self}")
+
+
 #: Signal families a metrics source can provide (docs/architecture.md §3 "Signals"). A snapshot declares the ones its
 #: source carries; the decision skips — never fails — the rules of a family the source does not carry.
 SIGNAL_ACTIVITY = "activity"

@@ -18,10 +18,10 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any, Literal
 
+from rightsizer.domain.model import GroupSizes
 from rightsizer.domain.plan import NodeReport
 from rightsizer.domain.policy import Policy
 from rightsizer.domain.verdicts import BUSY_CODES, blocking_reasons, code_of, verdict_of
-from rightsizer.state import GroupSizes
 
 __all__ = [
     "FORCE_OVERRIDABLE",

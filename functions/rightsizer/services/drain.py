@@ -409,7 +409,8 @@ class DrainWorkflow:
         refusal = deps.scaler.opt_in_refusal(asg, deps.state.cluster)
         if refusal is not None:
             return self._end(record, "abandoned", refusal, step="validate")
-        min_size, desired, _max, _ids = deps.scaler.group_sizes(asg)
+        sizes = deps.scaler.describe_group(asg).sizes
+        min_size, desired = sizes.min, sizes.desired
         policy = deps.policy
         slot = deps.state.take_slot(
             asg,
@@ -646,7 +647,8 @@ class DrainWorkflow:
                 return self._next(record, "remove", "evict", message="pods appeared; evicting again")
         asg = str(record.details["asg"])
         assert record.instance_id is not None
-        before, after, already = deps.scaler.terminate(asg, record.instance_id)
+        removed = deps.scaler.terminate(asg, record.instance_id)
+        before, after, already = removed.desired_before, removed.desired_after, removed.already_done
         deps.cluster.emit_event(
             record.node,
             "ScaledIn",
@@ -669,8 +671,9 @@ class DrainWorkflow:
     def _step_verify(self, record: WorkflowRecord) -> StepResult:
         deps = self.deps
         asg = str(record.details["asg"])
-        _min, desired_now, _max, ids = deps.scaler.group_sizes(asg)
-        if record.instance_id in ids:
+        group = deps.scaler.describe_group(asg)
+        desired_now = group.sizes.desired
+        if record.instance_id in group.in_service:
             if self._now() >= record.deadline + timedelta(minutes=5):
                 return self._end(record, "failed", "instance_still_in_service", step="verify")
             return self._next(

@@ -48,6 +48,7 @@ from rightsizer.domain.model import (
     ANN_CORDONED_BY,
     GPU_RESOURCE,
     TAG_ENABLED,
+    GroupSizes,
     Node,
     is_gpu_resource,
     opt_in_refusal,
@@ -79,7 +80,7 @@ from rightsizer.ports import (
 from rightsizer.services.drain import FINAL_STATUSES, DrainDeps, DrainRequest, DrainWorkflow
 from rightsizer.services.offhours_report import GroupReport, OffhoursReport, rfc3339_or_none
 from rightsizer.services.runner import InProcessRunner, Progress
-from rightsizer.state import GroupSizes, LedgerEntry, LedgerResult, StateStore
+from rightsizer.state import LedgerEntry, LedgerResult, StateStore
 
 __all__ = [
     "FORCE_OVERRIDABLE",
@@ -133,8 +134,9 @@ class OffhoursDeps:
         config: the ``offhours`` config section (schedules and configured node groups).
         policy: the decision policy (``restore_deadline`` in seconds, ``dry_run``).
         nodes: lists Kubernetes Nodes (group membership by label, readiness after a restore).
-        sizer: managed node group sizing and health (``UpdateNodegroupConfig``, scaling activities).
-        scaler: Auto Scaling sizes and members (``group_sizes``) — sizes are always read from the ASG.
+        sizer: managed node group listing, tags, health and sizing (EKS, ``UpdateNodegroupConfig``).
+        scaler: Auto Scaling sizes, members and failed scaling activities (``describe_group``,
+            ``failed_activities``) — sizes are always read from the ASG.
         assessor: a fresh verdict per node (the same decision the drain's validate step makes).
         state: saved sizes, ledger, slots and leases (in-flight drains).
         starter: starts normal off-hours drains; None when this caller cannot drain (``status``).
@@ -246,8 +248,8 @@ def ready_gpu_nodes(nodes: Sequence[JSON], group: str) -> list[str]:
 
 
 def _asg_sizes(scaler: NodeScaler, asg: str) -> tuple[GroupSizes, frozenset[str]]:
-    min_size, desired, max_size, ids = scaler.group_sizes(asg)
-    return GroupSizes(min_size, desired, max_size), ids
+    group = scaler.describe_group(asg)
+    return group.sizes, group.in_service
 
 
 @dataclass(frozen=True)
@@ -431,7 +433,7 @@ class _Tick:
             report.ready_nodes = len(ready_gpu_nodes(nodes, group))
             if saved is not None:
                 since = saved.restore_started_at or self.now
-                failures = tuple(self.deps.sizer.failed_activities(asg, since))
+                failures = tuple(self.deps.scaler.failed_activities(asg, since))
         if wants_verdicts(report.state, members, in_flight):
             for name in members:
                 if name not in self._verdicts:
@@ -541,9 +543,7 @@ class _Tick:
         """Send ``resize`` through ``UpdateNodegroupConfig``; ledger on change and on failure."""
         sizes = resize.sizes
         try:
-            changed = self.deps.sizer.update_sizes(
-                self.deps.cluster, report.node_group, sizes.min, sizes.desired, sizes.max
-            )
+            changed = self.deps.sizer.update_sizes(self.deps.cluster, report.node_group, sizes).changed
         except RightsizerError as exc:
             self._ledger(report, resize.step, "failed", f"{type(exc).__name__}: {exc}")
             raise

@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from rightsizer.domain.model import GroupSizes
 from rightsizer.domain.offhours import Direction
-from rightsizer.state import GroupSizes, SavedSizes
+from rightsizer.state import SavedSizes
 
 __all__ = ["Direction", "GroupReport", "OffhoursReport", "rfc3339_or_none"]
 

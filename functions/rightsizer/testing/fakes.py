@@ -3,7 +3,7 @@
 Both are held to the contract suite ``tests/integration/test_writer_contract.py``, which runs every test
 on the fake and on the real adapter — :class:`rightsizer.adapters.kubernetes.KubernetesCluster` against
 :class:`rightsizer.testing.k8s.KubernetesDouble` over HTTP, and
-:class:`rightsizer.adapters.asg_scaler.AsgNodeScaler` against a moto server — so the fakes cannot drift.
+:class:`rightsizer.adapters.autoscaling.AutoScalingGroups` against a moto server — so the fakes cannot drift.
 
 :class:`FakeClusterWriter` keeps nodes, pods and PodDisruptionBudgets in memory and answers like the API
 server (and the double): cordon/uncordon guarded by ``resourceVersion``; policy/v1 Eviction with the UID
@@ -30,11 +30,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Final
 
-from rightsizer.adapters.aws import ActionRefusedError
+from rightsizer.adapters.aws_errors import ActionRefusedError
 from rightsizer.adapters.kubernetes import EVENT_COMPONENT, EVENT_NAMESPACE, KubernetesAccessError
 from rightsizer.domain.errors import StalePlan, TransientError
-from rightsizer.domain.model import ANN_CORDONED_AT, ANN_CORDONED_BY, opt_in_refusal
-from rightsizer.ports import JSON, AccessCheck, EvictionOutcome
+from rightsizer.domain.model import ANN_CORDONED_AT, ANN_CORDONED_BY, GroupSizes, opt_in_refusal
+from rightsizer.ports import JSON, AccessCheck, EvictionOutcome, ScalingFailure, ScalingGroup, TerminateResult
 from rightsizer.testing.k8s import DEFAULT_GRACE_SECONDS, label_selector_matches, rfc3339
 
 __all__ = ["FakeClock", "FakeClusterWriter", "FakeNodeScaler"]
@@ -549,7 +549,7 @@ class _Group:
 
 
 class FakeNodeScaler:
-    """In-memory ``NodeScaler`` (ports) with ``AsgNodeScaler``'s answers; thread-safe.
+    """In-memory ``NodeScaler`` (ports) with ``AutoScalingGroups``' answers; thread-safe.
 
     A terminated instance leaves its group at once (as on the moto server; AWS shows it Terminating for a
     few minutes, which the adapter treats the same way: already done, not InService).
@@ -614,7 +614,7 @@ class FakeNodeScaler:
             self._groups[name].states[instance_id] = state
 
     def fail_next(self, operation: str, error: Exception) -> None:
-        """Raise ``error`` from the next call of ``operation`` (``find_group``, ``group_sizes``, ``terminate``)."""
+        """Raise ``error`` from the next call of ``operation`` (``find_group``, ``describe_group``, ``terminate``)."""
         with self._lock:
             self._failures.setdefault(operation, deque()).append(error)
 
@@ -625,22 +625,29 @@ class FakeNodeScaler:
             self._maybe_fail("find_group")
             return self._member_of(instance_id)
 
-    def group_sizes(self, asg_name: str) -> tuple[int, int, int, frozenset[str]]:
-        """(MinSize, DesiredCapacity, MaxSize, InService ids); ``StalePlan`` when the group is unknown."""
+    def describe_group(self, asg_name: str) -> ScalingGroup:
+        """Sizes, members and tags of the group; ``StalePlan`` when the group is unknown."""
         with self._lock:
-            self.calls.append(("group_sizes", asg_name))
-            self._maybe_fail("group_sizes")
+            self.calls.append(("describe_group", asg_name))
+            self._maybe_fail("describe_group")
             return self._sizes(asg_name)
 
-    def terminate(self, asg_name: str, instance_id: str) -> tuple[int, int, bool]:
-        """Targeted scale-in with ``AsgScaler.terminate_instance``'s checks and errors (BUG-23)."""
+    def failed_activities(self, asg_name: str, since: datetime) -> list[ScalingFailure]:
+        """No launch ever fails in this account (``StalePlan`` for an unknown group, as the adapter)."""
+        with self._lock:
+            self.calls.append(("failed_activities", asg_name))
+            self._sizes(asg_name)
+            return []
+
+    def terminate(self, asg_name: str, instance_id: str) -> TerminateResult:
+        """Targeted scale-in with ``AutoScalingGroups.terminate``'s checks and errors (BUG-23)."""
         with self._lock:
             self.calls.append(("terminate", asg_name, instance_id))
             self._maybe_fail("terminate")
             member_of = self._member_of(instance_id)
             if member_of is None:
                 desired = self._groups[asg_name].desired if asg_name in self._groups else 0
-                return desired, desired, True
+                return TerminateResult(asg_name, instance_id, desired, desired, already_done=True)
             if member_of != asg_name:
                 raise StalePlan(
                     f"{instance_id} belongs to Auto Scaling group {member_of!r}, not {asg_name!r}"
@@ -648,7 +655,7 @@ class FakeNodeScaler:
             group = self._groups[asg_name]
             state = group.states[instance_id]
             if state.startswith(("Terminating", "Terminated")):
-                return group.desired, group.desired, True
+                return TerminateResult(asg_name, instance_id, group.desired, group.desired, already_done=True)
             if state.startswith(("Pending", "EnteringStandby")):
                 raise TransientError(f"{instance_id} is {state}, not InService yet", retry_after=30.0)
             if state != "InService":
@@ -663,14 +670,20 @@ class FakeNodeScaler:
             del group.states[instance_id]
             group.desired -= 1
             self.terminated.append(instance_id)
-            return before, group.desired, False
+            return TerminateResult(asg_name, instance_id, before, group.desired, already_done=False)
 
-    def _sizes(self, asg_name: str) -> tuple[int, int, int, frozenset[str]]:
+    def _sizes(self, asg_name: str) -> ScalingGroup:
         group = self._groups.get(asg_name)
         if group is None:
             raise StalePlan(f"Auto Scaling group {asg_name!r} not found")
         in_service = frozenset(i for i, s in group.states.items() if s == "InService")
-        return group.min_size, group.desired, group.max_size, in_service
+        return ScalingGroup(
+            asg_name,
+            GroupSizes(group.min_size, group.desired, group.max_size),
+            in_service,
+            frozenset(group.states),
+            dict(self._tags.get(asg_name) or {}),
+        )
 
     def _member_of(self, instance_id: str) -> str | None:
         return next((name for name, g in self._groups.items() if instance_id in g.states), None)

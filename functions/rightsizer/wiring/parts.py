@@ -386,18 +386,18 @@ def build_instance_type_changer(config: Config) -> InstanceTypeChanger:
 
 
 def build_node_scaler(config: Config) -> NodeScaler:
-    """The Auto Scaling ``NodeScaler`` (``rightsizer.adapters.asg_scaler``): membership, sizes, targeted scale-in."""
-    from rightsizer.adapters.asg_scaler import AsgNodeScaler
+    """The Auto Scaling ``NodeScaler`` (``rightsizer.adapters.autoscaling``): membership, sizes, targeted
+    scale-in, scaling activities."""
+    from rightsizer.adapters.autoscaling import AutoScalingGroups
 
-    return AsgNodeScaler(_aws_client(config, "autoscaling"))
+    return AutoScalingGroups(_aws_client(config, "autoscaling"))
 
 
 def build_nodegroup_sizer(config: Config) -> NodeGroupSizer:
     """The EKS managed node group sizer of off-hours (``rightsizer.adapters.eks_nodegroups``)."""
-    from rightsizer.adapters.aws import make_clients
     from rightsizer.adapters.eks_nodegroups import EksNodeGroups
 
-    return EksNodeGroups(make_clients(_region(config), endpoint_url=config.aws.endpoint_url))
+    return EksNodeGroups(_aws_client(config, "eks"))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -511,7 +511,7 @@ def config_from_stack(stack: str, region: str | None = None) -> Config:
     from botocore.exceptions import BotoCoreError, ClientError
     from pydantic import ValidationError
 
-    from rightsizer.adapters.aws import map_aws_error
+    from rightsizer.adapters.aws_errors import map_aws_error
 
     session = boto3.session.Session(region_name=region)
     client = session.client("cloudformation")

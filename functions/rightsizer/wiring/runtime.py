@@ -30,6 +30,7 @@ from rightsizer.ports import (
     ClusterWriter,
     InstanceTypeChanger,
     NodeGroupInventory,
+    NodeGroupSizer,
     NodeScaler,
     WorkflowStarter,
 )
@@ -43,7 +44,6 @@ from rightsizer.wiring.settings import (
 )
 
 if TYPE_CHECKING:
-    from rightsizer.adapters.eks_nodegroups import EksNodeGroups
     from rightsizer.ports import MetricsRangeReader
     from rightsizer.services.assess import AssessmentDeps
     from rightsizer.services.drain import DrainDeps, DrainWorkflow, StepResult
@@ -173,11 +173,10 @@ class Runtime:
         return parts.build_node_scaler(self._config)
 
     @functools.cached_property
-    def nodegroups(self) -> EksNodeGroups:
-        """The EKS managed node group adapter of off-hours (sizes are read from its Auto Scaling group)."""
-        from rightsizer.adapters.eks_nodegroups import EksNodeGroups
-
-        return cast(EksNodeGroups, parts.build_nodegroup_sizer(self._config))
+    def nodegroups(self) -> NodeGroupSizer:
+        """The EKS managed node group sizer of off-hours (sizes are read from the Auto Scaling group,
+        :attr:`scaler`)."""
+        return parts.build_nodegroup_sizer(self._config)
 
     @functools.cached_property
     def state(self) -> StateStore:
@@ -319,7 +318,7 @@ class Runtime:
             policy=policy,
             nodes=cast(ClusterReader, self.cluster),
             sizer=self.nodegroups,
-            scaler=self.nodegroups,
+            scaler=self.scaler,
             assessor=PlanningAssessor(self.observe, policy, node_label=self._config.prometheus.node_label),
             state=self.state,
             starter=normal,
