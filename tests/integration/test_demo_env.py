@@ -27,11 +27,11 @@ from rightsizer.domain.usage import ENERGY, GPU_UTIL
 from rightsizer.services.snapshot import metric_queries, observe
 from rightsizer.testing.demo_env import (
     DemoEnvironment,
-    SnapshotMetrics,
     demo_snapshot_dir,
     is_loopback_url,
     shift_timestamps,
 )
+from rightsizer.testing.snapshot_metrics import SnapshotMetrics
 from rightsizer.wiring.parts import (
     build_cluster_reader,
     build_inventory,

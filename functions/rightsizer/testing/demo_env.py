@@ -10,11 +10,11 @@ demo, ``rightsizer/data/examples/demo``):
 - a :class:`~rightsizer.testing.k8s.KubernetesDouble` loaded with the snapshot's nodes, pods, PDBs
   and the DaemonSets its pods name, every Node's ``spec.providerID`` pointing at the moto instance that
   plays it (a node group's nodes by name ↔ its instances in launch order);
-- :class:`SnapshotMetrics`, a ``MetricsRangeReader`` answering the range queries of
-  :func:`rightsizer.services.snapshot.observe` from the snapshot's ``metrics/*.json``;
+- :class:`~rightsizer.testing.snapshot_metrics.SnapshotMetrics`, a ``MetricsRangeReader`` answering the
+  range queries of :func:`rightsizer.services.snapshot.observe` from the snapshot's ``metrics/*.json``;
 - a :class:`NodeGroupReconciler` (moto does not link node groups and ASGs) and a
-  :class:`NodeLifecycleSyncer` that makes the double follow moto's EC2 state, as the kubelet and the
-  node lifecycle controller make a real cluster follow EC2.
+  :class:`~rightsizer.testing.node_lifecycle.NodeLifecycleSyncer` that makes the double follow moto's EC2
+  state, as the kubelet and the node lifecycle controller make a real cluster follow EC2.
 
 Time: the snapshot was taken at a fixed instant (``taken_at``); the demo happens now. Every sample and
 every Kubernetes timestamp is shifted by the same whole number of steps, so node ages, pod start times
@@ -24,20 +24,15 @@ and the metric window keep their meaning (a node "created 41 days ago" still is)
 from __future__ import annotations
 
 import contextlib
-import copy
 import json
 import logging
-import math
 import os
-import random
 import re
 import secrets
 import shutil
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, cast
@@ -47,9 +42,8 @@ import boto3
 
 from rightsizer.adapters.aws import AwsClients, make_clients
 from rightsizer.config import AwsConfig, ClusterConfig, Config, OffhoursConfig, PrometheusConfig
-from rightsizer.domain.catalog import load_catalog
 from rightsizer.domain.policy import Policy
-from rightsizer.domain.usage import ENERGY, FB_USED, GPU_UTIL
+from rightsizer.domain.usage import FB_USED, GPU_UTIL
 from rightsizer.testing.dynamodb_table import create_state_table
 from rightsizer.testing.k8s import KubernetesDouble
 from rightsizer.testing.moto_eks import (
@@ -63,7 +57,14 @@ from rightsizer.testing.moto_eks import (
     seed_instance,
     start_moto_server,
 )
-from rightsizer.testing.periodic import Periodic
+from rightsizer.testing.node_lifecycle import (
+    GroupTemplate,
+    NodeLifecycleSyncer,
+    SyncChanges,
+    is_daemon_pod,
+    is_exporter,
+)
+from rightsizer.testing.snapshot_metrics import SnapshotMetrics
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
@@ -73,9 +74,6 @@ __all__ = [
     "DEFAULT_TABLE",
     "KUBE_CONTEXT",
     "DemoEnvironment",
-    "NodeLifecycleSyncer",
-    "SnapshotMetrics",
-    "SyncChanges",
     "demo_snapshot_dir",
     "is_loopback_url",
     "shift_timestamps",
@@ -85,20 +83,14 @@ JSON = dict[str, Any]
 
 DEFAULT_TABLE: Final = "rightsizer-demo"
 KUBE_CONTEXT: Final = "rightsizer-demo"
-#: Prometheus' default lookback: an instant evaluation sees the newest sample at most this old (ms).
-LOOKBACK_MS: Final = 300_000
 _NODEGROUP_LABEL: Final = "eks.amazonaws.com/nodegroup"
 _RESIZE_TAG: Final = "rightsizer.io/resize"
-#: Counters keep increasing when a series is extended past the snapshot or cloned for a new node.
-_COUNTERS: Final = frozenset({ENERGY})
-_GONE_STATES: Final = frozenset({"shutting-down", "terminated"})
 _AWS_ENV: Final = {
     "AWS_ACCESS_KEY_ID": "testing",
     "AWS_SECRET_ACCESS_KEY": "testing",
     "AWS_DEFAULT_REGION": "us-east-1",
 }
 _RFC3339: Final = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(\.\d+)?Z$")
-_SUFFIX_ALPHABET: Final = "bcdfghjklmnpqrstvwxz2456789"
 
 log = logging.getLogger(__name__)
 
@@ -140,685 +132,6 @@ def _rfc3339(epoch: float) -> str:
 
 def _load(path: Path) -> Any:
     return json.loads(path.read_text(encoding="utf-8"))
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Metrics
-# ----------------------------------------------------------------------------------------------------------
-
-
-def _format_value(value: float) -> str:
-    """A sample value as Prometheus writes it (Go ``FormatFloat(v, 'f', -1, 64)``: no exponent)."""
-    if not math.isfinite(value):
-        return "NaN" if math.isnan(value) else ("+Inf" if value > 0 else "-Inf")
-    if math.isfinite(value) and value == int(value) and abs(value) < 2**53:
-        return str(int(value))
-    text = repr(value)
-    if "e" in text or "E" in text:
-        text = f"{value:.17f}".rstrip("0").rstrip(".")
-    return text
-
-
-def _json_time(ms: int) -> int | float:
-    """A query_range timestamp: seconds, fractional only when needed (as Prometheus marshals it)."""
-    return ms // 1000 if ms % 1000 == 0 else ms / 1000
-
-
-@dataclass(frozen=True)
-class _Series:
-    """One stored series and how it continues in time.
-
-    Point ``j`` is at ``origin_ms + j * step_ms`` and carries the base sequence's value ``j + index_offset``
-    plus ``value_offset``. The base sequence is the snapshot's points; past its end a series whose last
-    point is at the snapshot's end repeats its window (counters keep climbing by the window's increase),
-    so the demo can run for as long as it likes. ``lag_ms`` is how much the raw scrape behind each point
-    is older than the point (the ``timestamp()`` answer); ``stops_ms`` is when the target went away.
-    """
-
-    metric: str
-    labels: Mapping[str, str]
-    values: tuple[float, ...]
-    texts: tuple[str, ...]
-    origin_ms: int
-    step_ms: int
-    extendable: bool
-    lag_ms: int
-    index_offset: int = 0
-    value_offset: float = 0.0
-    stops_ms: float = math.inf
-
-    @property
-    def node(self) -> str:
-        """The Kubernetes node the series belongs to (its ``node`` label)."""
-        return self.labels.get("node", "")
-
-    def base_value(self, index: int) -> float:
-        """Value ``index`` of the base sequence, extended by repeating the window."""
-        n = len(self.values)
-        if index < n:
-            return self.values[index]
-        cycles, position = divmod(index, n - 1)
-        climb = cycles * (self.values[-1] - self.values[0]) if self.metric in _COUNTERS else 0.0
-        return self.values[position] + climb
-
-    def point_at(self, eval_ms: int) -> tuple[int, int] | None:
-        """(point index, point time) of the newest point an evaluation at ``eval_ms`` sees, if any."""
-        if eval_ms > self.stops_ms or eval_ms < self.origin_ms:
-            return None  # gone (stale marker) or not born yet
-        index = (eval_ms - self.origin_ms) // self.step_ms
-        if not self.extendable:
-            index = min(index, len(self.values) - 1 - self.index_offset)
-        at = self.origin_ms + index * self.step_ms
-        if index < 0 or eval_ms - at >= LOOKBACK_MS:
-            return None
-        return index, at
-
-    def samples_in(self, lo_ms: int, hi_ms: int) -> list[int]:
-        """Indices of the raw samples (point time − ``lag_ms``) in (lo_ms, hi_ms], oldest first."""
-        first = max(0, (lo_ms + self.lag_ms - self.origin_ms) // self.step_ms + 1)
-        last = (hi_ms + self.lag_ms - self.origin_ms) // self.step_ms
-        if not self.extendable:
-            last = min(last, len(self.values) - 1 - self.index_offset)
-        if self.stops_ms != math.inf:
-            last = min(last, int((self.stops_ms + self.lag_ms - self.origin_ms) // self.step_ms))
-        return list(range(first, last + 1))
-
-    def value(self, index: int) -> float:
-        """Point ``index``'s value."""
-        return self.base_value(index + self.index_offset) + self.value_offset
-
-    def text(self, index: int) -> str:
-        """Point ``index``'s value as a string (the snapshot's own text where it is unchanged)."""
-        base = index + self.index_offset
-        if base < len(self.texts) and self.value_offset == 0:
-            return self.texts[base]
-        return _format_value(self.base_value(base) + self.value_offset)
-
-
-_SELECTOR = re.compile(r"^\s*([A-Za-z_:][A-Za-z0-9_:]*)\s*(?:\{(.*)\})?\s*$")
-_MATCHER = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_]*)\s*(=|!=)\s*"((?:[^"\\]|\\.)*)"\s*(?:,|$)')
-_TIMESTAMP = re.compile(r"^\s*timestamp\s*\((.*)\)\s*$")
-_MAX_OVER_TIME = re.compile(r"^\s*max_over_time\s*\((.*)\[(\d+)ms\]\s*\)\s*$")
-_STDDEV_OVER_TIME = re.compile(r"^\s*stddev_over_time\s*\((.*)\[(\d+)ms\]\s*\)\s*$")
-_AVG_OVER_TIME = re.compile(r"^\s*avg_over_time\s*\((.*)\[(\d+)ms\]\s*\)\s*$")
-_NONFINITE = re.compile(r"^\s*\(\s*sum_over_time\s*\((.*)\[(\d+)ms\]\s*\)\s*\*\s*0\s*\)\s*!=\s*0\s*$")
-
-
-@dataclass(frozen=True)
-class _Query:
-    """A parsed expression: ``kind`` (``plain``, ``timestamp``, ``max``, ``stddev``, ``avg``, ``nonfinite``), the
-    metric, the label matchers and the range in ms of the ``*_over_time`` function."""
-
-    kind: str
-    name: str
-    matchers: list[tuple[str, bool, str]]
-    range_ms: int = 0
-
-
-def _parse_query(expr: str) -> _Query:
-    """The supported expression ``expr`` is (``domain.usage.MetricQuery`` and format-1 snapshots).
-
-    Raises:
-        ValueError: anything but ``name``, ``name{l="v", l!="v"}``, ``timestamp(<sel>)``,
-            ``max_over_time``/``stddev_over_time``/``avg_over_time(<sel>[<n>ms])`` or
-            ``(sum_over_time(<sel>[<n>ms]) * 0) != 0``.
-    """
-    kind, inner, range_ms = "plain", expr, 0
-    patterns = (
-        (_TIMESTAMP, "timestamp"),
-        (_MAX_OVER_TIME, "max"),
-        (_STDDEV_OVER_TIME, "stddev"),
-        (_AVG_OVER_TIME, "avg"),
-        (_NONFINITE, "nonfinite"),
-    )
-    for pattern, name in patterns:
-        found = pattern.match(expr)
-        if found is not None:
-            kind, inner = name, found.group(1)
-            range_ms = int(found.group(2)) if found.lastindex and found.lastindex > 1 else 0
-            break
-    selector = _SELECTOR.match(inner)
-    if selector is None:
-        raise ValueError(f"unsupported expression {expr!r}: SnapshotMetrics answers plain selectors")
-    matchers: list[tuple[str, bool, str]] = []
-    body = (selector.group(2) or "").strip()
-    pos = 0
-    while pos < len(body):
-        found = _MATCHER.match(body, pos)
-        if found is None:
-            raise ValueError(f"unsupported label matcher in {expr!r}: only = and != are answered")
-        value = re.sub(r"\\(.)", r"\1", found.group(3))
-        matchers.append((found.group(1), found.group(2) == "=", value))
-        pos = found.end()
-    return _Query(kind, selector.group(1), matchers, range_ms)
-
-
-class SnapshotMetrics:
-    """A ``MetricsRangeReader`` over a snapshot directory's ``metrics/*.json``, moved to the present.
-
-    Answers what :func:`rightsizer.services.snapshot.observe` asks (``metric_queries``, format 2):
-    ``max_over_time``, ``stddev_over_time``, ``avg_over_time`` (``(<sel>[<n>ms])``),
-    ``(sum_over_time(<sel>[<n>ms]) * 0) != 0``, ``timestamp(<sel>)``, and plain selectors, each optionally with ``{label="value"}`` / ``{label!="value"}`` matchers (``job`` in
-    practice). Each snapshot point is one raw sample, scraped ``lag`` before its point (from the
-    ``timestamp`` files). Evaluation follows Prometheus: a selector shows the newest point at most 5
-    minutes old, range functions see the raw samples in (t − n, t], nothing after a target went away
-    (stale markers), ``__name__`` dropped by functions. Anything else answers ``status: error``
-    (``bad_data``), as Prometheus would.
-
-    Every sample is shifted by ``shift_seconds`` = ⌊(now − taken_at) / step⌋ × step, so the snapshot's
-    last point lands in the last step before "now" and stays on the snapshot's step grid. Series that
-    reach the snapshot's end continue by repeating their window; :meth:`clone_node` gives a node that
-    appeared later the series of an existing one (relabelled) from its creation on; :meth:`stop_node`
-    ends a removed node's series. Thread-safe.
-    """
-
-    def __init__(self, directory: str | Path, *, now: float | None = None) -> None:
-        """Load ``directory``'s ``snapshot.json`` and ``metrics/*.json`` and shift them to ``now``.
-
-        Args:
-            directory: a snapshot directory (docs/architecture.md §5) with the metrics files.
-            now: the demo's "now" in epoch seconds (default: the system clock).
-        """
-        root = Path(directory)
-        meta = _load(root / "snapshot.json")
-        taken = datetime.fromisoformat(str(meta["taken_at"]).replace("Z", "+00:00"))
-        self.step_seconds = int(meta["step_seconds"])
-        self.window_seconds = int(meta["window_seconds"])
-        current = time.time() if now is None else now
-        step_ms = self.step_seconds * 1000
-        snapshot_end_ms = int(taken.timestamp() * 1000)
-        # Whole steps, rounded down: the grid stays the snapshot's and no sample lies in the future.
-        shift_ms = (int(current * 1000) - snapshot_end_ms) // step_ms * step_ms
-        #: Seconds every snapshot time was moved by (apply the same to Kubernetes objects).
-        self.shift_seconds = shift_ms / 1000
-        #: The snapshot's ``taken_at`` after the shift: the newest sample of every live series.
-        self.taken_at = taken + timedelta(milliseconds=shift_ms)
-        self._lock = threading.Lock()
-        self._rng = random.Random(int(self.taken_at.timestamp()))
-        lags = self._lags(root / "metrics")
-        self._series: list[_Series] = []
-        for path in sorted((root / "metrics").glob("*.json")):
-            if path.name.count(".") > 1:  # format-2 files (.timestamp, .stddev, …): not series of their own
-                continue
-            doc = _load(path)
-            for item in doc.get("data", {}).get("result", []):
-                points = item.get("values") or []
-                if not points:
-                    continue
-                times = [round(float(t) * 1000) + shift_ms for t, _ in points]
-                labels = dict(item.get("metric") or {})
-                self._series.append(
-                    _Series(
-                        metric=str(labels.get("__name__", path.stem)),
-                        labels=labels,
-                        values=tuple(float(v) for _, v in points),
-                        texts=tuple(str(v) for _, v in points),
-                        origin_ms=times[0],
-                        step_ms=step_ms,
-                        # Only series alive at the snapshot's end continue; an exporter that was down
-                        # then stays down.
-                        extendable=len(times) > 1 and times[-1] == snapshot_end_ms + shift_ms,
-                        lag_ms=lags.get(labels.get("instance", ""), 0),
-                    )
-                )
-
-    @staticmethod
-    def _lags(directory: Path) -> dict[str, int]:
-        """Scrape lag per exporter target, from ``<metric>.timestamp.json`` (point time − raw time)."""
-        lags: dict[str, int] = {}
-        for path in sorted(directory.glob("*.timestamp.json")):
-            for item in _load(path).get("data", {}).get("result", []):
-                instance = (item.get("metric") or {}).get("instance")
-                points = item.get("values") or []
-                if instance and points:
-                    at, raw = points[0]
-                    lags.setdefault(instance, round(float(at) * 1000) - round(float(raw) * 1000))
-        return lags
-
-    # ---------------------------------------------------------------------------------------- queries
-
-    def query_range_raw(self, expr: str, start: float, end: float, step: float) -> JSON:
-        """Evaluate ``expr`` at ``start``, ``start + step``, … ``end`` (epoch seconds) like Prometheus.
-
-        Returns:
-            The ``/api/v1/query_range`` document: ``{"status": "success", "data": {"resultType":
-            "matrix", "result": [{"metric", "values": [[t, "v"], ...]}]}}``, series ordered by labels;
-            ``{"status": "error", "errorType": "bad_data", "error"}`` for an expression it does not answer.
-        """
-        try:
-            query = _parse_query(expr)
-        except ValueError as exc:
-            return {"status": "error", "errorType": "bad_data", "error": str(exc)}
-        if step <= 0 or end < start:
-            return {"status": "error", "errorType": "bad_data", "error": "invalid range or step"}
-        start_ms, end_ms, step_ms = round(start * 1000), round(end * 1000), round(step * 1000)
-        evals = range(start_ms, end_ms + 1, step_ms)
-        with self._lock:
-            chosen = [
-                s
-                for s in self._series
-                if s.metric == query.name
-                and all((s.labels.get(k, "") == v) == eq for k, eq, v in query.matchers)
-            ]
-        result: list[JSON] = []
-        for series in chosen:
-            values = [
-                [_json_time(at), text] for at in evals if (text := _evaluate(series, query, at)) is not None
-            ]
-            if values:
-                labels = dict(series.labels)
-                if query.kind != "plain":
-                    labels.pop("__name__", None)
-                result.append({"metric": labels, "values": values})
-        result.sort(key=lambda item: sorted(item["metric"].items()))
-        return {"status": "success", "data": {"resultType": "matrix", "result": result}}
-
-    # ------------------------------------------------------------------------------- node lifecycle
-
-    def nodes(self) -> set[str]:
-        """Nodes with at least one series that has not been stopped."""
-        with self._lock:
-            return {s.node for s in self._series if s.stops_ms == math.inf and s.node}
-
-    def series_of(self, node: str, metric: str = GPU_UTIL) -> list[Mapping[str, str]]:
-        """Label sets of ``node``'s series of ``metric`` that have not been stopped."""
-        with self._lock:
-            return [
-                dict(s.labels)
-                for s in self._series
-                if s.node == node and s.metric == metric and s.stops_ms == math.inf
-            ]
-
-    def is_clean_template(self, node: str) -> bool:
-        """Whether ``node`` has live, growing energy counters (a sane model for a new node's series)."""
-        with self._lock:
-            energy = [s for s in self._series if s.node == node and s.metric == ENERGY and s.extendable]
-        return bool(energy) and all(s.values[-1] > s.values[0] for s in energy)
-
-    def stop_node(self, node: str, at: float) -> int:
-        """End every series of ``node`` at ``at`` (epoch s), as Prometheus' stale markers do when its target
-        disappears; returns how many series were stopped."""
-        stopped = 0
-        with self._lock:
-            for i, series in enumerate(self._series):
-                if series.node == node and series.stops_ms == math.inf:
-                    self._series[i] = replace(series, stops_ms=at * 1000)
-                    stopped += 1
-        return stopped
-
-    def clone_node(
-        self,
-        template: str,
-        node: str,
-        *,
-        since: float,
-        exporter_pod: str,
-        exporter_ip: str,
-        template_exporter_pod: str | None = None,
-    ) -> int:
-        """Give ``node`` (created at ``since``, epoch s) the series of ``template``, relabelled.
-
-        Labels rewritten: ``node``; ``instance`` (the new exporter pod's IP, same port); ``Hostname`` and
-        ``pod`` where they named the template or its exporter pod; ``UUID`` (a new GPU UUID per template
-        GPU). Points start at ``since`` on the same step; energy counters start near zero, as on a freshly
-        booted GPU. Only the template's live series are cloned. Returns how many series were added.
-        """
-        since_ms = int(since) * 1000
-        with self._lock:
-            sources = [s for s in self._series if s.node == template and s.extendable]
-            uuids: dict[str, str] = {}
-            added: list[_Series] = []
-            for series in sources:
-                labels = dict(series.labels)
-                labels["node"] = node
-                if "instance" in labels:
-                    port = labels["instance"].rpartition(":")[2] or "9400"
-                    labels["instance"] = f"{exporter_ip}:{port}"
-                if labels.get("Hostname") == template:
-                    labels["Hostname"] = node
-                elif template_exporter_pod and labels.get("Hostname") == template_exporter_pod:
-                    labels["Hostname"] = exporter_pod
-                if template_exporter_pod and labels.get("pod") == template_exporter_pod:
-                    labels["pod"] = exporter_pod
-                if "UUID" in labels:
-                    old = labels["UUID"]
-                    if old not in uuids:
-                        uuids[old] = f"GPU-{_uuid4(self._rng)}"
-                    labels["UUID"] = uuids[old]
-                # Continue the template's pattern from where the template is now.
-                offset = max(0, (since_ms - series.origin_ms) // series.step_ms)
-                value_offset = 0.0
-                if series.metric in _COUNTERS:
-                    first_step = series.values[1] - series.values[0]
-                    value_offset = first_step - series.base_value(offset)
-                added.append(
-                    replace(
-                        series,
-                        labels=labels,
-                        origin_ms=since_ms,
-                        index_offset=offset,
-                        value_offset=value_offset,
-                        stops_ms=math.inf,
-                    )
-                )
-            self._series.extend(added)
-        return len(added)
-
-
-def _evaluate(series: _Series, query: _Query, at: int) -> str | None:
-    """``query``'s value for ``series`` at ``at`` (ms) as Prometheus would print it, or None (no point).
-
-    Raw samples sit ``lag_ms`` before their grid point; ``max_over_time`` keeps NaN only when every
-    sample is NaN (Prometheus 2.x), ``sum_over_time(…) * 0 != 0`` keeps only non-finite sums.
-    """
-    if query.kind in ("plain", "timestamp"):
-        found = series.point_at(at)
-        if found is None:
-            return None
-        index, point_ms = found
-        return (
-            _format_value((point_ms - series.lag_ms) / 1000)
-            if query.kind == "timestamp"
-            else series.text(index)
-        )
-    samples = [series.value(i) for i in series.samples_in(at - query.range_ms, at)]
-    if not samples:
-        return None
-    if query.kind == "max":
-        top = samples[0]
-        for v in samples:
-            if v > top or math.isnan(top):
-                top = v
-        return _format_value(top)
-    if query.kind == "avg":
-        return _format_value(sum(samples) / len(samples))
-    if query.kind == "stddev":
-        mean = sum(samples) / len(samples)
-        return _format_value(math.sqrt(sum((v - mean) ** 2 for v in samples) / len(samples)))
-    total = math.fsum(samples) if all(math.isfinite(v) for v in samples) else sum(samples)
-    return None if math.isfinite(total) else "NaN"
-
-
-def _uuid4(rng: random.Random) -> str:
-    import uuid
-
-    return str(uuid.UUID(int=rng.getrandbits(128), version=4))
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Node lifecycle: the double follows moto's EC2 state
-# ----------------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _GroupTemplate:
-    """What a new node of a node group is cloned from: a Node, its DaemonSet pods and its series."""
-
-    nodegroup: str
-    asg_name: str
-    node: JSON
-    daemon_pods: tuple[JSON, ...]
-    metrics_node: str | None
-    exporter_pod: str | None
-
-
-@dataclass(frozen=True)
-class SyncChanges:
-    """What one :meth:`NodeLifecycleSyncer.sync` pass changed in the double (node names)."""
-
-    removed: tuple[str, ...] = ()
-    added: tuple[str, ...] = ()
-
-
-def _instance_id(node: JSON) -> str:
-    return str((node.get("spec") or {}).get("providerID") or "").rpartition("/")[2]
-
-
-def _is_daemon_pod(pod: JSON) -> bool:
-    owners = (pod.get("metadata") or {}).get("ownerReferences") or []
-    return any(o.get("kind") == "DaemonSet" for o in owners)
-
-
-def _is_exporter(pod: JSON) -> bool:
-    return "dcgm-exporter" in str((pod.get("metadata") or {}).get("name", ""))
-
-
-class NodeLifecycleSyncer:
-    """Makes the Kubernetes double follow moto's EC2 and Auto Scaling state (docs/architecture.md §7).
-
-    Each pass: a Node whose instance is shutting down, terminated, unknown to EC2, or no longer a member
-    of the Auto Scaling group it was in disappears with its pods (pod garbage collection; their
-    controllers recreate them elsewhere) and its series stop. An InService instance of a node group that
-    no Node stands for becomes a new Ready Node, cloned from the group's template: named after the
-    instance's private IP (``ip-10-0-1-7.ec2.internal``), ``providerID`` and zone from EC2, allocatable
-    GPUs equal to capacity, DaemonSet pods of the template (a new dcgm-exporter pod with its own IP), and
-    the template's series relabelled (:meth:`SnapshotMetrics.clone_node`). Removed instances never come
-    back. Run :meth:`sync` directly for a deterministic step, or :meth:`start` for a background thread.
-    """
-
-    def __init__(
-        self,
-        clients: AwsClients,
-        double: KubernetesDouble,
-        metrics: SnapshotMetrics,
-        templates: Mapping[str, _GroupTemplate],
-        *,
-        seed: int = 7,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        """Args: clients and double to sync; metrics to relabel; templates per node group name;
-        seed for new pod names and IPs; clock (epoch seconds) for creation times and stale markers."""
-        self._clients = clients
-        self._double = double
-        self._metrics = metrics
-        self._templates = dict(templates)
-        self._rng = random.Random(seed)
-        self._clock = clock
-        self._gone: set[str] = set()
-        self._asg_of: dict[str, str] = {}  # instance id → the ASG it was a member of when last seen
-        self._lock = threading.Lock()
-        self._worker = Periodic(self.sync, "demo-node-lifecycle")
-        #: Exceptions raised by background passes (a test can assert none happened).
-        self.errors = self._worker.errors
-
-    def sync(self) -> SyncChanges:
-        """One pass (see the class docstring); idempotent."""
-        with self._lock:
-            members = self._members()
-            nodes = {_instance_id(n): n for n in self._double.list_nodes() if _instance_id(n)}
-            details = self._describe(sorted(set(nodes) | {i for m in members.values() for i in m}))
-            states = {k: str(v["State"]["Name"]) for k, v in details.items()}
-            removed: list[str] = []
-            for instance_id, node in sorted(nodes.items()):
-                group = self._asg_of.get(instance_id)
-                for asg_name, ids in members.items():
-                    if instance_id in ids:
-                        group = self._asg_of[instance_id] = asg_name
-                left_group = group is not None and instance_id not in members.get(group, {})
-                if states.get(instance_id, "terminated") in _GONE_STATES or left_group:
-                    name = str(node["metadata"]["name"])
-                    self._double.delete_node(name)
-                    self._metrics.stop_node(name, self._clock())
-                    self._gone.add(instance_id)
-                    removed.append(name)
-                elif instance_id in details:
-                    self._kubelet(node, details[instance_id])
-            added: list[str] = []
-            for template in self._templates.values():
-                for instance_id, lifecycle in sorted(members.get(template.asg_name, {}).items()):
-                    if instance_id in nodes or instance_id in self._gone or lifecycle != "InService":
-                        continue
-                    if states.get(instance_id) not in ("pending", "running"):
-                        continue
-                    self._asg_of[instance_id] = template.asg_name
-                    added.append(self._add_node(template, details[instance_id]))
-            return SyncChanges(tuple(removed), tuple(added))
-
-    def _kubelet(self, node: JSON, instance: Mapping[str, Any]) -> None:
-        """A stopped instance's Node turns NotReady; when it runs again its kubelet reports Ready, and when
-        its type changed (a resize) re-registers it with the new type (labels) and that type's GPUs (catalog
-        count) as capacity and allocatable. A steady node is left exactly as it is; the Node object is kept
-        with its annotations and cordon; only a change is written."""
-        state, instance_type = str(instance["State"]["Name"]), str(instance["InstanceType"])
-        updated = copy.deepcopy(node)
-        running = state == "running"
-        conditions = updated["status"].setdefault("conditions", [])
-        ready = next((c for c in conditions if c.get("type") == "Ready"), None)
-        if ready is None:
-            ready = {"type": "Ready"}
-            conditions.append(ready)
-        if running and ready.get("status") != "True":
-            ready.update(status="True", reason="KubeletReady")
-        elif not running and state != "pending" and ready.get("status") == "True":
-            ready.update(status="Unknown", reason="NodeStatusUnknown")
-        labels = updated["metadata"].setdefault("labels", {})
-        if running and labels.get("node.kubernetes.io/instance-type") != instance_type:
-            labels["node.kubernetes.io/instance-type"] = instance_type
-            labels["beta.kubernetes.io/instance-type"] = instance_type
-            row = load_catalog().get(instance_type)
-            if row is not None and row.gpu_count >= 1:
-                updated["status"].setdefault("capacity", {})["nvidia.com/gpu"] = str(row.gpu_count)
-                updated["status"].setdefault("allocatable", {})["nvidia.com/gpu"] = str(row.gpu_count)
-        if updated != node:
-            updated["metadata"].pop("resourceVersion", None)
-            self._double.add_node(updated)
-
-    def _members(self) -> dict[str, dict[str, str]]:
-        names = sorted({t.asg_name for t in self._templates.values()} | set(self._asg_of.values()))
-        groups = self._clients.autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=names)
-        return {
-            str(g["AutoScalingGroupName"]): {
-                str(i["InstanceId"]): str(i["LifecycleState"]) for i in g.get("Instances", [])
-            }
-            for g in groups["AutoScalingGroups"]
-        }
-
-    def _describe(self, instance_ids: Sequence[str]) -> dict[str, Mapping[str, Any]]:
-        if not instance_ids:
-            return {}
-        # A filter, not InstanceIds: an id moto has forgotten is then absent instead of an error.
-        answer = self._clients.ec2.describe_instances(
-            Filters=[{"Name": "instance-id", "Values": list(instance_ids)}]
-        )
-        return {str(i["InstanceId"]): i for r in answer["Reservations"] for i in r.get("Instances", [])}
-
-    def _free_ip(self, preferred: str, prefix: str) -> str:
-        taken = {_node_ip(n) for n in self._double.list_nodes()}
-        taken |= {str((p.get("status") or {}).get("podIP", "")) for p in self._double.list_pods()}
-        candidate = preferred
-        while not candidate or candidate in taken:
-            candidate = f"{prefix}.{self._rng.randint(4, 254)}"
-        return candidate
-
-    def _add_node(self, template: _GroupTemplate, detail: Mapping[str, Any]) -> str:
-        instance_id = str(detail["InstanceId"])
-        zone = str(detail.get("Placement", {}).get("AvailabilityZone", "us-east-1a"))
-        ip = str(detail.get("PrivateIpAddress") or "")
-        subnet_prefix = ip.rpartition(".")[0] or "10.0.1"
-        ip = self._free_ip(ip, subnet_prefix)
-        name = f"ip-{ip.replace('.', '-')}.ec2.internal"
-        now = self._clock()
-        node = _new_node_object(template.node, name, ip, zone, instance_id, now, self._rng)
-        self._double.add_node(node)
-        exporter_name = exporter_ip = None
-        for pod in template.daemon_pods:
-            new_pod = copy.deepcopy(pod)
-            meta = new_pod["metadata"]
-            owner = next(o for o in meta.get("ownerReferences", []) if o.get("kind") == "DaemonSet")
-            meta["name"] = f"{owner['name']}-" + "".join(self._rng.choice(_SUFFIX_ALPHABET) for _ in range(5))
-            for key in ("uid", "resourceVersion", "creationTimestamp"):
-                meta.pop(key, None)
-            new_pod["spec"]["nodeName"] = name
-            host_network = bool(new_pod["spec"].get("hostNetwork"))
-            pod_ip = ip if host_network else self._free_ip("", subnet_prefix)
-            started = _rfc3339(now)
-            new_pod["status"] = {
-                "phase": "Running",
-                "hostIP": ip,
-                "hostIPs": [{"ip": ip}],
-                "podIP": pod_ip,
-                "podIPs": [{"ip": pod_ip}],
-                "startTime": started,
-                "qosClass": (pod.get("status") or {}).get("qosClass", "BestEffort"),
-                "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": started}],
-            }
-            self._double.add_pod(new_pod)
-            if _is_exporter(new_pod):
-                exporter_name, exporter_ip = str(meta["name"]), pod_ip
-        if template.metrics_node and exporter_name and exporter_ip:
-            self._metrics.clone_node(
-                template.metrics_node,
-                name,
-                since=now,
-                exporter_pod=exporter_name,
-                exporter_ip=exporter_ip,
-                template_exporter_pod=template.exporter_pod,
-            )
-        return name
-
-    def start(self, interval_s: float = 0.2) -> None:
-        """Sync every ``interval_s`` seconds on a daemon thread until :meth:`stop`."""
-        self._worker.start(interval_s)
-
-    def stop(self) -> None:
-        """Stop the background thread (if any) and wait for it."""
-        self._worker.stop()
-
-
-def _node_ip(node: JSON) -> str:
-    for address in (node.get("status") or {}).get("addresses") or []:
-        if address.get("type") == "InternalIP":
-            return str(address.get("address", ""))
-    return ""
-
-
-def _new_node_object(
-    template: JSON, name: str, ip: str, zone: str, instance_id: str, now: float, rng: random.Random
-) -> JSON:
-    """A freshly joined Node cloned from ``template``: new identity, Ready, nothing of ours on it."""
-    node = copy.deepcopy(template)
-    meta = node["metadata"]
-    for key in ("uid", "resourceVersion", "creationTimestamp"):
-        meta.pop(key, None)
-    meta["name"] = name
-    meta["creationTimestamp"] = _rfc3339(now)
-    labels = meta.setdefault("labels", {})
-    labels["kubernetes.io/hostname"] = name
-    for key in ("topology.kubernetes.io/zone", "failure-domain.beta.kubernetes.io/zone"):
-        if key in labels:
-            labels[key] = zone
-    annotations = meta.setdefault("annotations", {})
-    for key in [k for k in annotations if k.startswith("rightsizer.io/")]:
-        del annotations[key]  # a cordon of ours belongs to the instance that went away
-    annotations["alpha.kubernetes.io/provided-node-ip"] = ip
-    if "csi.volume.kubernetes.io/nodeid" in annotations:
-        annotations["csi.volume.kubernetes.io/nodeid"] = json.dumps({"ebs.csi.aws.com": instance_id})
-    spec = node.setdefault("spec", {})
-    spec.pop("unschedulable", None)
-    spec["providerID"] = f"aws:///{zone}/{instance_id}"
-    spec["taints"] = [
-        t for t in spec.get("taints") or [] if not str(t.get("key", "")).startswith("rightsizer")
-    ]
-    status = node.setdefault("status", {})
-    status["addresses"] = [
-        {"address": ip, "type": "InternalIP"},
-        {"address": name, "type": "InternalDNS"},
-        {"address": name, "type": "Hostname"},
-    ]
-    capacity = status.get("capacity") or {}
-    allocatable = status.setdefault("allocatable", {})
-    for resource, quantity in capacity.items():
-        if resource.startswith("nvidia.com/"):
-            allocatable[resource] = quantity  # the device plugin advertises every GPU of a fresh node
-    stamp = _rfc3339(now)
-    for condition in status.get("conditions") or []:
-        condition["lastHeartbeatTime"] = stamp
-        condition["lastTransitionTime"] = stamp
-    info = status.setdefault("nodeInfo", {})
-    info["bootID"] = _uuid4(rng)
-    info["machineID"] = f"ec2{rng.getrandbits(116):029x}"
-    info["systemUUID"] = f"ec2{_uuid4(rng)[3:]}"
-    return node
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -1228,7 +541,7 @@ class DemoEnvironment:
         self.reconciler.start(self._interval)
         self.syncer.start(self._interval)
 
-    def _templates(self, nodes: Sequence[JSON], pods: Sequence[JSON]) -> dict[str, _GroupTemplate]:
+    def _templates(self, nodes: Sequence[JSON], pods: Sequence[JSON]) -> dict[str, GroupTemplate]:
         """Per node group, the node new ones are cloned from.
 
         Preference: live growing energy on every GPU (not a frozen or half-missing exporter), series not
@@ -1239,7 +552,7 @@ class DemoEnvironment:
         for pod in pods:
             pods_on.setdefault(str(pod["spec"].get("nodeName", "")), []).append(pod)
         live = self.metrics.nodes()
-        templates: dict[str, _GroupTemplate] = {}
+        templates: dict[str, GroupTemplate] = {}
         for group, built in self.built.nodegroups.items():
             members = [n for n in nodes if (n["metadata"].get("labels") or {}).get(_NODEGROUP_LABEL) == group]
             if not members:
@@ -1248,8 +561,8 @@ class DemoEnvironment:
             def rank(node: JSON) -> tuple[bool, bool, bool, str]:
                 name = str(node["metadata"]["name"])
                 on_node = pods_on.get(name, [])
-                only_daemons = all(_is_daemon_pod(p) for p in on_node)
-                exporters = {str(p["metadata"]["name"]) for p in on_node if _is_exporter(p)}
+                only_daemons = all(is_daemon_pod(p) for p in on_node)
+                exporters = {str(p["metadata"]["name"]) for p in on_node if is_exporter(p)}
                 gpus = int((node["status"].get("capacity") or {}).get("nvidia.com/gpu", "0") or 0)
                 complete = name in live and len(self.metrics.series_of(name)) >= gpus
                 clean = complete and self.metrics.is_clean_template(name)
@@ -1263,9 +576,9 @@ class DemoEnvironment:
 
             chosen = min(members, key=rank)
             name = str(chosen["metadata"]["name"])
-            daemon_pods = tuple(p for p in pods_on.get(name, []) if _is_daemon_pod(p))
-            exporter = next((str(p["metadata"]["name"]) for p in daemon_pods if _is_exporter(p)), None)
-            templates[group] = _GroupTemplate(
+            daemon_pods = tuple(p for p in pods_on.get(name, []) if is_daemon_pod(p))
+            exporter = next((str(p["metadata"]["name"]) for p in daemon_pods if is_exporter(p)), None)
+            templates[group] = GroupTemplate(
                 nodegroup=group,
                 asg_name=built.asg_name,
                 node=chosen,
