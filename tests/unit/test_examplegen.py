@@ -372,3 +372,71 @@ def test_cli_writes_a_snapshot(tmp_path: Path) -> None:
     assert examplegen.main(["--out", str(tmp_path / "cli"), "--scenario", "scale", "--nodes", "3"]) == 0
     assert len(_load(tmp_path / "cli", "nodes.json")["items"]) == 3
     assert examplegen.main(["--out", str(tmp_path / "bad"), "--nodes", "3"]) == 2
+
+
+# --- the scenario file drives the cast ------------------------------------------------------------------------
+
+
+def test_a_scenario_file_is_the_whole_cast(tmp_path: Path) -> None:
+    import random
+
+    from tests.support.examplegen.cast import Ids
+    from tests.support.examplegen.scenarios import build_from_file
+    from tests.support.examplegen.sources import load_sources
+
+    scenario = tmp_path / "two.yaml"
+    scenario.write_text(
+        """
+title: two
+power_decimals: 1
+nfd_labels: false
+groups: [{name: g, itype: g5.12xlarge, min: 0, max: 4}]
+nodes:
+  - id: first
+    type: g5.12xlarge
+    owner: mng
+    group: g
+    age_days: 3
+    gpus: {model: a10g, count: 4}
+    verdict: busy
+    reasons: [activity_above_threshold]
+    workloads:
+      - namespace: ml
+        app: trainer
+        owner_kind: ReplicaSet
+        container: main
+        image: python:3.12-slim
+        requests: {cpu: "1", memory: 1Gi}
+        gpu_resource: nvidia.com/gpu
+        gpus: 1
+        started_ago: {hours: 2}
+        load: {devices: [1], busy: true, activity_pct: 50.0, fb_used_mib: 100}
+  - type: g5.12xlarge
+    owner: mng
+    group: g
+    age_days: 1
+    gpus: {model: a10g, count: 4}
+    exporter_state: frozen
+    verdict: unknown
+    reasons: [exporter_frozen]
+    why: "younger than {first}"
+notes: ["{first} is busy"]
+""",
+        encoding="utf-8",
+    )
+    built = build_from_file(scenario, load_sources(), Ids(random.Random(1)), DEFAULT_TAKEN_AT)
+
+    first, second = built.nodes
+    assert (built.title, built.power_decimals, built.nfd_labels) == ("two", 1, False)
+    assert [g["name"] for g in built.groups] == ["g"]
+    assert (first.verdict, first.reasons, second.exporter_state) == (
+        "busy",
+        ("activity_above_threshold",),
+        "frozen",
+    )
+    assert second.why == f"younger than {first.name}" and built.notes == [f"{first.name} is busy"]
+    assert second.created - first.created > timedelta(hours=18)  # 3 days vs 1 day old, minus up to 6 h of jitter
+    [trainer] = first.workloads
+    assert trainer in built.pods and trainer["metadata"]["namespace"] == "ml"
+    assert [d.load.busy for d in first.devices] == [False, True, False, False]
+    assert first.devices[1].load.workload == ("ml", trainer["metadata"]["name"], "main")

@@ -1,7 +1,7 @@
 """AWS clients and the AWS inventory: the read-only half of the snapshot (docs/architecture.md §5
 ``nodegroups.json`` / ``instances.json``), the ``NodeGroupInventory`` port.
 
-The AWS adapters, one per capability (docs/architecture.md §10):
+The AWS adapters, one per capability (docs/architecture.md §2 "Parts"):
 
 - this module — :func:`make_clients` and :class:`AwsInventory` (EKS, Auto Scaling and EC2 reads, in
   the snapshot's shapes);
