@@ -44,6 +44,7 @@ __all__ = [
     "AwsClients",
     "AwsInventory",
     "json_safe",
+    "make_client",
     "make_clients",
     "unique",
 ]
@@ -83,24 +84,41 @@ class AwsClients:
     autoscaling: AutoScalingClient
 
 
-def make_clients(
-    region: str, endpoint_url: str | None = None, *, session: boto3.session.Session | None = None
-) -> AwsClients:
-    """Build EC2, EKS and Auto Scaling clients with standard retries (5 attempts).
+def make_client(
+    service: str,
+    region: str,
+    endpoint_url: str | None = None,
+    *,
+    session: boto3.session.Session | None = None,
+) -> Any:
+    """One boto3 client for ``service`` (``"dynamodb"``, ``"stepfunctions"`` …) with standard retries (5
+    attempts): the one place every AWS client of the product is built.
 
     Args:
+        service: the boto3 service name.
         region: AWS region name, e.g. ``us-east-1``.
-        endpoint_url: override for every client (a moto server in tests and the demo); ``None`` = AWS.
+        endpoint_url: override (a moto server in tests and the demo); ``None`` = AWS.
         session: a boto3 session to build from (it caches service models: reuse it across cold-start
             wiring or tests); by default a new one.
     """
     session = session or boto3.session.Session(region_name=region)
+    return session.client(
+        service,  # type: ignore[call-overload]
+        region_name=region,
+        endpoint_url=endpoint_url,
+        config=_RETRY_CONFIG,
+    )
+
+
+def make_clients(
+    region: str, endpoint_url: str | None = None, *, session: boto3.session.Session | None = None
+) -> AwsClients:
+    """Build EC2, EKS and Auto Scaling clients (:func:`make_client`) from one session."""
+    session = session or boto3.session.Session(region_name=region)
     return AwsClients(
-        ec2=session.client("ec2", region_name=region, endpoint_url=endpoint_url, config=_RETRY_CONFIG),
-        eks=session.client("eks", region_name=region, endpoint_url=endpoint_url, config=_RETRY_CONFIG),
-        autoscaling=session.client(
-            "autoscaling", region_name=region, endpoint_url=endpoint_url, config=_RETRY_CONFIG
-        ),
+        ec2=make_client("ec2", region, endpoint_url, session=session),
+        eks=make_client("eks", region, endpoint_url, session=session),
+        autoscaling=make_client("autoscaling", region, endpoint_url, session=session),
     )
 
 

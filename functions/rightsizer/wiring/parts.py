@@ -278,15 +278,17 @@ def snapshot_from_observation(observation: Observation) -> ClusterSnapshot:
 
 
 def _aws_client(config: Config, service: str) -> Any:
-    """A boto3 client for ``service`` in the config's region, standard retries, optional test endpoint."""
-    import boto3
-    from botocore.config import Config as BotoConfig
+    """A boto3 client for ``service`` in the config's region (``rightsizer.adapters.aws.make_client``)."""
+    from rightsizer.adapters.aws import make_client
 
-    return boto3.session.Session(region_name=_region(config)).client(
-        service,  # type: ignore[call-overload]
-        endpoint_url=config.aws.endpoint_url,
-        config=BotoConfig(retries={"mode": "standard", "max_attempts": 5}),
-    )
+    return make_client(service, _region(config), config.aws.endpoint_url)
+
+
+def _state_table(config: Config, purpose: str) -> tuple[str, str]:
+    """(``aws.table``, cluster name) of the state table's stores; ConfigError naming ``aws.table`` when unset."""
+    if not config.aws.table:
+        raise ConfigError(f"a state table is required to {purpose}", field="aws.table")
+    return config.aws.table, str(config.cluster.name or config.cluster.context)
 
 
 def build_state(config: Config) -> StateStore:
@@ -297,10 +299,8 @@ def build_state(config: Config) -> StateStore:
     """
     from rightsizer.adapters.dynamodb_state import DynamoDbState
 
-    if not config.aws.table:
-        raise ConfigError("a state table is required to act", field="aws.table")
-    cluster = str(config.cluster.name or config.cluster.context)
-    return DynamoDbState(_aws_client(config, "dynamodb"), config.aws.table, cluster)
+    table, cluster = _state_table(config, "act")
+    return DynamoDbState(_aws_client(config, "dynamodb"), table, cluster)
 
 
 def build_local_state(config: Config) -> StateStore:
@@ -322,10 +322,8 @@ def build_plan_history(config: Config) -> PlanHistory:
     """
     from rightsizer.adapters.dynamodb_plans import DynamoDbPlans
 
-    if not config.aws.table:
-        raise ConfigError("a state table is required to keep decision records", field="aws.table")
-    cluster = str(config.cluster.name or config.cluster.context)
-    return DynamoDbPlans(_aws_client(config, "dynamodb"), config.aws.table, cluster)
+    table, cluster = _state_table(config, "keep decision records")
+    return DynamoDbPlans(_aws_client(config, "dynamodb"), table, cluster)
 
 
 def build_cluster_writer(config: Config, *, page_size: int = 500) -> ClusterWriter:
