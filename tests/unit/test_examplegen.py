@@ -435,7 +435,9 @@ notes: ["{first} is busy"]
         "frozen",
     )
     assert second.why == f"younger than {first.name}" and built.notes == [f"{first.name} is busy"]
-    assert second.created - first.created > timedelta(hours=18)  # 3 days vs 1 day old, minus up to 6 h of jitter
+    assert second.created - first.created > timedelta(
+        hours=18
+    )  # 3 days vs 1 day old, minus up to 6 h of jitter
     [trainer] = first.workloads
     assert trainer in built.pods and trainer["metadata"]["namespace"] == "ml"
     assert [d.load.busy for d in first.devices] == [False, True, False, False]
