@@ -633,10 +633,9 @@ class FakeNodeScaler:
             return self._sizes(asg_name)
 
     def failed_activities(self, asg_name: str, since: datetime) -> list[ScalingFailure]:
-        """No launch ever fails in this account (``StalePlan`` for an unknown group, as the adapter)."""
+        """No launch ever fails in this account: always ``[]``."""
         with self._lock:
             self.calls.append(("failed_activities", asg_name))
-            self._sizes(asg_name)
             return []
 
     def terminate(self, asg_name: str, instance_id: str) -> TerminateResult:
