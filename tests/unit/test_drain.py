@@ -13,7 +13,7 @@ from rightsizer.adapters.memory_state import MemoryState
 from rightsizer.domain.errors import TransientError
 from rightsizer.domain.model import AsgInfo, ClusterSnapshot
 from rightsizer.domain.policy import Policy
-from rightsizer.ports import EvictionOutcome
+from rightsizer.ports import EvictionOutcome, TerminateResult
 from rightsizer.services.assess import PlanningAssessor
 from rightsizer.services.drain import DrainDeps, DrainRequest, DrainWorkflow, heal_expired_leases
 from rightsizer.services.runner import InProcessRunner
@@ -114,7 +114,7 @@ def test_terminate_happens_only_after_every_pod_is_gone_bug17() -> None:
     original_terminate = world.scaler.terminate
     terminated_at: list[float] = []
 
-    def terminate(asg: str, iid: str) -> tuple[int, int, bool]:
+    def terminate(asg: str, iid: str) -> TerminateResult:
         terminated_at.append(world.clock())
         assert world.writer.get_pod("default", "trainer-0") is None
         return original_terminate(asg, iid)

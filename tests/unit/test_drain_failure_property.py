@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from rightsizer.domain.errors import PermanentError, StalePlan, TransientError
 from rightsizer.domain.model import ANN_CORDONED_BY, Node, PersistentVolume, PersistentVolumeClaim, Pod
 from rightsizer.domain.volumes import VolumeFacts, claim_names, volume_local_data
+from rightsizer.ports import TerminateResult
 from rightsizer.services.drain import DrainRequest, heal_expired_leases, heal_stale_cordons, stale_cordons
 from rightsizer.services.runner import InProcessRunner
 from rightsizer.testing.fakes import FakeClusterWriter
@@ -123,7 +124,7 @@ def test_no_forgotten_cordon_and_no_terminated_node_local_data(
     chaos_writer.on_call = land
     original_terminate = world.scaler.terminate
 
-    def guarded_terminate(asg: str, instance_id: str) -> tuple[int, int, bool]:
+    def guarded_terminate(asg: str, instance_id: str) -> TerminateResult:
         node = next(
             n["metadata"]["name"]
             for n in writer.list_nodes()
