@@ -15,12 +15,15 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from rightsizer import logsafety
 from rightsizer.domain.decisions import DECISION_LOG_MESSAGE
 from rightsizer.handler_support import METRICS_NAMESPACE, ScheduledTick, traced
 from rightsizer.services.assess import run_assessment
 from rightsizer.wiring import lambda_runtime
 
 logger = Logger(service="assess")
+# No log level prints a credential: SDK loggers floored at INFO, every handler redacts (issue 14).
+logsafety.install([logger.registered_handler])
 metrics = Metrics(namespace=METRICS_NAMESPACE, service="assess")
 
 

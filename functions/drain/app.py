@@ -16,6 +16,7 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from rightsizer import logsafety
 from rightsizer.domain.errors import TransientError
 from rightsizer.handler_support import (
     METRICS_NAMESPACE,
@@ -27,6 +28,8 @@ from rightsizer.handler_support import (
 )
 
 logger = Logger(service="drain")
+# No log level prints a credential: SDK loggers floored at INFO, every handler redacts (issue 14).
+logsafety.install([logger.registered_handler])
 metrics = Metrics(namespace=METRICS_NAMESPACE, service="drain")
 
 

@@ -14,11 +14,14 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from rightsizer import logsafety
 from rightsizer.handler_support import METRICS_NAMESPACE, ScheduledTick, emit_dimensioned, traced
 from rightsizer.services.offhours import run_offhours
 from rightsizer.wiring import lambda_runtime
 
 logger = Logger(service="offhours")
+# No log level prints a credential: SDK loggers floored at INFO, every handler redacts (issue 14).
+logsafety.install([logger.registered_handler])
 metrics = Metrics(namespace=METRICS_NAMESPACE, service="offhours")
 
 

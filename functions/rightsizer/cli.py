@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from rightsizer import logsafety
 from rightsizer.adapters.snapshot_dir import load_snapshot
 from rightsizer.config import Config, load_config
 from rightsizer.domain.errors import ConfigError, RightsizerError
@@ -675,6 +676,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    logsafety.install()  # -v is our debug, never the SDKs'; no handler prints a credential
     try:
         code: int = args.func(args)
     except ConfigError as exc:

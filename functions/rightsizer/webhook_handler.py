@@ -18,6 +18,7 @@ from aws_lambda_powertools.utilities.parser import parse
 from aws_lambda_powertools.utilities.parser.models import LambdaFunctionUrlModel
 from pydantic import ValidationError
 
+from rightsizer import logsafety
 from rightsizer.services.webhook import WebhookIntake, WebhookRequest, WebhookResponse
 
 __all__ = ["FUNCTION_NAME", "LambdaHandler", "function_url_handler", "logger"]
@@ -30,6 +31,8 @@ LambdaHandler = Callable[[dict[str, Any], Any], dict[str, Any]]
 
 # stderr: Lambda sends it to CloudWatch like stdout, and ``rightsizer serve`` keeps stdout for data.
 logger = Logger(service=FUNCTION_NAME, stream=sys.stderr)
+# No log level prints a credential: SDK loggers floored at INFO, every handler redacts (issue 14).
+logsafety.install([logger.registered_handler])
 
 
 def function_url_handler(intake: Callable[[], WebhookIntake]) -> LambdaHandler:

@@ -37,6 +37,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from rightsizer.adapters.sdk_errors import SDK_ERRORS, ResponseParserError
 from rightsizer.domain.errors import ConfigError, PermanentError, TransientError
+from rightsizer.logsafety import register_secret
 
 if TYPE_CHECKING:
     from mypy_boto3_eks.client import EKSClient
@@ -184,6 +185,7 @@ class EksTokenSource:
                     datetime.fromtimestamp(now, UTC),
                     sts_endpoint=self._sts_endpoint,
                 )
+                register_secret(self._token)  # a bearer credential for ~15 minutes: never logged
                 self._built_at = now
                 self.builds += 1
             return self._token
@@ -272,6 +274,8 @@ def frozen_credentials(session: Any) -> Callable[[], ReadOnlyCredentials]:
         if creds is None:
             raise PermanentError("no AWS credentials to sign the EKS token with")
         frozen: ReadOnlyCredentials = creds.get_frozen_credentials()
+        register_secret(frozen.secret_key)
+        register_secret(frozen.token)
         return frozen
 
     return provide

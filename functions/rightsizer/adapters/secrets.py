@@ -24,6 +24,7 @@ from botocore.exceptions import ClientError
 
 from rightsizer.adapters.sdk_errors import SDK_ERRORS
 from rightsizer.domain.errors import ConfigError, PermanentError, TransientError
+from rightsizer.logsafety import register_secret
 
 if TYPE_CHECKING:
     from mypy_boto3_secretsmanager import SecretsManagerClient
@@ -54,7 +55,8 @@ def resolve_secret(
     environ: Mapping[str, str] | None = None,
     field: str | None = None,
 ) -> str:
-    """The secret value named by ``ref`` (``env:``, ``file:``, ``ssm:``, ``secretsmanager:``).
+    """The secret value named by ``ref`` (``env:``, ``file:``, ``ssm:``, ``secretsmanager:``), registered
+    with :func:`rightsizer.logsafety.register_secret` so no log line ever shows it.
 
     Args:
         ref: the reference from the config file.
@@ -69,6 +71,20 @@ def resolve_secret(
         PermanentError: access denied (IAM/KMS) or another AWS error retrying cannot fix.
         TransientError: throttling or an AWS-side failure; retry later.
     """
+    value = _resolve(ref, ssm=ssm, secretsmanager=secretsmanager, environ=environ, field=field)
+    register_secret(value)
+    return value
+
+
+def _resolve(
+    ref: str,
+    *,
+    ssm: SSMClient | None = None,
+    secretsmanager: SecretsManagerClient | None = None,
+    environ: Mapping[str, str] | None = None,
+    field: str | None = None,
+) -> str:
+    """:func:`resolve_secret` without the registration."""
     scheme, sep, rest = ref.partition(":")
     if not sep or not rest:
         raise ConfigError(f"not a secret reference: {scheme!r}…", field=field)

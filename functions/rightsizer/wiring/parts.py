@@ -21,6 +21,7 @@ from rightsizer.config import Config
 from rightsizer.domain.errors import ConfigError
 from rightsizer.domain.model import ClusterSnapshot
 from rightsizer.domain.policy import Policy
+from rightsizer.logsafety import register_secret
 from rightsizer.ports import (
     ClusterReader,
     ClusterWriter,
@@ -175,7 +176,11 @@ def build_metrics_reader(config: Config) -> PrometheusClient:
     if prom.auth == "sigv4":
         import boto3
 
-        credentials = boto3.session.Session(region_name=config.aws.region).get_credentials()
+        from rightsizer.adapters.aws import register_credentials
+
+        session = boto3.session.Session(region_name=config.aws.region)
+        register_credentials(session)
+        credentials = session.get_credentials()
     return build_client(
         prom.url,
         auth=prom.auth,
@@ -426,6 +431,7 @@ def webhook_token(config: Config, environ: Mapping[str, str] | None = None) -> s
     """
     env = os.environ if environ is None else environ
     if env.get(TOKEN_ENV):
+        register_secret(env[TOKEN_ENV])
         return env[TOKEN_ENV]
     if not config.webhook.token_secret:
         raise ConfigError(f"set webhook.token_secret or {TOKEN_ENV}", field="webhook.token_secret")
