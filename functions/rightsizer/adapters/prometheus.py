@@ -8,9 +8,10 @@ Two parts:
   on 429/502/503/504 and connection errors (never on timeouts). Queries are POSTed as form bodies so long
   PromQL fits and SigV4 signs exactly the bytes that are sent.
 - ``collect_live`` — per-device signals for every GPU node from the same queries a snapshot records
-  (``rightsizer.domain.observation.observation_queries``: every raw sample of the window counted), split into sub-windows like a query frontend, with a CONSTANT number of
-  queries whatever the node count, merged into compact arrays and interpreted by the snapshot path's own
-  ``signals_from_observation``, so ``plan`` decides alike on both paths.
+  (``rightsizer.domain.observation.observation_queries``: every raw sample of the window counted), split
+  into sub-windows (and, for large fleets, series shards) like a query frontend, with a number of queries
+  that does not grow with the fleet, each answer reduced on arrival to per-device facts by the snapshot
+  path's own ``ObservationReducer``, so ``plan`` decides alike on both paths.
 
 Failure policy: an answer that is not ``success``, carries ``warnings`` (Thanos partial responses), has an
 unexpected result type, or an HTTP error left after retries makes the metric names that query feeds a
@@ -26,14 +27,15 @@ by ``rightsizer.adapters.secrets`` (``ssm:GetParameter``, ``secretsmanager:GetSe
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import gc
 import hashlib
 import json
 import logging
 import re
 import threading
 import time
-from array import array
 from collections.abc import Callable, Generator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -47,12 +49,11 @@ from botocore.awsrequest import AWSRequest
 
 from rightsizer.domain.errors import ConfigError, PermanentError, TransientError
 from rightsizer.domain.join import NodeJoiner
-from rightsizer.domain.model import MetricData, Series
 from rightsizer.domain.observation import (
     MetricQuery,
+    ObservationReducer,
     SeriesShard,
     observation_queries,
-    signals_from_observation,
 )
 from rightsizer.domain.policy import Policy
 from rightsizer.domain.usage import UP, CollectedSignals, Window
@@ -545,62 +546,50 @@ def plan_queries(
     return out
 
 
-LabelKey = tuple[tuple[str, str], ...]
-
-
 @dataclass(slots=True)
-class _Labels:
-    """One copy of each label set across all answers of a collection (a series appears in up to 13
-    answers): about half the client's memory at 1,000 nodes (``benchmarks/collect_scale.py``)."""
+class _Outcome:
+    """How the requests of one query went: a failure of the whole query, failures of series shards."""
 
-    keys: dict[LabelKey, LabelKey] = field(default_factory=dict)
-    dicts: dict[LabelKey, dict[str, str]] = field(default_factory=dict)
-
-    def key(self, labels: Mapping[str, str]) -> LabelKey:
-        # Prometheus writes a series' labels in one (sorted) order: the items are its identity.
-        key = tuple(labels.items())
-        return self.keys.setdefault(key, key)
-
-    def dict(self, key: LabelKey) -> dict[str, str]:
-        found = self.dicts.get(key)
-        if found is None:
-            found = self.dicts[key] = dict(key)
-        return found
-
-
-@dataclass(slots=True)
-class _Merged:
-    """Answers of one snapshot file, merged across sub-windows: label set → (times, values) chunks."""
-
-    labels: _Labels
-    chunks: dict[LabelKey, list[tuple[array[float], array[float]]]] = field(default_factory=dict)
     problem: str | None = None
     failed_shards: dict[SeriesShard, str] = field(default_factory=dict)
 
-    def add(self, result: Sequence[Mapping[str, Any]]) -> None:
-        for item in result:
-            labels = self.labels.key(item.get("metric") or {})
-            points = item.get("values")
-            if points is None:
-                points = [item["value"]]
-            times = array("d", [p[0] for p in points])  # JSON numbers: floats or ints already
-            values = array("d", map(float, [p[1] for p in points]))  # "NaN", "+Inf" included
-            self.chunks.setdefault(labels, []).append((times, values))
 
-    def metric_data(self, name: str) -> MetricData:
-        if self.problem:
-            return MetricData(name, problem=self.problem)
-        series: list[Series] = []
-        for labels, chunks in self.chunks.items():
-            times, values = chunks[0]
-            if len(chunks) > 1:
-                chunks.sort(key=lambda c: c[0][0] if c[0] else 0.0)
-                times, values = array("d"), array("d")
-                for t, v in chunks:
-                    times.extend(t)
-                    values.extend(v)
-            series.append(Series(self.labels.dict(labels), times, values))
-        return MetricData(name, tuple(series))
+def _file_kind(q: MetricQuery) -> str:
+    # Window maxima share ``metrics/<M>.json`` with the per-step maxima, as in a snapshot.
+    return "step" if q.kind == "max" else q.kind
+
+
+@contextlib.contextmanager
+def _cyclic_gc_paused() -> Generator[None, None, None]:
+    """Pause Python's cyclic garbage collector (reference counting still frees everything).
+
+    Parsed answers are acyclic JSON, freed by reference counting as soon as they are reduced; but they
+    are millions of new lists and dicts, and the cyclic collector would rescan the whole growing heap
+    every few hundred of them: half the client's CPU at 2,000 nodes (``benchmarks/collect_scale.py``).
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _feed(reducer: ObservationReducer, kind: str, metric: str, result: Sequence[Mapping[str, Any]]) -> None:
+    """Hand one answer's series to the reducer, points as floats ("NaN", "+Inf" included): no per-series
+    object outlives this call, only the reducer's per-device facts."""
+    add = reducer.add
+    for item in result:
+        labels = item.get("metric") or {}
+        points = item.get("values")
+        if points is None:
+            points = [item["value"]]
+        if len(points) == 1:  # the window-level answers: one point per series
+            t, v = points[0]
+            add(kind, metric, labels, (t,), (float(v),))
+        else:
+            add(kind, metric, labels, [p[0] for p in points], [float(p[1]) for p in points])
 
 
 def collect_live(
@@ -619,10 +608,11 @@ def collect_live(
 ) -> CollectedSignals:
     """Per-device signals for the window ending at ``window.end``: the snapshot's queries, read live.
 
-    Issues ``plan_queries`` (a constant number whatever the node count), ``max_workers`` at a time, merges
-    the sub-window answers exactly into compact ``array('d')`` matrices, and interprets them with
-    ``rightsizer.domain.observation.signals_from_observation`` — the very code ``plan --snapshot`` runs
-    on a format-2 snapshot's files, so the two paths decide alike. DCGM fields: ``DCGM_FI_DEV_GPU_UTIL`` (%),
+    Issues ``plan_queries`` (a constant number whatever the node count), ``max_workers`` at a time, and
+    hands each answer as it arrives to ``rightsizer.domain.observation_signals.ObservationReducer`` — the
+    very code ``plan --snapshot`` runs on a format-2 snapshot's files, so the two paths decide alike —
+    which merges sub-windows and shards exactly and keeps per-device facts only, never the series: the
+    client's memory grows with the devices, not with the answers (docs/architecture.md §8). DCGM fields: ``DCGM_FI_DEV_GPU_UTIL`` (%),
     ``DCGM_FI_PROF_GR_ENGINE_ACTIVE`` (ratio ×100; the only activity of a MIG instance),
     ``DCGM_FI_DEV_FB_USED``/``FB_FREE`` (MiB), ``DCGM_FI_DEV_POWER_USAGE`` (W),
     ``DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION`` (mJ), and ``up``.
@@ -653,8 +643,8 @@ def collect_live(
     """
     _check_node_label(node_label)
     tasks = plan_queries(window, job=job, split_seconds=split_seconds, shards=shards)
-    shared = _Labels()
-    merged: dict[str, _Merged] = {q.path: _Merged(shared) for q in observation_queries(job)}
+    reducer = ObservationReducer(joiner, window, float(policy.gpu_activity_max_pct))
+    outcomes = {q.path: _Outcome() for q in observation_queries(job)}
     lock = threading.Lock()
     started = clock()
     expired: list[SubQuery] = []
@@ -685,10 +675,10 @@ def collect_live(
         except PrometheusQueryError as exc:
             problem = f"{type(exc).__name__}: {exc}"
         with lock:
-            target = merged[q.path]
+            target = outcomes[q.path]
             if problem is None:
                 try:
-                    target.add(result)
+                    _feed(reducer, _file_kind(q), q.metric, result)
                 except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
                     problem = f"malformed: {exc}"
             if problem is not None and task.shard is not None:
@@ -705,43 +695,44 @@ def collect_live(
                 log.warning("prometheus query %s unusable (%s): %s unknown", q.path, problem, q.metric)
                 target.problem = target.problem or problem
 
-    if max_workers > 1:
-        with ThreadPoolExecutor(max_workers=max_workers) as pool:
-            list(pool.map(run, tasks))
-    else:
-        for task in tasks:
-            run(task)
+    with _cyclic_gc_paused():
+        if max_workers > 1:
+            with ThreadPoolExecutor(max_workers=max_workers) as pool:
+                list(pool.map(run, tasks))
+        else:
+            for task in tasks:
+                run(task)
     if expired:
         raise PrometheusUnavailable(
             f"Prometheus unavailable: {len(expired)} of {len(tasks)} queries unanswered within the "
             f"cycle deadline of {deadline_seconds:g} s"
         )
-    files, node_problems = _files(merged, job, len(shards))
-    signals = signals_from_observation(files, joiner, window, float(policy.gpu_activity_max_pct))
+    node_problems = _conclude(reducer, outcomes, job, len(shards))
+    with _cyclic_gc_paused():
+        signals = reducer.finish()
     return dataclasses.replace(signals, node_problems=node_problems) if node_problems else signals
 
 
-def _files(
-    merged: dict[str, _Merged], job: str | None, shard_count: int
-) -> tuple[dict[str, dict[str, MetricData]], dict[str, tuple[str, ...]]]:
-    """The merged answers as snapshot files (``MetricFiles``), and node → metrics of its failed shards.
+def _conclude(
+    reducer: ObservationReducer, outcomes: dict[str, _Outcome], job: str | None, shard_count: int
+) -> dict[str, tuple[str, ...]]:
+    """Tell the reducer which answers failed; returns node → metrics of its failed shards.
 
     A query that failed in every shard is a problem of the whole collection, as an unsharded failure.
     """
-    files: dict[str, dict[str, MetricData]] = {}
     node_problems: dict[str, dict[str, None]] = {}
     for q in observation_queries(job):
-        target = merged.pop(q.path)
-        if target.failed_shards and len(target.failed_shards) == shard_count:
-            target.problem = target.problem or next(iter(target.failed_shards.values()))
-        elif not target.problem:
-            for shard in target.failed_shards:
-                for node in shard.nodes:
-                    node_problems.setdefault(node, {})[q.metric] = None
-        # Window maxima share ``metrics/<M>.json`` with the per-step maxima, as in a snapshot.
-        kind = "step" if q.kind == "max" else q.kind
-        files.setdefault(kind, {})[q.metric] = target.metric_data(q.metric)
-    return files, {node: tuple(names) for node, names in node_problems.items()}
+        outcome = outcomes[q.path]
+        if outcome.failed_shards and len(outcome.failed_shards) == shard_count:
+            outcome.problem = outcome.problem or next(iter(outcome.failed_shards.values()))
+        if outcome.problem:
+            reducer.problem(_file_kind(q), q.metric)
+            continue
+        reducer.answered(_file_kind(q), q.metric)
+        for shard in outcome.failed_shards:
+            for node in shard.nodes:
+                node_problems.setdefault(node, {})[q.metric] = None
+    return {node: tuple(names) for node, names in node_problems.items()}
 
 
 def _check_node_label(node_label: str | None) -> None:

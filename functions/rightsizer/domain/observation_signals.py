@@ -1,0 +1,398 @@
+"""Metrics format 2, read back: the answers of ``observation_queries`` reduced to per-device signals.
+
+``ObservationReducer`` takes answers one series at a time — from a snapshot's files
+(``signals_from_observation``) or straight from the live path's JSON, sub-window by sub-window and shard
+by shard, in any order — and keeps only the per-device facts (per-step maxima, window maxima, spreads,
+averages, newest sample, non-finite findings), never the series themselves: memory grows with the
+number of devices, not with the answers' size. ``finish`` applies the rules of
+``rightsizer.domain.observation`` (the fidelity contract) and returns ``CollectedSignals``.
+
+Answers of one query may arrive split (sub-windows, series shards); each fact merges exactly: per-step
+points by their step slot (max), maxima by max (+Inf makes the maximum unknown, as ``max_over_time``
+would), non-finite findings by "any". Which series labels speak for a device (its exporter, its MIG
+profile) does not depend on arrival order: the first metric of ``STEP_ORDER`` that has the device, then
+the smallest label set.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import cast
+
+from rightsizer.domain.join import JoinResult, NodeJoiner
+from rightsizer.domain.model import MetricData
+from rightsizer.domain.usage import (
+    ACTIVITY_METRICS,
+    DEVICE_METRICS,
+    DISAGREE_POINTS,
+    ENERGY,
+    FB_FREE,
+    FB_USED,
+    GPU_UTIL,
+    POWER,
+    PROF_ACTIVE,
+    UP,
+    CollectedSignals,
+    DeviceKey,
+    DeviceSignals,
+    UnmappedSeries,
+    Window,
+)
+
+#: Metrics of the ``step`` file kind (per-step activity and ``up``, window maxima of FB and power), in
+#: the order that picks the labels speaking for a device.
+STEP_ORDER = (GPU_UTIL, PROF_ACTIVE, UP, FB_USED, POWER)
+_RANK = {m: i for i, m in enumerate(STEP_ORDER)}
+LabelKey = tuple[tuple[str, str], ...]
+_INF = math.inf
+_isfinite = math.isfinite
+
+
+def _device_key(node: str, labels: Mapping[str, str]) -> DeviceKey:
+    return (node, labels.get("UUID") or labels.get("gpu") or "", labels.get("GPU_I_ID") or "")
+
+
+@dataclass(slots=True)
+class _Max:
+    """A window maximum merged from (sub-)window maxima: ``_window_max`` semantics, plus whether any
+    point was non-finite."""
+
+    finite: float | None = None
+    inf: bool = False
+    bad: bool = False
+
+    def add(self, values: Iterable[float]) -> None:
+        for v in values:
+            if _isfinite(v):
+                if self.finite is None or v > self.finite:
+                    self.finite = v
+            else:
+                self.bad = True
+                if v == _INF:
+                    self.inf = True
+
+    @property
+    def value(self) -> float | None:
+        """None when a point was +Inf (the device is ``non_finite`` then) or none was finite."""
+        return None if self.inf else self.finite
+
+
+@dataclass(slots=True)
+class _Spread:
+    """``stddev_over_time`` points of a device: any moving (finite, > 0), any non-finite."""
+
+    moving: bool = False
+    bad: bool = False
+
+    def add(self, values: Iterable[float]) -> None:
+        for v in values:
+            if not _isfinite(v):
+                self.bad = True
+            elif v > 0:
+                self.moving = True
+
+
+@dataclass(slots=True)
+class _Steps:
+    """Per-step maxima of one metric of one device: finite value by step slot, any non-finite."""
+
+    slots: dict[int, float] = field(default_factory=dict)
+    bad: bool = False
+
+
+class ObservationReducer:
+    """Per-device facts of one observation, fed series by series (see the module docstring).
+
+    Args:
+        joiner: resolves series labels to nodes (docs/architecture.md §3 join).
+        window: the idle window.
+        activity_threshold_pct: the policy's ``gpu_activity_max_pct`` (percent) for ``active_steps``.
+    """
+
+    def __init__(self, joiner: NodeJoiner, window: Window, activity_threshold_pct: float) -> None:
+        self._joiner = joiner
+        self._window = window
+        self._threshold = activity_threshold_pct
+        self._joined: dict[LabelKey, tuple[str, DeviceKey] | JoinResult] = {}
+        # Step slot of each step point of the window (``Window.step_index``): query_range answers sit
+        # on this grid, so one lookup replaces the arithmetic for nearly every point.
+        step = max(window.step, 1)
+        self._grid = {window.end - k * step: k for k in range(window.expected_points)}
+        self._steps: dict[str, dict[DeviceKey, _Steps]] = {m: {} for m in (GPU_UTIL, PROF_ACTIVE)}
+        self._up: dict[str, _Steps] = {}
+        self._max: dict[str, dict[DeviceKey, _Max]] = {FB_USED: {}, POWER: {}}
+        self._spread: dict[str, dict[DeviceKey, _Spread]] = {POWER: {}, ENERGY: {}}
+        self._avg: dict[DeviceKey, dict[LabelKey, list[float | None]]] = {}
+        self._avg_bad: dict[str, set[DeviceKey]] = {FB_USED: set(), FB_FREE: set()}
+        self._stamps: dict[DeviceKey, list[float]] = {}
+        self._stamped: dict[str, set[DeviceKey]] = {m: set() for m in ACTIVITY_METRICS}
+        self._nonfinite: dict[str, set[DeviceKey]] = {m: set() for m in ACTIVITY_METRICS}
+        self._labels: dict[DeviceKey, tuple[int, LabelKey]] = {}
+        self._unmapped: dict[tuple[str, LabelKey], UnmappedSeries] = {}
+        self._answered: set[tuple[str, str]] = set()
+        self._failed: set[tuple[str, str]] = set()
+
+    # -- feeding
+
+    def problem(self, kind: str, metric: str) -> None:
+        """The answer of (``kind``, ``metric``) is unusable: ``metric`` becomes a problem."""
+        self._failed.add((kind, metric))
+
+    def answered(self, kind: str, metric: str) -> None:
+        """An answer of (``kind``, ``metric``) arrived (possibly with no series): the metric is exported."""
+        self._answered.add((kind, metric))
+
+    def add(
+        self,
+        kind: str,
+        metric: str,
+        labels: Mapping[str, str],
+        times: Sequence[float],
+        values: Sequence[float],
+        key: LabelKey | None = None,
+    ) -> None:
+        """One series of the answer of (``kind``, ``metric``): ``kind`` as ``observation.Kind``, where
+        ``step`` also holds the window maxima of ``FB_USED``/``POWER`` (as in a snapshot's files).
+
+        ``key`` is ``tuple(labels.items())`` when the caller already has it.
+        """
+        ident = key if key is not None else tuple(labels.items())
+        joined = self._joined.get(ident)
+        if joined is None:
+            # One label set shows up in up to 13 answers: join it and name its device once.
+            result = self._joiner.join(labels)
+            joined = result if result.node is None else (result.node, _device_key(result.node, labels))
+            self._joined[ident] = joined
+        if isinstance(joined, JoinResult):
+            if (kind == "step" and metric != UP) or (kind == "stddev" and metric == ENERGY):
+                reason = f"series_unmapped:{joined.reason}"
+                self._unmapped.setdefault((metric, ident), UnmappedSeries(metric, dict(labels), reason))
+            return
+        node, dev = joined
+        if kind == "step":
+            self._add_step(metric, node, dev, ident, times, values)
+            return
+        if kind == "stddev":
+            spread = self._spread[metric].get(dev)
+            if spread is None:
+                spread = self._spread[metric][dev] = _Spread()
+            spread.add(values)
+        elif kind == "avg":
+            # used and free of one series pair up by labels (written in any order by a snapshot)
+            pair = self._avg.setdefault(dev, {}).setdefault(tuple(sorted(ident)), [None, None])
+            pair[0 if metric == FB_USED else 1] = values[-1] if values else None
+            if any(not _isfinite(v) for v in values):
+                self._avg_bad[metric].add(dev)
+        elif kind == "timestamp":
+            self._stamped[metric].add(dev)
+            self._stamps.setdefault(dev, []).extend(values)
+        elif kind == "nonfinite":
+            self._nonfinite[metric].add(dev)
+
+    def _add_step(
+        self,
+        metric: str,
+        node: str,
+        dev: DeviceKey,
+        ident: LabelKey,
+        times: Sequence[float],
+        values: Sequence[float],
+    ) -> None:
+        if metric == UP:
+            steps = self._up.get(node)
+            if steps is None:
+                steps = self._up[node] = _Steps()
+            self._per_step(steps, times, values)
+        else:
+            if metric in self._max:
+                acc = self._max[metric].get(dev)
+                if acc is None:
+                    acc = self._max[metric][dev] = _Max()
+                acc.add(values)
+            else:
+                per_dev = self._steps[metric]
+                steps = per_dev.get(dev)
+                if steps is None:
+                    steps = per_dev[dev] = _Steps()
+                self._per_step(steps, times, values)
+        rank = (_RANK[metric], ident)
+        current = self._labels.get(dev)
+        if current is None or rank < current:
+            self._labels[dev] = rank
+
+    def _per_step(self, steps: _Steps, times: Sequence[float], values: Sequence[float]) -> None:
+        """Merge per-step points by max into their slot (``Window.step_index``, inlined: this loop sees
+        every point of the per-step answers)."""
+        grid = self._grid
+        slots = steps.slots
+        if len(times) != len(values):
+            raise ValueError(f"{len(times)} times for {len(values)} values")
+        # The usual series: every point on the grid, every value finite (a sum of finite values is
+        # finite; one NaN/±Inf makes it non-finite), no slot seen before. One bulk update then.
+        keys = list(map(grid.get, times))
+        if None not in keys and -_INF < sum(values) < _INF and slots.keys().isdisjoint(keys):
+            slots.update(zip(cast("list[int]", keys), values, strict=True))
+            return
+        window = self._window
+        for t, v in zip(times, values, strict=True):
+            slot = grid.get(t)
+            if slot is None:  # off the step grid (hand-made snapshots): Window.step_index's arithmetic
+                if not (window.start < t <= window.end):
+                    continue
+                slot = min(round((window.end - t) / max(window.step, 1)), window.expected_points - 1)
+            if not -_INF < v < _INF:  # NaN fails both comparisons
+                steps.bad = True
+                continue
+            old = slots.get(slot)
+            if old is None or v > old:
+                slots[slot] = v
+
+    # -- result
+
+    def finish(self) -> CollectedSignals:
+        """Per-device signals: a device per activity series (a MIG instance through the profiling metric
+        only, BUG-02), with coverage, maxima, freshness, liveness and non-finite findings."""
+        prof_steps, util_steps = self._steps[PROF_ACTIVE], self._steps[GPU_UTIL]
+        activity_keys = set(prof_steps) | {k for k in util_steps if not k[2]}
+        devices: dict[str, list[DeviceSignals]] = {}
+        for key in sorted(activity_keys):
+            sig = self._device(key)
+            devices.setdefault(key[0], []).append(sig)
+        up_coverage: dict[str, float] = {}
+        expected = self._window.expected_points
+        for node, steps in self._up.items():
+            up_coverage[node] = min(1.0, sum(1 for v in steps.slots.values() if v == 1) / expected)
+            if steps.bad:  # a non-finite ``up`` is not a scrape result: the node's data is unknown
+                for sig in devices.get(node, ()):
+                    sig.non_finite = (*sig.non_finite, UP)
+        main_kinds = {FB_FREE: "avg", ENERGY: "stddev"}
+        present = frozenset(
+            m
+            for m in DEVICE_METRICS
+            if (kind := (main_kinds.get(m, "step"), m)) in self._answered and kind not in self._failed
+        )
+        problems = tuple(sorted({m for _, m in self._failed}))
+        unmapped = sorted(self._unmapped.values(), key=lambda u: (u.metric, sorted(u.labels.items())))
+        return CollectedSignals(devices, up_coverage, unmapped, problems, present)
+
+    def _device(self, key: DeviceKey) -> DeviceSignals:
+        node, device, gi = key
+        sig = DeviceSignals(node=node, device=device, gpu_instance=gi)
+        chosen = self._labels.get(key)
+        labels = dict(chosen[1]) if chosen else {}
+        sig.mig_profile = labels.get("GPU_I_PROFILE") or None
+        sig.exporter = labels.get("instance") or labels.get("Hostname") or ""
+        bad: list[str] = []
+        self._activity(sig, key, bad)
+        self._memory_and_power(sig, key, bad)
+        sig.non_finite = tuple(dict.fromkeys(bad))
+        return sig
+
+    def _activity(self, sig: DeviceSignals, key: DeviceKey, bad: list[str]) -> None:
+        """Coverage, maximum, active steps and disagreement from the per-step maxima; freshness."""
+        window = self._window
+        per_metric: dict[str, dict[int, float]] = {}
+        for name in (PROF_ACTIVE,) if key[2] else ACTIVITY_METRICS:
+            steps = self._steps[name].get(key)
+            if steps is None:
+                continue
+            if name == PROF_ACTIVE:  # a ratio: percent like GPU_UTIL
+                per_metric[name] = {slot: v * 100.0 for slot, v in steps.slots.items()}
+            else:
+                per_metric[name] = steps.slots
+            if steps.bad or key in self._nonfinite[name]:
+                bad.append(name)
+        slots: dict[int, float] = {}
+        if len(per_metric) == 1:
+            (slots,) = per_metric.values()  # read only below
+        for values in per_metric.values() if len(per_metric) > 1 else ():
+            for slot, v in values.items():
+                old = slots.get(slot)
+                if old is None or v > old:
+                    slots[slot] = v
+        prof, util = per_metric.get(PROF_ACTIVE), per_metric.get(GPU_UTIL)
+        if prof is not None and util is not None:
+            sig.signals_disagree = any(
+                abs(prof[k] - util[k]) > DISAGREE_POINTS for k in prof.keys() & util.keys()
+            )
+        sig.activity_points = len(slots)
+        sig.coverage = min(1.0, len(slots) / window.expected_points)
+        sig.activity_max_pct = max(slots.values()) if slots else None
+        sig.active_steps = frozenset(slot for slot, v in slots.items() if v > self._threshold)
+        times = self._stamps.get(key, [])
+        if any(not _isfinite(t) for t in times):
+            bad.extend(f"timestamp({n})" for n in ACTIVITY_METRICS if key in self._stamped[n])
+        finite_times = [t for t in times if _isfinite(t) and t <= window.end]
+        sig.newest_sample = max(finite_times) if finite_times else None
+
+    def _memory_and_power(self, sig: DeviceSignals, key: DeviceKey, bad: list[str]) -> None:
+        """Framebuffer (the instance's own, else its GPU's), power and liveness (the GPU's)."""
+        parent = (key[0], key[1], "")
+        fb_key = key if key in self._max[FB_USED] else parent
+        fb = self._max[FB_USED].get(fb_key)
+        if fb is not None:
+            sig.has_fb = True
+            sig.fb_used_max_mib = fb.value
+            if fb.bad or fb_key in self._avg_bad[FB_USED]:
+                bad.append(FB_USED)
+            if fb_key in self._avg_bad[FB_FREE]:
+                bad.append(FB_FREE)
+            sig.fb_total_mib = self._fb_total(fb_key)
+        power = self._max[POWER].get(parent)
+        power_spread = self._spread[POWER].get(parent)
+        if power is not None:
+            sig.has_power = True
+            sig.power_max_w = power.value
+            if power.bad or (power_spread is not None and power_spread.bad):
+                bad.append(POWER)
+        energy = self._spread[ENERGY].get(parent)
+        if energy is not None:
+            if energy.bad:
+                bad.append(ENERGY)
+            sig.liveness = "moving" if energy.moving else "frozen"
+        elif power_spread is not None:
+            sig.liveness = "moving" if power_spread.moving else "frozen"
+
+    def _fb_total(self, key: DeviceKey) -> float | None:
+        """avg(FB_USED) + avg(FB_FREE) of one series (same labels) — the device's memory — largest over
+        series."""
+        totals = []
+        for used, free in self._avg.get(key, {}).values():
+            if used is not None and free is not None:
+                total = used + free
+                if _isfinite(total):
+                    totals.append(total)
+        return max(totals) if totals else None
+
+
+def signals_from_observation(
+    files: Mapping[str, Mapping[str, MetricData]],
+    joiner: NodeJoiner,
+    window: Window,
+    activity_threshold_pct: float,
+) -> CollectedSignals:
+    """Per-device signals from the answers of ``observation_queries`` (a snapshot's files).
+
+    Args:
+        files: ``MetricFiles`` (kind → metric → answer); missing answers are simply absent, answers with
+            a ``problem`` make their metric a problem (⇒ ``partial_response`` ⇒ unknown).
+        joiner: resolves series labels to nodes (docs/architecture.md §3 join); unjoinable series of the
+            main answers are listed in ``unmapped``.
+        window: the idle window.
+        activity_threshold_pct: the policy's ``gpu_activity_max_pct`` (percent) for ``active_steps``.
+
+    Returns:
+        ``CollectedSignals`` (``ObservationReducer.finish``).
+    """
+    reducer = ObservationReducer(joiner, window, activity_threshold_pct)
+    for kind, answers in files.items():
+        for name, data in answers.items():
+            if data.problem:
+                reducer.problem(kind, name)
+                continue
+            reducer.answered(kind, name)
+            for s in data.series:
+                reducer.add(kind, name, s.labels, s.times, s.values)
+    return reducer.finish()

@@ -1,0 +1,118 @@
+"""``ObservationReducer``: answers fed in any order and any split reduce to the same per-device facts.
+
+The live path hands the reducer sub-window and shard answers as they arrive (4 in flight), so arrival
+order differs between runs; a snapshot feeds whole files. The facts, and the labels that speak for a
+device, must not depend on either. The per-step reduction has a bulk path (every point on the step
+grid, all finite) and a point-by-point path; both must agree.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from rightsizer.domain.join import NodeJoiner
+from rightsizer.domain.model import Node
+from rightsizer.domain.observation import ObservationReducer
+from rightsizer.domain.usage import (
+    ENERGY,
+    FB_FREE,
+    FB_USED,
+    GPU_UTIL,
+    POWER,
+    PROF_ACTIVE,
+    UP,
+    CollectedSignals,
+    Window,
+)
+from tests.builders import AT, gpu_node
+
+WINDOW = Window(end=AT.timestamp(), seconds=1800, step=60)
+GRID = [WINDOW.end - 60 * k for k in range(29, -1, -1)]
+Fed = tuple[str, str, dict[str, str], list[float], list[float]]
+
+
+def answers(rng: random.Random) -> list[Fed]:
+    """Series of 3 nodes × 2 GPUs: pod-label variants, NaN/±Inf, gaps, a MIG instance, an unjoinable one."""
+    fed: list[Fed] = []
+    for n in range(3):
+        node = f"gpu-{n}"
+        fed.append(("step", UP, {"instance": f"10.1.{n}.1:9400", "node": node}, GRID, [1.0] * 30))
+        for g in range(2):
+            base = {"UUID": f"GPU-{n}-{g}", "gpu": str(g), "instance": f"10.1.{n}.1:9400", "node": node}
+            for pod in ("a", "b") if rng.random() < 0.5 else ("a",):
+                # a variant may come through another exporter pod: which one speaks must not depend on order
+                labels = {**base, "namespace": "ml", "pod": pod, "instance": f"10.1.{n}.{ord(pod)}:9400"}
+                times = [t for t in GRID if rng.random() < 0.8]
+                values = [rng.choice([0.0, 3.0, 80.0]) for _ in times]
+                if values and rng.random() < 0.3:
+                    values[rng.randrange(len(values))] = rng.choice([math.nan, math.inf])
+                fed.append(("step", GPU_UTIL, labels, times, values))
+                fed.append(("step", PROF_ACTIVE, labels, times, [v / 100 for v in values]))
+                fed.append(("step", FB_USED, labels, [WINDOW.end], [rng.choice([300.0, 9000.0, math.inf])]))
+                fed.append(("step", POWER, labels, [WINDOW.end], [rng.uniform(20, 200)]))
+                fed.append(("stddev", POWER, labels, [WINDOW.end], [rng.choice([0.0, 2.0, math.nan])]))
+                fed.append(("stddev", ENERGY, labels, [WINDOW.end], [rng.choice([0.0, 5.0])]))
+                fed.append(("avg", FB_USED, labels, [WINDOW.end], [300.0]))
+                fed.append(("avg", FB_FREE, labels, [WINDOW.end], [22728.0]))
+                fed.append(("timestamp", GPU_UTIL, labels, [WINDOW.end], [WINDOW.end - rng.uniform(0, 30)]))
+            mig = {**base, "GPU_I_ID": "3", "GPU_I_PROFILE": "1g.5gb"}
+            fed.append(("step", PROF_ACTIVE, mig, GRID, [0.5] * 30))
+    fed.append(("step", GPU_UTIL, {"UUID": "GPU-ghost", "node": "elsewhere"}, GRID, [0.0] * 30))
+    return fed
+
+
+def reduce(fed: list[Fed], split: bool = False) -> CollectedSignals:
+    nodes = [Node.model_validate(gpu_node(f"gpu-{n}", gpus=2)) for n in range(3)]
+    reducer = ObservationReducer(NodeJoiner(nodes, [], "node"), WINDOW, 10.0)
+    for kind, metric, labels, times, values in fed:
+        if split and len(times) > 1:  # as sub-window answers: two halves, second first
+            half = len(times) // 2
+            reducer.add(kind, metric, labels, times[half:], values[half:])
+            reducer.add(kind, metric, labels, times[:half], values[:half])
+        else:
+            reducer.add(kind, metric, labels, times, values)
+    for kind, metric in {(f[0], f[1]) for f in fed}:
+        reducer.answered(kind, metric)
+    return reducer.finish()
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_arrival_order_and_splits_do_not_change_the_facts(seed: int) -> None:
+    fed = answers(random.Random(seed))
+    expected = reduce(fed)
+    shuffled = list(fed)
+    random.Random(seed + 100).shuffle(shuffled)
+    assert reduce(shuffled) == expected
+    assert reduce(list(reversed(fed)), split=True) == expected
+    # AND the case is not vacuous: devices, MIG, unmapped and non-finite findings are there
+    signals = reduce(fed)
+    assert sum(len(d) for d in signals.devices.values()) == 3 * 2 * 2  # 2 GPUs + 2 MIG instances per node
+    assert signals.unmapped and signals.up_coverage == {f"gpu-{n}": 1.0 for n in range(3)}
+
+
+def test_points_off_the_step_grid_reduce_like_points_on_it() -> None:
+    # GIVEN the same samples once on the step grid and once 1 ms before each step point
+    on = answers(random.Random(1))
+    off = [
+        (k, m, lab, [t - 0.001 for t in ts] if k == "step" and len(ts) > 1 else ts, vs)
+        for k, m, lab, ts, vs in on
+    ]
+    # THEN the point-by-point path (off the grid) and the bulk path agree
+    assert reduce(off) == reduce(on)
+
+
+def test_a_nan_among_finite_points_is_found_whatever_the_path() -> None:
+    nodes = [Node.model_validate(gpu_node("gpu-0", gpus=1))]
+    labels = {"UUID": "GPU-0", "gpu": "0", "node": "gpu-0"}
+    for times in (GRID, [t - 0.5 for t in GRID]):
+        reducer = ObservationReducer(NodeJoiner(nodes, [], "node"), WINDOW, 10.0)
+        reducer.add("step", GPU_UTIL, labels, times, [0.0] * 14 + [math.nan] + [90.0] * 15)
+        reducer.answered("step", GPU_UTIL)
+        [device] = reducer.finish().devices["gpu-0"]
+        assert device.non_finite == (GPU_UTIL,)
+        assert device.activity_max_pct == 90.0 and device.activity_points == 29
+    with pytest.raises(ValueError, match="times for"):
+        reducer.add("step", GPU_UTIL, labels, GRID, [0.0])
