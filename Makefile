@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.installed-demo
 
-.PHONY: demo test lint typecheck contracts bench clean validate validate-config tools-validate
+.PHONY: demo test lint typecheck contracts bench clean validate validate-config tools-validate lock audit
 
 # `make demo` needs only the [demo] extra (moto); everything else needs the [dev] tools too.
 $(DEMO_STAMP): pyproject.toml
@@ -45,6 +45,23 @@ bench: $(STAMP)
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .aws-sam
 
+# ------------------------------------------------------------------------------------- Lambda artifact lock
+# functions/requirements.txt is the hashed lock of functions/requirements.in for the Lambda runtime
+# (python3.12, manylinux x86_64); `sam build` installs exactly it (functions/Makefile, --require-hashes).
+# Regenerate after changing requirements.in or to take new releases: `make lock`, then `make test`
+# (tests/unit/test_lock.py checks it covers every runtime dependency of pyproject.toml).
+LOCK_VENV := .venv-lock
+UV := $(LOCK_VENV)/bin/uv
+
+$(UV):
+	test -x $(LOCK_VENV)/bin/python || $(PY) -m venv $(LOCK_VENV)
+	$(LOCK_VENV)/bin/pip install --quiet uv==0.13.8
+
+lock: $(UV)
+	$(UV) pip compile functions/requirements.in --upgrade --python-version 3.12 \
+		--python-platform x86_64-manylinux_2_17 --generate-hashes --custom-compile-command "make lock" \
+		-o functions/requirements.txt
+
 # ---------------------------------------------------------------------------------------------- validate
 # The deployment checks (docs/architecture.md §6). SAM CLI pins old boto3/pydantic, so it lives in its own venv and never
 # beside the app; asl-validator comes from npm into a local prefix. `sam build` runs without Docker and needs
@@ -54,9 +71,11 @@ SAM := $(SAM_VENV)/bin/sam
 CFN_LINT := $(SAM_VENV)/bin/cfn-lint
 NODE_PREFIX := .tools/node
 ASL_VALIDATOR := $(NODE_PREFIX)/node_modules/.bin/asl-validator
-# checkov pins its own dependency tree, so it gets its own virtual environment too.
+# checkov pins its own dependency tree, so it gets its own virtual environment too; so does pip-audit.
 CHECKOV_VENV := .venv-checkov
 CHECKOV := $(CHECKOV_VENV)/bin/checkov
+AUDIT_VENV := .venv-audit
+PIP_AUDIT := $(AUDIT_VENV)/bin/pip-audit
 SAM_ENV := SAM_CLI_TELEMETRY=0 PYENV_VERSION=$${PYENV_VERSION:-3.12.1}
 
 $(SAM) $(CFN_LINT):
@@ -73,7 +92,17 @@ $(CHECKOV):
 	$(CHECKOV_VENV)/bin/pip install --quiet --upgrade pip
 	$(CHECKOV_VENV)/bin/pip install --quiet checkov
 
-tools-validate: $(SAM) $(CFN_LINT) $(ASL_VALIDATOR) $(CHECKOV)
+$(PIP_AUDIT):
+	test -x $(AUDIT_VENV)/bin/python || $(PY) -m venv $(AUDIT_VENV)
+	$(AUDIT_VENV)/bin/pip install --quiet --upgrade pip
+	$(AUDIT_VENV)/bin/pip install --quiet pip-audit==2.10.1
+
+tools-validate: $(SAM) $(CFN_LINT) $(ASL_VALIDATOR) $(CHECKOV) $(PIP_AUDIT)
+
+# Known vulnerabilities of the locked Lambda artifact (PyPI's advisory database via pip-audit): listed and
+# failing when found; when the database cannot be reached, said so plainly and not failing.
+audit: $(PIP_AUDIT)
+	$(PY) tests/support/pip_audit_gate.py $(PIP_AUDIT) functions/requirements.txt
 
 # The deploy parameters (samconfig.toml over the template's defaults), and CONFIG=file / POLICY=file when
 # given, checked by the functions' own code before anything is deployed (rightsizer validate).
@@ -81,7 +110,7 @@ validate-config: $(STAMP)
 	$(BIN)/rightsizer validate --samconfig samconfig.toml --template template.yaml \
 		$(if $(CONFIG),--config $(CONFIG)) $(if $(POLICY),--policy $(POLICY))
 
-validate: validate-config tools-validate
+validate: validate-config tools-validate audit
 	$(SAM_ENV) $(SAM) validate --lint --region us-east-1 --template-file template.yaml
 	$(CFN_LINT) template.yaml
 	$(SAM_ENV) $(SAM) build --region us-east-1 --template-file template.yaml
