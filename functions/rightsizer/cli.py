@@ -288,11 +288,58 @@ def cmd_history(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_decide(args: argparse.Namespace) -> int:
+    """``rightsizer approve|reject|snooze EXECUTION_ID --stack NAME | --config FILE [--for 24h] [--json]``:
+    decide a drain waiting for approval with the caller's AWS credentials (DynamoDB conditional write on
+    the approval request, then Step Functions SendTaskSuccess / SendTaskFailure to wake the drain). A
+    snooze also keeps the node ``protected`` (``snoozed``) in plans for ``--for`` (default: the policy's
+    ``approval_snooze``, 24 h).
+
+    Exit: 0 decided; 1 decided before or expired (nothing changed); 2 no such request or bad input.
+    """
+    import getpass
+
+    from rightsizer.domain.policy import parse_duration
+    from rightsizer.wiring import Runtime
+
+    config = _deployed_config(args)
+    runtime = Runtime(config, "cli")
+    try:
+        seconds = parse_duration(args.duration) if args.duration else config.policy.approval_snooze
+    except ValueError as exc:
+        raise ConfigError(str(exc), field="--for") from exc
+    decision = runtime.approval_desk().decide(
+        args.execution_id, args.action, by=f"cli:{getpass.getuser()}", snooze_seconds=seconds
+    )
+    request = decision.request
+    document = {
+        "execution_id": args.execution_id,
+        "outcome": decision.outcome,
+        "node": request.node if request else None,
+        "status": request.status if request else None,
+        "snooze_until": request.snooze_until.isoformat() if request and request.snooze_until else None,
+        "detail": decision.detail,
+    }
+    if args.json:
+        _emit_json(document)
+    else:
+        line = f"{args.execution_id}: {decision.outcome}"
+        if request is not None:
+            line += f" (node {request.node}" + (
+                f", snoozed until {document['snooze_until']})" if document["snooze_until"] else ")"
+            )
+        print(line if decision.status == 200 else f"{line}: {decision.detail}")
+    if decision.status == 200:
+        return EXIT_OK
+    return EXIT_BAD_INPUT if decision.status in (400, 404) else EXIT_FAILED
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     """``rightsizer validate [--config FILE] [--policy FILE] [--samconfig FILE --template FILE]``: check a
     config, a policy and the parameters a ``sam deploy`` would use, before anything is deployed
     (``rightsizer.deploycheck``). Prints every problem on stderr; exit 2 when there is one. Never acts."""
     from rightsizer.deploycheck import check_deployment, check_offhours, samconfig_overrides
+    from rightsizer.domain.policy import MAX_APPROVAL_TIMEOUT_S
     from rightsizer.wiring.settings import STATE_MACHINE_MARGIN_S, STATE_MACHINE_TIMEOUT_S
 
     if not (args.config or args.policy or args.samconfig):
@@ -316,7 +363,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         else:
             policies.append((str(path), loaded))
     for source, policy in policies:
-        if policy.drain_timeout + STATE_MACHINE_MARGIN_S > STATE_MACHINE_TIMEOUT_S:
+        if policy.drain_timeout + STATE_MACHINE_MARGIN_S + MAX_APPROVAL_TIMEOUT_S > STATE_MACHINE_TIMEOUT_S:
             problems.append(
                 f"{source}: drain_timeout: {policy.drain_timeout}s leaves less than {STATE_MACHINE_MARGIN_S}s "
                 f"of the drain state machine's {STATE_MACHINE_TIMEOUT_S}s timeout"
@@ -629,6 +676,25 @@ def build_parser() -> argparse.ArgumentParser:
             c.add_argument("--node", metavar="NODE", help="only this node's entries")
             c.add_argument("--limit", type=int, default=50, metavar="N", help="newest N entries (default 50)")
         c.set_defaults(func=func)
+
+    for action, helptext in (
+        ("approve", "let a drain waiting for approval go on to its cordon"),
+        ("reject", "abandon a drain waiting for approval; nothing is cordoned"),
+        ("snooze", "reject, and keep the node out of plans for a while (--for)"),
+    ):
+        a = sub.add_parser(action, help=helptext + " (with your AWS credentials)")
+        a.add_argument("execution_id", metavar="EXECUTION_ID", help="the drain execution (in the request)")
+        a.add_argument("--stack", metavar="NAME", help="a deployed CloudFormation stack")
+        a.add_argument(
+            "--region", metavar="REGION", help="the stack's region (default: the AWS environment's)"
+        )
+        a.add_argument("--config", metavar="FILE", help="a config file with aws.table instead of --stack")
+        a.add_argument("--json", action="store_true", help="print one JSON document")
+        if action == "snooze":
+            a.add_argument(
+                "--for", dest="duration", metavar="DURATION", help="e.g. 24h (default: approval_snooze)"
+            )
+        a.set_defaults(func=cmd_decide, action=action, duration=None)
 
     v = sub.add_parser("validate", help="check a config, a policy and the deploy parameters before deploying")
     v.add_argument("--config", metavar="FILE", help="a config file")

@@ -117,6 +117,17 @@ class WebhookConfig(_Section):
     token_secret: str | None = Field(None, description="Secrets Manager secret or SSM SecureString name.")
 
 
+class ApprovalConfig(_Section):
+    """Where approval requests go (policy ``approval``, docs/architecture.md §4 "Approval")."""
+
+    topic_arn: str | None = Field(
+        None, description="SNS topic of approval requests (the stack's alarm topic)."
+    )
+    url: str | None = Field(
+        None, description="The webhook's public base URL (Function URL) the approve/reject/snooze links use."
+    )
+
+
 class Config(_Section):
     """The whole configuration file."""
 
@@ -126,6 +137,7 @@ class Config(_Section):
     policy: Policy = Field(default_factory=Policy)
     offhours: OffhoursConfig = Field(default_factory=OffhoursConfig)
     webhook: WebhookConfig = Field(default_factory=WebhookConfig)
+    approval: ApprovalConfig = Field(default_factory=ApprovalConfig)
 
     @model_validator(mode="after")
     def _step_within_window(self) -> Config:

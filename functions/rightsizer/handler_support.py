@@ -33,7 +33,9 @@ __all__ = [
     "METRICS_NAMESPACE",
     "STATE_MACHINE_MARGIN_S",
     "STATE_MACHINE_TIMEOUT_S",
+    "AnyDrainTask",
     "DrainTask",
+    "RequestApprovalTask",
     "RollbackTask",
     "ScheduledTick",
     "StartTask",
@@ -143,12 +145,25 @@ class RollbackTask(BaseModel):
     error: StateError | None = None
 
 
-DrainTask = Annotated[StartTask | StepTask | RollbackTask, Field(discriminator="action")]
-_DRAIN_TASK: TypeAdapter[StartTask | StepTask | RollbackTask] = TypeAdapter(DrainTask)
+class RequestApprovalTask(BaseModel):
+    """State ``AwaitApproval`` (``lambda:invoke.waitForTaskToken``): open and publish the approval
+    request; the execution then waits until a decision sends the task token back (or the timeout)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    action: Literal["request_approval"]
+    execution_id: str = Field(min_length=1)
+    task_token: str = Field(min_length=1)
 
 
-def parse_drain_task(event: Mapping[str, Any]) -> StartTask | StepTask | RollbackTask:
-    """Validate a drain state machine task payload (``action`` = ``start`` | ``step`` | ``rollback``)."""
+AnyDrainTask = StartTask | StepTask | RollbackTask | RequestApprovalTask
+DrainTask = Annotated[AnyDrainTask, Field(discriminator="action")]
+_DRAIN_TASK: TypeAdapter[AnyDrainTask] = TypeAdapter(DrainTask)
+
+
+def parse_drain_task(event: Mapping[str, Any]) -> AnyDrainTask:
+    """Validate a drain state machine task payload (``action`` = ``start`` | ``step`` | ``rollback`` |
+    ``request_approval``)."""
     return _DRAIN_TASK.validate_python(event)
 
 
@@ -164,7 +179,7 @@ def _output(result: StepResult) -> dict[str, Any]:
     }
 
 
-def run_drain_task(workflow: DrainWorkflow, task: StartTask | StepTask | RollbackTask) -> dict[str, Any]:
+def run_drain_task(workflow: DrainWorkflow, task: AnyDrainTask) -> dict[str, Any]:
     """Run one state machine task and return the fields the ASL's ``ResultSelector`` reads.
 
     Raises:
@@ -185,6 +200,8 @@ def run_drain_task(workflow: DrainWorkflow, task: StartTask | StepTask | Rollbac
             running = record.status not in FINAL_STATUSES
             nxt = record.step if running else None
             return _output(StepResult(record.execution_id, "start", nxt, record.status, 0.0, "started"))
+        if isinstance(task, RequestApprovalTask):
+            return _output(workflow.request_approval(task.execution_id, task.task_token))
         if isinstance(task, StepTask):
             result = workflow.step(task.execution_id)
             output = _output(result)

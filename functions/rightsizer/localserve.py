@@ -27,6 +27,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import TYPE_CHECKING, Any, Final
 
 from rightsizer.config import Config
+from rightsizer.services.approval import APPROVAL_PATH
 from rightsizer.webhook_handler import LambdaHandler
 
 if TYPE_CHECKING:
@@ -284,10 +285,13 @@ class _WebhookRequestHandler(BaseHTTPRequestHandler):
         if 0 < unread <= _DRAIN_LIMIT and self._read_body(unread) is None:
             self.close_connection = True
             return
+        self._forward("POST", body, close)
+
+    def _forward(self, method: str, body: bytes, close: bool) -> None:
         path, _, query = self.path.partition("?")
         request_id = str(uuid.uuid4())
         event = function_url_event(
-            method="POST",
+            method=method,
             path=path,
             query=query,
             headers=list(self.headers.items()),
@@ -306,11 +310,17 @@ class _WebhookRequestHandler(BaseHTTPRequestHandler):
         self._reply(int(answer.get("statusCode", 200)), dict(answer.get("headers") or {}), data, close=close)
 
     def do_GET(self) -> None:
+        if self.path.partition("?")[0].rstrip("/") == APPROVAL_PATH:  # an approval link's confirm page
+            self._forward("GET", b"", False)
+            return
+        self._not_allowed()
+
+    def _not_allowed(self) -> None:
         self._reply(
             405, {"allow": "POST", "content-type": "application/json"}, b'{"error":"method_not_allowed"}'
         )
 
-    do_PUT = do_DELETE = do_PATCH = do_GET
+    do_PUT = do_DELETE = do_PATCH = _not_allowed
 
     def _reply(self, status: int, headers: Mapping[str, str], data: bytes, *, close: bool = False) -> None:
         self.send_response(status)

@@ -38,11 +38,15 @@ from rightsizer.domain.errors import StalePlan
 from rightsizer.domain.model import GroupSizes
 
 __all__ = [
+    "APPROVAL_STATUSES",
     "LEDGER_RESULTS",
     "LEDGER_RETENTION",
     "REFUSAL_AT_MIN_SIZE",
     "REFUSAL_BUDGET_EXHAUSTED",
     "REFUSAL_SLOT_HELD",
+    "ApprovalRequest",
+    "ApprovalStatus",
+    "ApprovalStore",
     "BudgetSlots",
     "ConflictError",
     "EvictedPod",
@@ -507,6 +511,92 @@ class PlanHistory(Protocol):
 
     def plans(self, limit: int = 1) -> list[dict[str, Any]]:
         """Up to ``limit`` stored documents, newest first (``[]`` when none is stored)."""
+        ...
+
+
+# --------------------------------------------------------------------------------------------------
+# Human approval (docs/architecture.md §4 "Approval")
+# --------------------------------------------------------------------------------------------------
+
+ApprovalStatus = Literal["pending", "approved", "rejected", "snoozed", "expired"]
+APPROVAL_STATUSES: Final[frozenset[str]] = frozenset(
+    {"pending", "approved", "rejected", "snoozed", "expired"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRequest:
+    """A drain waiting for (or decided by) a person.
+
+    Attributes:
+        execution_id: the drain execution that waits (before its cordon).
+        node: the Kubernetes Node it would drain.
+        nonce: random id of this request; links carry it and a decision by link must name it.
+        requested_at, expires_at: aware instants; unanswered at ``expires_at`` the drain is abandoned.
+        status: ``pending`` until decided once: ``approved``, ``rejected``, ``snoozed`` or ``expired``.
+        task_token: the Step Functions task token the drain waits on (``None`` in process).
+        notified: True once the request was published (a retried request is not published twice).
+        decided_by, decided_at: who decided (``link``, ``cli:<ARN or user>``, ``timeout``) and when.
+        snooze_until: for ``snoozed``, until when the node stays out of plans.
+        details: what the request shows (verdict, reasons, node group, instance, savings in USD/h).
+    """
+
+    execution_id: str
+    node: str
+    nonce: str
+    requested_at: datetime
+    expires_at: datetime
+    status: ApprovalStatus = "pending"
+    task_token: str | None = None
+    notified: bool = False
+    decided_by: str | None = None
+    decided_at: datetime | None = None
+    snooze_until: datetime | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class ApprovalStore(Protocol):
+    """Approval requests of the bound cluster's drains and the snoozes people set on nodes."""
+
+    def open_approval(self, request: ApprovalRequest) -> ApprovalRequest:
+        """Create ``request`` unless one exists for its execution; a pending one gets the new
+        ``task_token`` (a re-entered wait). Returns what is stored after the call."""
+        ...
+
+    def mark_notified(self, execution_id: str) -> None:
+        """Record that the request was published."""
+        ...
+
+    def get_approval(self, execution_id: str) -> ApprovalRequest | None:
+        """The stored request (strongly consistent), or ``None``."""
+        ...
+
+    def decide_approval(
+        self,
+        execution_id: str,
+        status: ApprovalStatus,
+        *,
+        by: str,
+        now: datetime,
+        nonce: str | None = None,
+        snooze_until: datetime | None = None,
+    ) -> ApprovalRequest | None:
+        """Decide a pending request, once: one conditional write (status ``pending``, the ``nonce`` when
+        given, and — except for ``expired`` — ``expires_at > now``).
+
+        Returns:
+            The decided request; ``None`` when the condition failed (decided before, expired, no such
+            request, another nonce): the caller reads it again to say which.
+        """
+        ...
+
+    def snooze(self, node: str, until: datetime, *, by: str, now: datetime) -> None:
+        """Keep ``node`` out of plans until ``until`` (a later snooze replaces an earlier one)."""
+        ...
+
+    def snoozes(self, now: datetime) -> dict[str, datetime]:
+        """Node → snoozed-until for snoozes still running at ``now``."""
         ...
 
 

@@ -19,6 +19,7 @@ from aws_lambda_powertools.utilities.parser.models import LambdaFunctionUrlModel
 from pydantic import ValidationError
 
 from rightsizer import logsafety
+from rightsizer.services.approval import APPROVAL_PATH
 from rightsizer.services.webhook import WebhookIntake, WebhookRequest, WebhookResponse
 
 __all__ = ["FUNCTION_NAME", "LambdaHandler", "function_url_handler", "logger"]
@@ -41,7 +42,9 @@ def function_url_handler(intake: Callable[[], WebhookIntake]) -> LambdaHandler:
 
     Status codes: 401 bad token, 413 body over 1 MiB, 400 malformed JSON / schema / not a Function URL
     event, 202 workflows started or cancels recorded, 200 nothing to do, 503 retry later (see
-    :meth:`rightsizer.services.webhook.WebhookIntake.handle` for the bodies).
+    :meth:`rightsizer.services.webhook.WebhookIntake.handle` for the bodies). Path ``/approval`` is an
+    approval link instead (GET shows, POST decides; 401 forged or expired, 409 reused:
+    :meth:`~rightsizer.services.webhook.WebhookIntake.handle_approval`).
     """
 
     @logger.inject_lambda_context(correlation_id_path=correlation_paths.LAMBDA_FUNCTION_URL)
@@ -55,6 +58,9 @@ def function_url_handler(intake: Callable[[], WebhookIntake]) -> LambdaHandler:
             ).to_function_url()
         body = url.body if isinstance(url.body, str) else None
         request = WebhookRequest(url.headers, body, bool(url.isBase64Encoded), url.requestContext.requestId)
+        if url.rawPath.rstrip("/") == APPROVAL_PATH:
+            method = url.requestContext.http.method.upper()
+            return intake().handle_approval(method, url.rawQueryString or "", request).to_function_url()
         return intake().handle(request, lambda_context=context).to_function_url()
 
     return lambda_handler

@@ -166,7 +166,7 @@ def test_the_assessment_identity_heals_a_stale_cordon_with_exactly_its_roles(
     """The assess function is bound to rightsizer-read and rightsizer-heal only: that is enough to remove a
     cordon of ours that no live workflow holds, and to record the Event — and nothing more."""
     from rightsizer.domain.model import ANN_CORDONED_BY, Node
-    from rightsizer.services.drain import heal_stale_cordons, stale_cordons
+    from rightsizer.services.healing import heal_stale_cordons, stale_cordons
 
     read, heal = cluster_role("rightsizer-read"), cluster_role("rightsizer-heal")
     double.bind_cluster_role({"rules": read["rules"] + heal["rules"]})

@@ -1,7 +1,8 @@
 """The drain state machine's ASL, executed state by state against ``functions/drain/app.handler``.
 
 A small interpreter for the subset ``infra/statemachine/drain.asl.json`` uses — Task (``lambda:invoke``
-with Parameters/ResultSelector/ResultPath, Retry with backoff, Catch), Choice (StringEquals,
+with Parameters/ResultSelector/ResultPath, Retry with backoff, Catch; ``lambda:invoke.waitForTaskToken``
+with ``$$.Task.Token`` and TimeoutSecondsPath, woken by :class:`TaskTokens`), Choice (StringEquals,
 NumericGreaterThan, IsNull, And/Or/Not), Wait (SecondsPath), Succeed, Fail, the execution's
 TimeoutSeconds — runs whole drains in-process on a fake clock against the in-memory fakes (MemoryState,
 FakeClusterWriter, FakeNodeScaler), so the ASL and the step functions cannot drift (docs/architecture.md §2).
@@ -40,6 +41,7 @@ ROOT = Path(__file__).resolve().parents[2]
 ASL_PATH = ROOT / "infra" / "statemachine" / "drain.asl.json"
 DRAIN_ARN = "arn:aws:lambda:us-east-1:123456789012:function:rightsizer-drain"
 LAMBDA_INVOKE = "arn:aws:states:::lambda:invoke"
+WAIT_FOR_TOKEN = LAMBDA_INVOKE + ".waitForTaskToken"
 
 pytestmark = pytest.mark.integration
 
@@ -173,6 +175,29 @@ def _error_matches(names: list[str], error: str) -> bool:
     return "States.TaskFailed" in names and not error.startswith("States.")
 
 
+class TaskTokens:
+    """Step Functions' side of task tokens: a ``TaskCallback`` (SendTaskSuccess / SendTaskFailure) that
+    the interpreter reads when a waitForTaskToken task waits. ``while_waiting(token)`` plays the person
+    (clicks a link, runs the CLI) after the task's Lambda returned; no answer = the task times out."""
+
+    def __init__(self) -> None:
+        self.outcomes: dict[str, tuple[str, Any]] = {}
+        self.issued: list[str] = []
+        self.while_waiting: Callable[[str], None] = lambda _token: None
+
+    def succeed(self, task_token: str, output: Any) -> bool:
+        if task_token not in self.issued or task_token in self.outcomes:
+            return False  # TaskDoesNotExist / TaskTimedOut
+        self.outcomes[task_token] = ("success", dict(output))
+        return True
+
+    def fail(self, task_token: str, error: str, cause: str) -> bool:
+        if task_token not in self.issued or task_token in self.outcomes:
+            return False
+        self.outcomes[task_token] = ("failure", (error, cause))
+        return True
+
+
 @dataclass
 class Execution:
     """The outcome of one interpreted execution."""
@@ -197,7 +222,9 @@ class AslInterpreter:
         *,
         invoke_latency_s: float = 0.2,
         max_transitions: int = 50_000,
+        tokens: TaskTokens | None = None,
     ) -> None:
+        self.tokens = tokens or TaskTokens()
         self.definition = definition
         self.invoke = invoke
         self.clock = clock
@@ -263,7 +290,13 @@ class AslInterpreter:
         return run
 
     def _task(self, state: dict[str, Any], document: Any, context: dict[str, Any], run: Execution) -> Any:
-        assert state["Resource"] == LAMBDA_INVOKE
+        assert state["Resource"] in (LAMBDA_INVOKE, WAIT_FOR_TOKEN)
+        waits = state["Resource"] == WAIT_FOR_TOKEN
+        token = ""
+        if waits:
+            token = f"task-token-{len(self.tokens.issued)}"
+            self.tokens.issued.append(token)
+            context = {**context, "Task": {"Token": token}}
         params = _template(state.get("Parameters", {}), document, context)
         attempts: dict[int, int] = {}
         while True:
@@ -290,13 +323,34 @@ class AslInterpreter:
                 self.clock.advance(
                     retrier.get("IntervalSeconds", 1) * retrier.get("BackoffRate", 2.0) ** done
                 )
-        result = {"Payload": payload, "StatusCode": 200}
+        result: Any = {"Payload": payload, "StatusCode": 200}
+        if waits:
+            result = self._wait_for(state, document, context, token)
         if "ResultSelector" in state:
             result = _template(state["ResultSelector"], result, context)
         document = _set(document, state.get("ResultPath", "$"), result)
         if "OutputPath" in state:
             document = _get(document, state["OutputPath"], context)
         return document
+
+    def _wait_for(self, state: dict[str, Any], document: Any, context: dict[str, Any], token: str) -> Any:
+        """The output of SendTaskSuccess, a SendTaskFailure's error, or States.Timeout after the timeout."""
+        self.tokens.while_waiting(token)
+        outcome = self.tokens.outcomes.get(token)
+        if outcome is None:
+            timeout = state.get("TimeoutSeconds")
+            if "TimeoutSecondsPath" in state:
+                timeout = _get(document, state["TimeoutSecondsPath"], context)
+            assert isinstance(timeout, int) and timeout > 0, (
+                f"TimeoutSeconds must be a positive int: {timeout!r}"
+            )
+            self.clock.advance(timeout)
+            self.tokens.outcomes[token] = ("timeout", None)  # a late callback finds the task gone
+            raise StatesError("States.Timeout", "the task timed out")
+        kind, value = outcome
+        if kind == "failure":
+            raise StatesError(*value)
+        return value
 
     def _invoke_once(self, params: dict[str, Any], run: Execution) -> Any:
         payload = copy.deepcopy(params["Payload"])
@@ -424,14 +478,19 @@ def test_definition_uses_only_what_the_interpreter_and_the_handler_know() -> Non
     states = definition["States"]
     # GIVEN every Task invokes the drain function with a payload the handler parses
     tasks = {name: s for name, s in states.items() if s["Type"] == "Task"}
-    assert set(tasks) == {"Start", "Step", "Rollback"}
-    for task in tasks.values():
-        assert task["Resource"] == LAMBDA_INVOKE
+    assert set(tasks) == {"Start", "Step", "Rollback", "AwaitApproval"}
+    for name, task in tasks.items():
+        assert task["Resource"] == (WAIT_FOR_TOKEN if name == "AwaitApproval" else LAMBDA_INVOKE)
         assert task["Parameters"]["FunctionName"] == DRAIN_ARN
         retried = {e for r in task["Retry"] for e in r["ErrorEquals"]}
         assert {"Lambda.ServiceException", "Lambda.TooManyRequestsException", "TransientError"} <= retried
-        assert "Sandbox.Timedout" in retried  # a killed invocation resumes from the saved step (BUG-32)
+        if name != "AwaitApproval":  # a retried request would wait on a new token: the Step re-enters it
+            assert "Sandbox.Timedout" in retried  # a killed invocation resumes from the saved step (BUG-32)
         assert all(r["BackoffRate"] > 1 for r in task["Retry"])
+    # AND the approval wait is bounded by the step's wait_seconds, and every way out reads the decision
+    assert tasks["AwaitApproval"]["TimeoutSecondsPath"] == "$.drain.wait_seconds"
+    assert {c["Next"] for c in tasks["AwaitApproval"]["Catch"]} == {"Step"}
+    assert tasks["AwaitApproval"]["Next"] == "Step"
     assert {c["Next"] for c in tasks["Step"]["Catch"]} == {"Rollback"}
     # THEN the Wait reads wait_seconds, and the overall timeout outlives the default drain by a margin
     assert states["Wait"]["SecondsPath"] == "$.drain.wait_seconds"

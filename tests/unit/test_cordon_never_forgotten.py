@@ -13,7 +13,8 @@ from rightsizer.domain.model import ANN_CORDONED_BY
 from rightsizer.domain.planner import plan
 from rightsizer.domain.policy import Policy
 from rightsizer.services.assess import AssessmentDeps, run_assessment
-from rightsizer.services.drain import UNCORDON_ATTEMPTS, DrainRequest, stale_cordons
+from rightsizer.services.drain import UNCORDON_ATTEMPTS, DrainRequest
+from rightsizer.services.healing import stale_cordons
 from rightsizer.services.runner import InProcessRunner
 from tests.builders import AT, gpu_node, merge_metrics, node_devices, pod, snapshot
 from tests.unit.test_drain import World, event_reasons, make_world, reasons

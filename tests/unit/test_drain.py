@@ -15,7 +15,8 @@ from rightsizer.domain.model import AsgInfo, ClusterSnapshot
 from rightsizer.domain.policy import Policy
 from rightsizer.ports import EvictionOutcome, TerminateResult
 from rightsizer.services.assess import PlanningAssessor
-from rightsizer.services.drain import DrainDeps, DrainRequest, DrainWorkflow, heal_expired_leases
+from rightsizer.services.drain import DrainDeps, DrainRequest, DrainWorkflow
+from rightsizer.services.healing import heal_expired_leases
 from rightsizer.services.runner import InProcessRunner
 from rightsizer.testing.fakes import FakeClock, FakeClusterWriter, FakeNodeScaler
 from tests.builders import AT, gpu_node, merge_metrics, node_devices, pdb, pod, snapshot

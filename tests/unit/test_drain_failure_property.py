@@ -14,7 +14,8 @@ from rightsizer.domain.errors import PermanentError, StalePlan, TransientError
 from rightsizer.domain.model import ANN_CORDONED_BY, Node, PersistentVolume, PersistentVolumeClaim, Pod
 from rightsizer.domain.volumes import VolumeFacts, claim_names, volume_local_data
 from rightsizer.ports import TerminateResult
-from rightsizer.services.drain import DrainRequest, heal_expired_leases, heal_stale_cordons, stale_cordons
+from rightsizer.services.drain import DrainRequest
+from rightsizer.services.healing import heal_expired_leases, heal_stale_cordons, stale_cordons
 from rightsizer.services.runner import InProcessRunner
 from rightsizer.testing.fakes import FakeClusterWriter
 from tests.builders import claim_volume, pdb, pod, pv, pvc

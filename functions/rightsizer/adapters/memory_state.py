@@ -19,6 +19,8 @@ from typing import Any
 from rightsizer.domain.model import GroupSizes
 from rightsizer.state import (
     REFUSAL_SLOT_HELD,
+    ApprovalRequest,
+    ApprovalStatus,
     ConflictError,
     EvictedPod,
     Lease,
@@ -33,7 +35,7 @@ from rightsizer.state import (
     sorted_slots,
 )
 
-__all__ = ["MemoryPlans", "MemoryState"]
+__all__ = ["MemoryApprovals", "MemoryPlans", "MemoryState"]
 
 
 def _utc(value: datetime, name: str = "now") -> datetime:
@@ -333,3 +335,83 @@ class MemoryPlans:
         with self._lock:
             newest = sorted(self._plans, reverse=True)[: max(limit, 0)]
             return [copy.deepcopy(self._plans[at]) for at in newest]
+
+
+class MemoryApprovals:
+    """In-memory :class:`~rightsizer.state.ApprovalStore` with the DynamoDB store's semantics; thread-safe."""
+
+    def __init__(self) -> None:
+        self._requests: dict[str, ApprovalRequest] = {}
+        self._snoozes: dict[str, datetime] = {}
+        self._lock = threading.RLock()
+
+    def open_approval(self, request: ApprovalRequest) -> ApprovalRequest:
+        """Create ``request`` unless one exists; a pending one gets the new task token."""
+        with self._lock:
+            stored = self._requests.get(request.execution_id)
+            if stored is None:
+                stored = dataclasses.replace(
+                    request,
+                    status="pending",
+                    requested_at=_utc(request.requested_at, "requested_at"),
+                    expires_at=_utc(request.expires_at, "expires_at"),
+                    details=copy.deepcopy(request.details),
+                )
+            elif stored.status == "pending" and request.task_token:
+                stored = dataclasses.replace(stored, task_token=request.task_token)
+            self._requests[request.execution_id] = stored
+            return stored
+
+    def mark_notified(self, execution_id: str) -> None:
+        """Record that the request was published."""
+        with self._lock:
+            if execution_id in self._requests:
+                self._requests[execution_id] = dataclasses.replace(
+                    self._requests[execution_id], notified=True
+                )
+
+    def get_approval(self, execution_id: str) -> ApprovalRequest | None:
+        """The stored request, or ``None``."""
+        with self._lock:
+            return self._requests.get(execution_id)
+
+    def decide_approval(
+        self,
+        execution_id: str,
+        status: ApprovalStatus,
+        *,
+        by: str,
+        now: datetime,
+        nonce: str | None = None,
+        snooze_until: datetime | None = None,
+    ) -> ApprovalRequest | None:
+        """Decide a pending request once (see ``ApprovalStore.decide_approval``)."""
+        now = _utc(now)
+        with self._lock:
+            stored = self._requests.get(execution_id)
+            if stored is None or stored.status != "pending":
+                return None
+            if nonce is not None and stored.nonce != nonce:
+                return None
+            if status != "expired" and stored.expires_at <= now:
+                return None
+            stored = dataclasses.replace(
+                stored,
+                status=status,
+                decided_by=by,
+                decided_at=now,
+                snooze_until=_utc(snooze_until, "snooze_until") if snooze_until else stored.snooze_until,
+            )
+            self._requests[execution_id] = stored
+            return stored
+
+    def snooze(self, node: str, until: datetime, *, by: str, now: datetime) -> None:
+        """Keep ``node`` out of plans until ``until``."""
+        with self._lock:
+            self._snoozes[node] = _utc(until, "until")
+
+    def snoozes(self, now: datetime) -> dict[str, datetime]:
+        """Snoozes running at ``now``."""
+        now = _utc(now)
+        with self._lock:
+            return {node: until for node, until in self._snoozes.items() if until > now}

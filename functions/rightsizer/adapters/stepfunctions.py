@@ -6,7 +6,12 @@ tick, a re-delivered alert — is a no-op: Step Functions answers the same execu
 input, and ``ExecutionAlreadyExists`` when the name was used with another input or has closed; both mean
 "already started".
 
-IAM actions: ``states:StartExecution`` on the drain state machine (the assess and webhook functions only).
+:class:`StepFunctionsCallback` wakes a drain waiting for a person's approval (``SendTaskSuccess`` /
+``SendTaskFailure`` with the task token the ``AwaitApproval`` state handed out).
+
+IAM actions: ``states:StartExecution`` on the drain state machine (the assess, webhook and off-hours
+functions); ``states:SendTaskSuccess`` and ``states:SendTaskFailure`` on it (the webhook; the CLI with
+the operator's credentials).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from botocore.exceptions import ClientError
@@ -24,10 +30,12 @@ from rightsizer.adapters.sdk_errors import SDK_ERRORS
 if TYPE_CHECKING:
     from mypy_boto3_stepfunctions.client import SFNClient
 
-__all__ = ["EXECUTION_NAME_MAX", "StepFunctionsStarter", "execution_name_ok"]
+__all__ = ["EXECUTION_NAME_MAX", "StepFunctionsCallback", "StepFunctionsStarter", "execution_name_ok"]
 
 #: The AWS actions this module calls: on the drain state machine only.
-IAM_ACTIONS: Final = frozenset({"states:StartExecution"})
+IAM_ACTIONS: Final = frozenset({"states:StartExecution", "states:SendTaskSuccess", "states:SendTaskFailure"})
+#: Answers meaning the waiting task is gone (timed out, execution ended or the token is not ours).
+_TASK_GONE: Final = frozenset({"TaskTimedOut", "TaskDoesNotExist", "InvalidToken"})
 
 #: Step Functions execution names: 1-80 characters, no whitespace, brackets, wildcards or punctuation
 #: other than ``-``, ``_`` and ``.`` (we allow only those, which is always accepted).
@@ -78,3 +86,43 @@ class StepFunctionsStarter:
         except SDK_ERRORS as exc:
             raise map_aws_error(exc, "StartExecution") from exc
         return name
+
+
+class StepFunctionsCallback:
+    """``TaskCallback`` of :mod:`rightsizer.services.approval` over the Step Functions API."""
+
+    def __init__(self, client: SFNClient) -> None:
+        self._client = client
+
+    def _send(self, operation: str, call: Any, **kwargs: Any) -> bool:
+        try:
+            call(**kwargs)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in _TASK_GONE:
+                return False
+            raise map_aws_error(exc, operation) from exc
+        except SDK_ERRORS as exc:
+            raise map_aws_error(exc, operation) from exc
+        return True
+
+    def succeed(self, task_token: str, output: Mapping[str, Any]) -> bool:
+        """``SendTaskSuccess``; False when the task is gone (``TaskTimedOut``, ``TaskDoesNotExist``,
+        ``InvalidToken``).
+
+        Raises:
+            TransientError / PermanentError: throttling and 5xx / access denied.
+        """
+        document = json.dumps(dict(output), sort_keys=True, separators=(",", ":"))
+        return self._send(
+            "SendTaskSuccess", self._client.send_task_success, taskToken=task_token, output=document
+        )
+
+    def fail(self, task_token: str, error: str, cause: str) -> bool:
+        """``SendTaskFailure`` with ``error`` (≤ 256 characters) and ``cause``; False when the task is gone."""
+        return self._send(
+            "SendTaskFailure",
+            self._client.send_task_failure,
+            taskToken=task_token,
+            error=error[:256],
+            cause=cause[:32768],
+        )

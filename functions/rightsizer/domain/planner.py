@@ -8,7 +8,7 @@ price everything.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -175,6 +175,7 @@ def plan(
     catalog: Catalog | None = None,
     node_label: str | None = None,
     stale_cordons: frozenset[str] = frozenset(),
+    snoozed: Mapping[str, datetime] | None = None,
 ) -> Plan:
     """Decide, for every GPU node of ``snapshot``, a verdict with reasons, and the actions to take.
 
@@ -186,6 +187,8 @@ def plan(
         node_label: the operator's node-name label on DCGM series (config ``prometheus.node_label``).
         stale_cordons: nodes carrying our cordon annotation without a live workflow (the caller knows
             the leases): still not candidates, but they do not count as drains in flight.
+        snoozed: node → the aware instant until which a person snoozed its removal (approval snooze,
+            docs/architecture.md §4): before it the node is ``protected`` with ``snoozed:until:<t>``.
 
     Returns:
         The ``Plan`` (docs/architecture.md §5): nodes sorted by name, actions by hourly savings then id.
@@ -280,6 +283,9 @@ def plan(
         if wanted:
             reasons.append(f"pending_gpu_pods:{wanted}")
         reasons.extend(_node_protections(node))
+        until = (snoozed or {}).get(node.name)
+        if until is not None and until > at:
+            reasons.append("snoozed:until:" + until.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
         ec2 = inventory.instances.get(instance or "") if inventory.instances is not None else None
         hourly, price_reasons = _price(node, row, snapshot.meta.region, ec2, inventory.spot_prices)
         decision = NodeDecision(node, group, standalone, row, assessment, classified, reasons, hourly)

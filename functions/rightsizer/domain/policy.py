@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
@@ -83,6 +83,11 @@ def _budget(value: object) -> int | str:
 
 
 NodeBudget = Annotated[int | str, BeforeValidator(_budget)]
+
+Approval = Literal["none", "required"]
+"""Whether a person must approve a drain before its cordon (``approval``, docs/architecture.md §4)."""
+#: The longest approval wait (the drain state machine's timeout leaves room for it, wiring.settings).
+MAX_APPROVAL_TIMEOUT_S = 86400
 
 
 class Policy(BaseModel):
@@ -187,6 +192,29 @@ class Policy(BaseModel):
         "(Cluster Autoscaler's scale-down-delay-after-failure, per node).",
     )
 
+    approval: Approval = Field(
+        "none",
+        description="'required': every drain waits for a person's approve/reject/snooze before its "
+        "cordon (an approval request on the alarm topic; links on the webhook's Function URL).",
+    )
+    approval_node_groups: dict[str, Approval] = Field(
+        default_factory=dict,
+        description="Per node group (EKS or ASG name) override of 'approval'.",
+    )
+    approval_timeout: Seconds = Field(
+        3600,
+        gt=0,
+        le=MAX_APPROVAL_TIMEOUT_S,
+        description="Seconds a drain waits for its approval; unanswered, it is abandoned with nothing "
+        "cordoned (at most 24h).",
+    )
+    approval_snooze: Seconds = Field(
+        86400,
+        gt=0,
+        le=30 * 86400,
+        description="How long the approval request's snooze link keeps the node out of plans (s).",
+    )
+
     @field_validator("idle_power_max_w")
     @classmethod
     def _positive_ceilings(cls, value: dict[str, float]) -> dict[str, float]:
@@ -194,6 +222,14 @@ class Policy(BaseModel):
             if not watts > 0:
                 raise ValueError(f"idle_power_max_w[{model!r}] must be > 0 W")
         return value
+
+    def approval_required(self, *groups: str | None) -> bool:
+        """Whether a drain in a node group known by any of ``groups`` (EKS node group, ASG name) needs a
+        person's approval: the first group named in ``approval_node_groups`` decides, else ``approval``."""
+        for group in groups:
+            if group is not None and group in self.approval_node_groups:
+                return self.approval_node_groups[group] == "required"
+        return self.approval == "required"
 
     def node_group_budget(self, desired_capacity: int) -> int:
         """Nodes of one node group that may be in flight, from ``max_nodes_per_node_group``.

@@ -50,6 +50,7 @@ REASON_CODES: tuple[str, ...] = (
     "disruption_budget_exhausted",
     "cooldown",
     "outside_disruption_window",
+    "snoozed",
     "idle_window_clean",
     "price_region_fallback",
     "spot_priced_on_demand",

@@ -10,8 +10,8 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from typing import Any, Final
+from datetime import UTC, datetime
+from typing import Any, Final, Protocol
 
 from rightsizer.domain.decisions import (
     DecisionRecord,
@@ -25,16 +25,24 @@ from rightsizer.domain.plan import Action, NodeReport
 from rightsizer.domain.planner import plan
 from rightsizer.domain.policy import Policy
 from rightsizer.ports import ClusterWriter, WorkflowStarter
-from rightsizer.services.drain import DrainRequest, heal_expired_leases, heal_stale_cordons, stale_cordons
+from rightsizer.services.backoff import failure_backoff
+from rightsizer.services.drain import DrainRequest
+from rightsizer.services.healing import heal_expired_leases, heal_stale_cordons, stale_cordons
 from rightsizer.services.resize import ResizeRequest
 from rightsizer.state import PlanHistory, StateStore
 
 log = logging.getLogger(__name__)
 
-#: Ledger results that count as a failed drain for the back-off (``Policy.drain_failure_backoff``).
-FAILED_RESULTS: Final = frozenset({"failed", "rolled_back"})
 #: Action kinds the assessment starts a workflow for (a drain, a resize).
 STARTED_KINDS: Final = ("scale_in", "resize_instance")
+
+
+class SnoozeReader(Protocol):
+    """Running snoozes (``ApprovalStore.snoozes``): node → snoozed until (aware)."""
+
+    def snoozes(self, now: datetime) -> dict[str, datetime]:
+        """Snoozes running at ``now``."""
+        ...
 
 
 class PlanningAssessor:
@@ -45,18 +53,26 @@ class PlanningAssessor:
             Kubernetes + AWS + Prometheus in production, the demo's sources in the demo).
         policy: the decision policy.
         node_label: the series label carrying the node name, if configured.
+        snoozes: the snoozes people set (a snoozed node is ``protected``); None = none.
     """
 
     def __init__(
-        self, observe: Callable[[datetime], ClusterSnapshot], policy: Policy, *, node_label: str | None = None
+        self,
+        observe: Callable[[datetime], ClusterSnapshot],
+        policy: Policy,
+        *,
+        node_label: str | None = None,
+        snoozes: SnoozeReader | None = None,
     ) -> None:
         self._observe = observe
         self._policy = policy
         self._node_label = node_label
+        self._snoozes = snoozes
 
     def assess_node(self, node: str, now: datetime) -> NodeReport | None:
         """The node's report in a plan made at ``now``, or None when it is not a GPU node of the cluster."""
-        result = plan(self._observe(now), self._policy, now, node_label=self._node_label)
+        snoozed = self._snoozes.snoozes(now) if self._snoozes is not None else None
+        result = plan(self._observe(now), self._policy, now, node_label=self._node_label, snoozed=snoozed)
         try:
             return result.node(node)
         except KeyError:
@@ -94,6 +110,7 @@ class AssessmentDeps:
         node_label: the configured series label carrying the node name.
         plans: where the assessment's decision records are kept (latest plan and a short history);
             None keeps nothing and raises no verdict-change Events (nothing to compare with).
+        snoozes: the snoozes people set through approval requests (None = none).
     """
 
     cluster_name: str
@@ -104,6 +121,7 @@ class AssessmentDeps:
     starter: WorkflowStarter
     node_label: str | None = None
     plans: PlanHistory | None = None
+    snoozes: SnoozeReader | None = None
 
 
 @dataclass(frozen=True)
@@ -132,32 +150,6 @@ class AssessmentSummary:
         del document["records"]
         document["at"] = self.at.astimezone(UTC).isoformat().replace("+00:00", "Z")
         return document
-
-
-def failure_backoff(
-    state: StateStore, nodes: list[str], now: datetime, backoff_seconds: int
-) -> dict[str, str]:
-    """Nodes among ``nodes`` whose last drain failed or rolled back less than ``backoff_seconds`` ago.
-
-    Returns:
-        node → ``drain_failure_backoff:until:<RFC 3339 UTC>:<ledger result>`` (the decision record's
-        ``why_not``). Reads the cluster's ledger once, and only when ``nodes`` is not empty.
-    """
-    if not nodes or backoff_seconds <= 0:
-        return {}
-    wanted = set(nodes)
-    last: dict[str, tuple[datetime, str]] = {}
-    # Entries come oldest first, so the last one seen per node is its latest failure.
-    for entry in state.entries():
-        if entry.node in wanted and entry.result in FAILED_RESULTS:
-            last[entry.node] = (entry.at, entry.result)
-    held: dict[str, str] = {}
-    for node, (at, result) in last.items():
-        until = at + timedelta(seconds=backoff_seconds)
-        if until > now:
-            stamp = until.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-            held[node] = f"drain_failure_backoff:until:{stamp}:{result}"
-    return held
 
 
 def _publish_decisions(deps: AssessmentDeps, records: list[DecisionRecord], summary: dict[str, Any]) -> int:
@@ -208,7 +200,15 @@ def run_assessment(
     stale = stale_cordons(snapshot.nodes, deps.state, now)
     healed += heal_stale_cordons(deps.cluster, deps.state, stale, now)
     # A stale cordon (healed now or not) is no drain in flight: it must not spend the budget of others.
-    result = plan(snapshot, deps.policy, now, node_label=deps.node_label, stale_cordons=frozenset(stale))
+    snoozed = deps.snoozes.snoozes(now) if deps.snoozes is not None else None
+    result = plan(
+        snapshot,
+        deps.policy,
+        now,
+        node_label=deps.node_label,
+        stale_cordons=frozenset(stale),
+        snoozed=snoozed,
+    )
     candidates = [a for a in result.actions if a.kind in STARTED_KINDS and a.node is not None]
     backed_off = failure_backoff(
         deps.state, [str(a.node) for a in candidates], now, deps.policy.drain_failure_backoff

@@ -34,11 +34,13 @@ from rightsizer.domain.policy import Policy
 from rightsizer.domain.verdicts import blocking_reasons
 from rightsizer.domain.volumes import UNKNOWN_VOLUMES, VolumeFacts, claim_names
 from rightsizer.ports import Assessor, ClusterWriter, EvictionOutcome, NodeScaler
+from rightsizer.services.approval import ApprovalGate
+from rightsizer.services.backoff import failure_backoff
 from rightsizer.state import EvictedPod, LedgerEntry, StateStore, WorkflowRecord, lease_ttl_seconds
 
 log = logging.getLogger(__name__)
 
-STEPS = ("validate", "cordon", "revalidate", "evict", "wait", "remove", "verify")
+STEPS = ("validate", "approval", "cordon", "revalidate", "evict", "wait", "remove", "verify")
 FINAL_STATUSES = frozenset({"succeeded", "abandoned", "rolled_back", "failed", "dry_run"})
 #: In the reason of a rollback that could not undo our cordon (the node may still be cordoned by us).
 UNCORDON_PENDING = "uncordon_pending"
@@ -85,7 +87,8 @@ class StepResult:
 @dataclass
 class DrainDeps:
     """What the workflow talks to. ``clock`` returns an aware UTC now; ``dry_run`` True validates and
-    records what would happen without touching the cluster or AWS."""
+    records what would happen without touching the cluster or AWS. ``approvals`` opens and reads approval
+    requests (policy ``approval``); without it a drain that needs approval is abandoned, never run unasked."""
 
     cluster: ClusterWriter
     scaler: NodeScaler
@@ -94,6 +97,7 @@ class DrainDeps:
     policy: Policy
     dry_run: bool = True
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
+    approvals: ApprovalGate | None = None
 
 
 def is_candidate(report: NodeReport | None, execution_id: str, *, offhours: bool) -> tuple[bool, list[str]]:
@@ -454,7 +458,78 @@ class DrainWorkflow:
                 f"in {asg} (desired {desired} -> {desired - 1})"
             )
             return self._end(record, "dry_run", message, step="validate")
-        return self._next(record, "validate", "cordon", message=f"validated; {len(pods)} pod(s) to evict")
+        return self._validated(record, report, f"validated; {len(pods)} pod(s) to evict")
+
+    def _validated(self, record: WorkflowRecord, report: NodeReport | None, message: str) -> StepResult:
+        """After a successful validate, before the cordon: the failure back-off (whoever started the
+        drain), then a person's approval when the policy requires it for the node's group."""
+        deps, now, policy = self.deps, self._now(), self.deps.policy
+        held = failure_backoff(deps.state, [record.node], now, policy.drain_failure_backoff)
+        if held:
+            return self._end(record, "abandoned", held[record.node], step="validate")
+        if not policy.approval_required(record.details.get("node_group"), record.details.get("asg")):
+            return self._next(record, "validate", "cordon", message=message)
+        if deps.approvals is None:
+            return self._end(record, "abandoned", "approval_unavailable", step="validate")
+        # Lease and budget slot stay held while a person decides: the lease must outlive the wait.
+        assert record.lease_epoch is not None  # validate took it
+        deps.state.renew(record.node, record.execution_id, record.lease_epoch, now,
+                         self._ttl + policy.approval_timeout)  # fmt: skip
+        expires = now + timedelta(seconds=policy.approval_timeout)
+        shown = (
+            {"verdict": report.verdict, "reasons": report.reasons, "instance_type": report.instance_type}
+            if report
+            else {}
+        )
+        approval = {**shown, "expires_at": expires.isoformat()}
+        return self._next(record, "validate", "approval", wait=policy.approval_timeout,
+                          message=f"{message}; waiting for approval", details={**record.details, "approval": approval})  # fmt: skip
+
+    def request_approval(self, execution_id: str, task_token: str | None) -> StepResult:
+        """Open and publish the approval request of a workflow waiting in step ``approval`` (the state
+        machine's ``AwaitApproval`` task with its task token, or the in-process runner); idempotent."""
+        record = self.deps.state.load(execution_id)
+        if record is None:
+            raise KeyError(execution_id)
+        if record.status in FINAL_STATUSES or record.step != "approval" or self.deps.approvals is None:
+            return StepResult(execution_id, "approval", record.step, record.status, 0.0, "not waiting")
+        approval = dict(record.details.get("approval", {}))
+        expires = datetime.fromisoformat(approval.pop("expires_at"))
+        keys = ("node_group", "instance_id", "hourly_savings_usd")
+        shown = {**approval, **{k: record.details.get(k) for k in keys}, "instance_id": record.instance_id}
+        self.deps.approvals.open(
+            execution_id, record.node, shown, now=self._now(), expires_at=expires,
+            snooze_seconds=self.deps.policy.approval_snooze, task_token=task_token,
+        )  # fmt: skip
+        wait = max(1.0, (expires - self._now()).total_seconds())
+        return StepResult(execution_id, "approval", "approval", "running", wait, "approval requested")
+
+    def _step_approval(self, record: WorkflowRecord) -> StepResult:
+        """Read the person's decision: approved → cordon; rejected, snoozed, unanswered at the deadline or
+        never published → abandoned with nothing cordoned; still pending → wait for the rest of the time."""
+        gate, now = self.deps.approvals, self._now()
+        if gate is None:
+            return self._end(record, "abandoned", "approval_unavailable", step="approval")
+        expires = datetime.fromisoformat(record.details["approval"]["expires_at"])
+        request = gate.store.get_approval(record.execution_id)
+        if request is None or not request.notified:  # the request could not be published: nobody asked
+            return self._end(record, "abandoned", "approval_request_failed", step="approval")
+        if request.status == "pending" and now >= expires:
+            # One conditional write: a decision that got in first wins, and is read back here.
+            gate.store.decide_approval(record.execution_id, "expired", by="timeout", now=now)
+            request = gate.store.get_approval(record.execution_id) or request
+        if request.status == "approved":
+            self._renew(record)
+            return self._next(record, "approval", "cordon", message=f"approved by {request.decided_by}")
+        if request.status == "pending":
+            wait = max(1.0, (expires - now).total_seconds())
+            return self._next(record, "approval", "approval", wait=wait, message="waiting for approval")
+        until = request.snooze_until.isoformat() if request.snooze_until else ""
+        reason = {
+            "rejected": f"approval_rejected:{request.decided_by}",
+            "snoozed": f"approval_snoozed:until:{until}",
+        }.get(request.status, "approval_timeout")
+        return self._end(record, "abandoned", reason, step="approval")
 
     def _step_cordon(self, record: WorkflowRecord) -> StepResult:
         self._renew(record)
@@ -701,84 +776,3 @@ class DrainWorkflow:
     def _timeout(self, record: WorkflowRecord) -> StepResult:
         blocked = "; ".join(record.details.get("blocked", [])) or "pods still terminating"
         return self.rollback(record.execution_id, f"drain_timeout:{blocked}", step="evict")
-
-
-def heal_expired_leases(cluster: ClusterWriter, state: StateStore, now: datetime) -> list[str]:
-    """Uncordon nodes whose drain lease expired (the workflow died): only nodes carrying our annotation
-    with the lease owner's execution id. Emits ``RolledBack`` (``lease_expired``); returns healed nodes."""
-    healed = []
-    for lease in state.expired(now):
-        try:
-            if cluster.uncordon(lease.node, lease.owner):
-                cluster.emit_event(
-                    lease.node, "RolledBack", "rightsizer rolled back: lease_expired", warning=True
-                )
-                healed.append(lease.node)
-            state.release_slot(lease.node, lease.owner)
-            state.release(lease.node, lease.owner, lease.epoch)
-        except RightsizerError as exc:
-            log.warning("healing %s failed: %s", lease.node, exc)
-    return healed
-
-
-def stale_cordons(nodes: Sequence[Node], state: StateStore, now: datetime) -> dict[str, str]:
-    """Nodes carrying our ``rightsizer.io/cordoned-by`` annotation without a live workflow: node name →
-    the execution id the annotation names.
-
-    Live = the node's lease is held by that execution and not expired (every drain takes its lease before
-    it cordons and keeps renewing it). Anything else — the workflow ended (a failed uncordon), its record
-    expired or never existed, another execution holds the lease — is stale.
-    """
-    stale = {}
-    for node in nodes:
-        owner = node.metadata.annotations.get(ANN_CORDONED_BY)
-        if owner is None:
-            continue
-        lease = state.get(node.name)
-        if lease is not None and lease.owner == owner and not lease.expired(now):
-            continue
-        stale[node.name] = owner
-    return stale
-
-
-def heal_stale_cordons(
-    cluster: ClusterWriter, state: StateStore, stale: dict[str, str], now: datetime
-) -> list[str]:
-    """Uncordon every node of ``stale`` (from :func:`stale_cordons`: no live workflow holds its lease),
-    emitting ``RolledBack`` and a ledger entry (step ``heal``); returns the nodes healed now.
-
-    Only our own annotation for that execution is undone (``ClusterWriter.uncordon`` re-checks it); a
-    failure is logged and retried by the next assessment. Kubernetes RBAC of the caller: ``get``/``patch``
-    nodes and ``create`` events (ClusterRole ``rightsizer-heal``, bound to the assess function).
-    """
-    healed = []
-    for node, owner in sorted(stale.items()):
-        record = state.load(owner)
-        if record is not None and record.status == "succeeded":
-            continue  # the instance is gone; its Node lingers until the cloud controller deletes it
-        # A running record without a live lease is a dead workflow too (the lease healer's case).
-        why = f"workflow {owner} is {record.status if record is not None else 'unknown'}"
-        try:
-            if not cluster.uncordon(node, owner):
-                continue
-        except RightsizerError as exc:
-            log.warning("healing the stale cordon of %s failed (%s): %s", node, why, exc)
-            continue
-        cluster.emit_event(node, "RolledBack", f"rightsizer removed its stale cordon: {why}", warning=True)
-        state.record(
-            LedgerEntry(
-                execution_id=owner,
-                node=node,
-                instance_id=record.instance_id if record is not None else None,
-                node_group=record.details.get("node_group") if record is not None else None,
-                kind="scale_in",
-                step="heal",
-                result="rolled_back",
-                reason=f"stale_cordon:{why}",
-                hourly_savings_usd=None,
-                monthly_savings_usd=None,
-                at=now,
-            )
-        )
-        healed.append(node)
-    return healed

@@ -184,7 +184,8 @@ class ResizeWorkflow(DrainWorkflow):
             return self._end(record, "abandoned", "resize_not_configured", step="validate")
         if deps.scaler.find_group(node.instance_id) is not None:
             return self._end(record, "abandoned", "in_auto_scaling_group", step="validate")
-        blocking = resize_blockers(deps.assessor.assess_node(record.node, now), record.execution_id)
+        report = deps.assessor.assess_node(record.node, now)
+        blocking = resize_blockers(report, record.execution_id)
         if blocking:
             return self._end(record, "abandoned", "not_a_candidate:" + ",".join(blocking), step="validate")
         facts = self.changer.describe(node.instance_id)
@@ -244,7 +245,7 @@ class ResizeWorkflow(DrainWorkflow):
                 f"change its type {facts.instance_type} -> {target} and start it"
             )
             return self._end(record, "dry_run", message, step="validate")
-        return self._next(record, "validate", "cordon", message=f"validated; {len(pods)} pod(s) to evict")
+        return self._validated(record, report, f"validated; {len(pods)} pod(s) to evict")
 
     def _step_stop(self, record: WorkflowRecord) -> StepResult:
         self._renew(record)

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Final
 
-from rightsizer.domain.errors import TransientError
+from rightsizer.domain.errors import RightsizerError, TransientError
 from rightsizer.services.drain import DrainRequest, DrainWorkflow, StepResult
 
 log = logging.getLogger(__name__)
@@ -36,6 +36,8 @@ class InProcessRunner:
         background: run workflows on a pool of ``background_workers`` threads (``serve``: the webhook
             answers at once); a workflow started while all are busy waits for one.
         background_workers: size of that pool (``BACKGROUND_WORKERS``).
+        approval_poll_s: how often a drain waiting for a person's approval reads the decision (seconds;
+            Step Functions is woken by the decision instead).
     """
 
     def __init__(
@@ -47,11 +49,13 @@ class InProcessRunner:
         max_transient_retries: int = 5,
         background: bool = False,
         background_workers: int = BACKGROUND_WORKERS,
+        approval_poll_s: float = 5.0,
     ) -> None:
         self.workflow = workflow
         self._sleep = sleep
         self._progress = progress
         self._retries = max_transient_retries
+        self._approval_poll_s = approval_poll_s
         self.results: dict[str, StepResult] = {}
         self._pool = (
             ThreadPoolExecutor(max_workers=background_workers, thread_name_prefix="drain")
@@ -94,7 +98,14 @@ class InProcessRunner:
             if result.finished:
                 self.results[execution_id] = result
                 return result
-            if result.wait_seconds > 0:
+            if result.next_step == "approval":
+                # The state machine's AwaitApproval: publish the request once, then read the decision.
+                try:
+                    self.workflow.request_approval(execution_id, None)
+                except RightsizerError as exc:  # not published: the next step abandons the drain
+                    log.warning("drain %s: approval request failed: %s", execution_id, exc)
+                self._sleep(min(result.wait_seconds, self._approval_poll_s))
+            elif result.wait_seconds > 0:
                 self._sleep(result.wait_seconds)
 
     def join(self, timeout: float | None = None) -> None:

@@ -52,6 +52,7 @@ from rightsizer.domain.errors import ConfigError, RightsizerError, TransientErro
 from rightsizer.domain.names import DNS1123_SUBDOMAIN_MAX, dns1123_subdomain_problem
 from rightsizer.domain.policy import DEFAULT_ALERT_NODE_LABELS
 from rightsizer.ports import WorkflowStarter
+from rightsizer.services.approval import ApprovalDesk, LinkResponse
 from rightsizer.services.drain import DrainRequest
 from rightsizer.state import LeaseStore
 
@@ -423,6 +424,7 @@ class WebhookIntake:
         logger: where log lines go (a Powertools ``Logger`` adds the correlation id).
         max_body_bytes: the 413 limit, bytes after base64 decoding.
         max_alerts: the most alerts one request may carry (400 ``too_many_alerts`` above).
+        approvals: decides approval requests from their signed links (path ``/approval``); None: 404.
 
     Raises:
         ConfigError: an empty token.
@@ -439,6 +441,7 @@ class WebhookIntake:
         logger: LogSink | None = None,
         max_body_bytes: int = MAX_BODY_BYTES,
         max_alerts: int = MAX_ALERTS,
+        approvals: ApprovalDesk | None = None,
     ) -> None:
         if not token:
             raise ConfigError(
@@ -453,6 +456,7 @@ class WebhookIntake:
         self.log: LogSink = logger if logger is not None else log
         self.max_body_bytes = max_body_bytes
         self.max_alerts = max_alerts
+        self.approvals = approvals
 
     def handle(self, request: WebhookRequest, *, lambda_context: Any = None) -> WebhookResponse:
         """Answer one webhook request.
@@ -492,6 +496,22 @@ class WebhookIntake:
             return _error(400, "too_many_alerts", detail)
         self.guard.bind_invocation(lambda_context)
         return self.process(parsed)
+
+    def handle_approval(self, method: str, query: str, request: WebhookRequest) -> LinkResponse:
+        """Answer an approval link (``GET``/``POST /approval?token=…``): authenticated by the link's
+        signed token, not by the bearer token (:meth:`rightsizer.services.approval.ApprovalDesk.handle_link`:
+        401 forged or expired, 409 reused, 404 unknown)."""
+        if self.approvals is None:
+            return LinkResponse(404, "approval links are not served here")
+        try:
+            body = decode_body(request)
+        except ValueError:
+            body = b""
+        if len(body) > 8192:
+            return LinkResponse(413, "body too large")
+        answer = self.approvals.handle_link(method, query, body.decode("utf-8", "replace"))
+        self.log.info("webhook: approval link %s -> %d", method, answer.status_code)
+        return answer
 
     def process(self, payload: WebhookPayload) -> WebhookResponse:
         """Act on every alert present, each by its own status (never the group's).

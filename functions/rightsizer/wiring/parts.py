@@ -32,10 +32,11 @@ from rightsizer.ports import (
     WorkflowStarter,
 )
 from rightsizer.services.snapshot import Observation, ObserveRequest
-from rightsizer.state import LeaseStore, PlanHistory, StateStore
+from rightsizer.state import ApprovalStore, LeaseStore, PlanHistory, StateStore
 
 if TYPE_CHECKING:
     from rightsizer.adapters.prometheus import PrometheusClient
+    from rightsizer.services.approval import ApprovalDesk, ApprovalNotifier, TaskCallback
     from rightsizer.services.assess import PlanningAssessor
     from rightsizer.services.webhook import DuplicateGuard, WebhookIntake
 
@@ -331,6 +332,35 @@ def build_plan_history(config: Config) -> PlanHistory:
     return DynamoDbPlans(_aws_client(config, "dynamodb"), table, cluster)
 
 
+def build_approvals(config: Config) -> ApprovalStore:
+    """Approval requests and snoozes (``rightsizer.adapters.dynamodb_approvals``); in memory without a table
+    (``serve``: they live as long as the process)."""
+    cluster = str(config.cluster.name or config.cluster.context or "local")
+    if not config.aws.table:
+        from rightsizer.adapters.memory_state import MemoryApprovals
+
+        return MemoryApprovals()
+    from rightsizer.adapters.dynamodb_approvals import DynamoDbApprovals
+
+    return DynamoDbApprovals(_aws_client(config, "dynamodb"), config.aws.table, cluster)
+
+
+def build_task_callback(config: Config) -> TaskCallback:
+    """Step Functions callbacks that wake a drain waiting for approval (``StepFunctionsCallback``)."""
+    from rightsizer.adapters.stepfunctions import StepFunctionsCallback
+
+    return StepFunctionsCallback(_aws_client(config, "stepfunctions"))
+
+
+def build_approval_notifier(config: Config) -> ApprovalNotifier | None:
+    """The SNS topic ``approval.topic_arn`` (``rightsizer.adapters.sns``), or None (requests are logged)."""
+    if not config.approval.topic_arn:
+        return None
+    from rightsizer.adapters.sns import SnsNotifier
+
+    return SnsNotifier(_aws_client(config, "sns"), config.approval.topic_arn)
+
+
 def build_cluster_writer(config: Config, *, page_size: int = 500) -> ClusterWriter:
     """The Kubernetes adapter as a ``ClusterWriter``: the same class reads and writes, with one token source."""
     from rightsizer.adapters.kubernetes import KubernetesCluster
@@ -447,6 +477,7 @@ def build_intake(
     leases: LeaseStore | None = None,
     guard: DuplicateGuard | None = None,
     environ: Mapping[str, str] | None = None,
+    approval_store: ApprovalStore | None = None,
 ) -> WebhookIntake:
     """The intake for ``config``: token, leases and de-duplication on the state table (``aws.table``)
     unless ``leases``/``guard`` are given, node labels from the policy, the Powertools logger.
@@ -493,6 +524,21 @@ def build_intake(
         guard=guard,
         node_labels=config.policy.alert_node_labels,
         logger=logger,
+        approvals=approval_desk(config, token, store=approval_store),
+    )
+
+
+def approval_desk(config: Config, secret: str, *, store: ApprovalStore | None = None) -> ApprovalDesk:
+    """The desk deciding approval requests: links signed with a key derived from ``secret`` (the webhook
+    token), the cluster's approval store, Step Functions callbacks. Builds clients, calls nothing."""
+    from rightsizer.domain.approval import derive_key
+    from rightsizer.services.approval import ApprovalDesk
+
+    return ApprovalDesk(
+        cluster=str(config.cluster.name or config.cluster.context or "local"),
+        store=store if store is not None else build_approvals(config),
+        callback=build_task_callback(config) if config.aws.table else None,
+        key=derive_key(secret),
     )
 
 

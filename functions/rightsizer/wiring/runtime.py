@@ -34,7 +34,7 @@ from rightsizer.ports import (
     NodeScaler,
     WorkflowStarter,
 )
-from rightsizer.state import LeaseStore, PlanHistory, StateStore
+from rightsizer.state import ApprovalStore, LeaseStore, PlanHistory, StateStore
 from rightsizer.wiring import parts
 from rightsizer.wiring.settings import (
     DeploymentSettings,
@@ -45,6 +45,7 @@ from rightsizer.wiring.settings import (
 
 if TYPE_CHECKING:
     from rightsizer.ports import MetricsRangeReader
+    from rightsizer.services.approval import ApprovalDesk, ApprovalGate
     from rightsizer.services.assess import AssessmentDeps
     from rightsizer.services.drain import DrainDeps, DrainWorkflow, StepResult
     from rightsizer.services.offhours import OffhoursDeps
@@ -199,6 +200,39 @@ class Runtime:
         return parts.build_plan_history(self._config)
 
     @functools.cached_property
+    def approvals(self) -> ApprovalStore:
+        """Approval requests and snoozes (the state table; in memory without one)."""
+        return parts.build_approvals(self._config)
+
+    @functools.cached_property
+    def approval_gate(self) -> ApprovalGate:
+        """The drain's side of approval: the store, the SNS topic, links signed with a key derived from
+        the webhook token (no token: requests carry no links and are decided from the CLI)."""
+        from rightsizer.domain.approval import derive_key
+        from rightsizer.services.approval import ApprovalGate
+
+        try:
+            key: bytes | None = derive_key(parts.webhook_token(self._config))
+        except ConfigError as exc:
+            log.warning("approval requests carry no links: %s", exc)
+            key = None
+        return ApprovalGate(
+            cluster=self.cluster_name,
+            store=self.approvals,
+            notifier=parts.build_approval_notifier(self._config),
+            key=key,
+            base_url=self._config.approval.url,
+        )
+
+    def approval_desk(self) -> ApprovalDesk:
+        """Decisions with the caller's AWS credentials (``rightsizer approve|reject|snooze``): the store and
+        Step Functions callbacks; no link key (the CLI is authenticated by IAM, not by a link)."""
+        from rightsizer.services.approval import ApprovalDesk
+
+        callback = parts.build_task_callback(self._config) if self._config.aws.table else None
+        return ApprovalDesk(cluster=self.cluster_name, store=self.approvals, callback=callback)
+
+    @functools.cached_property
     def _step_functions(self) -> WorkflowStarter:
         return parts.build_workflow_starter(self._config, self.state_machine_arn)
 
@@ -239,7 +273,10 @@ class Runtime:
         if not self._config.cluster.name:
             raise ConfigError("acting needs the EKS cluster name", field="cluster.name")
         policy = policy or self.policy()
-        assessor = PlanningAssessor(self.observe_fresh, policy, node_label=self._config.prometheus.node_label)
+        assessor = PlanningAssessor(
+            self.observe_fresh, policy, node_label=self._config.prometheus.node_label, snoozes=self.approvals
+        )
+        asks = policy.approval == "required" or "required" in policy.approval_node_groups.values()
         return DrainDeps(
             cluster=self.cluster,
             scaler=self.scaler,
@@ -247,6 +284,7 @@ class Runtime:
             state=self.state,
             policy=policy,
             dry_run=self.effective_dry_run(policy),
+            approvals=self.approval_gate if asks else None,
         )
 
     @functools.cached_property
@@ -291,6 +329,7 @@ class Runtime:
             starter=starter or self.starter(),
             node_label=self._config.prometheus.node_label,
             plans=self.plans if self.mode != "serve" else None,
+            snoozes=self.approvals,
         )
 
     def offhours(self, *, can_drain: bool = True) -> OffhoursDeps:
@@ -319,7 +358,9 @@ class Runtime:
             nodes=cast(ClusterReader, self.cluster),
             sizer=self.nodegroups,
             scaler=self.scaler,
-            assessor=PlanningAssessor(self.observe, policy, node_label=self._config.prometheus.node_label),
+            assessor=PlanningAssessor(
+                self.observe, policy, node_label=self._config.prometheus.node_label, snoozes=self.approvals
+            ),
             state=self.state,
             starter=normal,
             forced_starter=forced,
@@ -348,7 +389,12 @@ class Runtime:
             if guard is None and not self._config.aws.table:
                 guard = MemoryDuplicateGuard()
         return parts.build_intake(
-            self.config, starter=starter or self.starter(), leases=leases, guard=guard, environ=environ
+            self.config,
+            starter=starter or self.starter(),
+            leases=leases,
+            guard=guard,
+            environ=environ,
+            approval_store=self.approvals,
         )
 
 

@@ -23,7 +23,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from rightsizer.config import Config
 from rightsizer.domain.errors import ConfigError
-from rightsizer.domain.policy import Policy, load_policy
+from rightsizer.domain.policy import MAX_APPROVAL_TIMEOUT_S, Policy, load_policy
 
 __all__ = [
     "POLICY_MAX_AGE_S",
@@ -38,8 +38,9 @@ __all__ = [
 
 #: How long a policy read from its source is used before it is read again (seconds).
 POLICY_MAX_AGE_S: Final = 60.0
-#: The drain state machine's ``TimeoutSeconds`` (infra/statemachine/drain.asl.json; a test compares).
-STATE_MACHINE_TIMEOUT_S: Final = 7200
+#: The drain state machine's ``TimeoutSeconds`` (infra/statemachine/drain.asl.json; a test compares):
+#: the longest approval wait (24 h, ``Policy.approval_timeout``) plus two hours of drain.
+STATE_MACHINE_TIMEOUT_S: Final = 93600
 #: drain_timeout + lease margin (5 min) + verify (5 min) + retries must fit the state machine's timeout.
 STATE_MACHINE_MARGIN_S: Final = 1800
 
@@ -84,6 +85,12 @@ class DeploymentSettings(BaseSettings):
     )
     webhook_token_secret: str | None = Field(
         None, description="Secrets Manager secret with the bearer token."
+    )
+    approval_topic_arn: str | None = Field(
+        None, description="SNS topic of approval requests (RIGHTSIZER_APPROVAL_TOPIC_ARN)."
+    )
+    approval_url: str | None = Field(
+        None, description="The webhook's Function URL, base of approval links (RIGHTSIZER_APPROVAL_URL)."
     )
     aws_endpoint_url: str | None = Field(None, description="Endpoint override for every client (tests).")
     kube_context: str | None = Field(None, description="kubeconfig context instead of EKS auth (tests).")
@@ -130,10 +137,11 @@ def parse_policy_text(text: str | None, *, source: str) -> Policy:
             that leaves less than 30 min of the state machine's timeout (names the source and the field).
     """
     policy = load_policy(_mapping(text, source=source), source=source)
-    if policy.drain_timeout + STATE_MACHINE_MARGIN_S > STATE_MACHINE_TIMEOUT_S:
+    if policy.drain_timeout + STATE_MACHINE_MARGIN_S + MAX_APPROVAL_TIMEOUT_S > STATE_MACHINE_TIMEOUT_S:
         raise ConfigError(
             f"drain_timeout {policy.drain_timeout}s leaves less than {STATE_MACHINE_MARGIN_S}s of the drain "
-            f"state machine's {STATE_MACHINE_TIMEOUT_S}s timeout",
+            f"state machine's {STATE_MACHINE_TIMEOUT_S}s timeout (after {MAX_APPROVAL_TIMEOUT_S}s reserved "
+            "for an approval wait)",
             source=source,
             field="drain_timeout",
         )
@@ -180,6 +188,7 @@ def deployment_config(settings: DeploymentSettings, policy: Policy) -> Config:
         "policy": policy,
         "offhours": _mapping(settings.offhours, source="RIGHTSIZER_OFFHOURS"),
         "webhook": {"token_secret": settings.webhook_token_secret},
+        "approval": {"topic_arn": settings.approval_topic_arn, "url": settings.approval_url},
     }
     try:
         return Config.model_validate(document)

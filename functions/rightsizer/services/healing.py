@@ -1,0 +1,102 @@
+"""Healing after a drain died (docs/architecture.md §4 "Lease"): uncordon what no live workflow owns.
+
+Run by every scheduled assessment before it plans: nodes whose drain lease expired, and nodes carrying our
+cordon annotation without a live workflow, are uncordoned (our annotation only), with an Event and a
+ledger entry.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import datetime
+
+from rightsizer.domain.errors import RightsizerError
+from rightsizer.domain.model import ANN_CORDONED_BY, Node
+from rightsizer.ports import ClusterWriter
+from rightsizer.state import LedgerEntry, StateStore
+
+log = logging.getLogger(__name__)
+
+__all__ = ["heal_expired_leases", "heal_stale_cordons", "stale_cordons"]
+
+
+def heal_expired_leases(cluster: ClusterWriter, state: StateStore, now: datetime) -> list[str]:
+    """Uncordon nodes whose drain lease expired (the workflow died): only nodes carrying our annotation
+    with the lease owner's execution id. Emits ``RolledBack`` (``lease_expired``); returns healed nodes."""
+    healed = []
+    for lease in state.expired(now):
+        try:
+            if cluster.uncordon(lease.node, lease.owner):
+                cluster.emit_event(
+                    lease.node, "RolledBack", "rightsizer rolled back: lease_expired", warning=True
+                )
+                healed.append(lease.node)
+            state.release_slot(lease.node, lease.owner)
+            state.release(lease.node, lease.owner, lease.epoch)
+        except RightsizerError as exc:
+            log.warning("healing %s failed: %s", lease.node, exc)
+    return healed
+
+
+def stale_cordons(nodes: Sequence[Node], state: StateStore, now: datetime) -> dict[str, str]:
+    """Nodes carrying our ``rightsizer.io/cordoned-by`` annotation without a live workflow: node name →
+    the execution id the annotation names.
+
+    Live = the node's lease is held by that execution and not expired (every drain takes its lease before
+    it cordons and keeps renewing it). Anything else — the workflow ended (a failed uncordon), its record
+    expired or never existed, another execution holds the lease — is stale.
+    """
+    stale = {}
+    for node in nodes:
+        owner = node.metadata.annotations.get(ANN_CORDONED_BY)
+        if owner is None:
+            continue
+        lease = state.get(node.name)
+        if lease is not None and lease.owner == owner and not lease.expired(now):
+            continue
+        stale[node.name] = owner
+    return stale
+
+
+def heal_stale_cordons(
+    cluster: ClusterWriter, state: StateStore, stale: dict[str, str], now: datetime
+) -> list[str]:
+    """Uncordon every node of ``stale`` (from :func:`stale_cordons`: no live workflow holds its lease),
+    emitting ``RolledBack`` and a ledger entry (step ``heal``); returns the nodes healed now.
+
+    Only our own annotation for that execution is undone (``ClusterWriter.uncordon`` re-checks it); a
+    failure is logged and retried by the next assessment. Kubernetes RBAC of the caller: ``get``/``patch``
+    nodes and ``create`` events (ClusterRole ``rightsizer-heal``, bound to the assess function).
+    """
+    healed = []
+    for node, owner in sorted(stale.items()):
+        record = state.load(owner)
+        if record is not None and record.status == "succeeded":
+            continue  # the instance is gone; its Node lingers until the cloud controller deletes it
+        # A running record without a live lease is a dead workflow too (the lease healer's case).
+        why = f"workflow {owner} is {record.status if record is not None else 'unknown'}"
+        try:
+            if not cluster.uncordon(node, owner):
+                continue
+        except RightsizerError as exc:
+            log.warning("healing the stale cordon of %s failed (%s): %s", node, why, exc)
+            continue
+        cluster.emit_event(node, "RolledBack", f"rightsizer removed its stale cordon: {why}", warning=True)
+        state.record(
+            LedgerEntry(
+                execution_id=owner,
+                node=node,
+                instance_id=record.instance_id if record is not None else None,
+                node_group=record.details.get("node_group") if record is not None else None,
+                kind="scale_in",
+                step="heal",
+                result="rolled_back",
+                reason=f"stale_cordon:{why}",
+                hourly_savings_usd=None,
+                monthly_savings_usd=None,
+                at=now,
+            )
+        )
+        healed.append(node)
+    return healed
