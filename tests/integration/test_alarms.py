@@ -253,6 +253,7 @@ def test_every_failure_class_has_an_alarm_on_the_topic() -> None:
         "FunctionThrottlesAlarm",
         "DrainExecutionsFailedAlarm",
         "FailedInvocationsAlarm",
+        "ScheduleDeadLettersAlarm",
     } <= set(found)
     for name, alarm in found.items():
         assert alarm["AlarmActions"] == [{"Ref": "AlarmTopic"}], name

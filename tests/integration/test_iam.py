@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib
 import json
 import sys
+import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -78,6 +79,7 @@ class Deployed:
     session: boto3.session.Session
     parameters: dict[str, str]
     token_secret_arn: str = ""
+    topic_arn: str = ""
     #: Kubernetes requests each function made, under the ClusterRoles its identity is bound to.
     k8s: dict[str, list[RecordedRequest]] = field(default_factory=dict)
 
@@ -94,6 +96,7 @@ class Deployed:
                 "StateTable": TABLE,
                 "DrainStateMachine": self.base.state_machine_arn,
                 "WebhookTokenSecret": self.token_secret_arn or "arn:aws:secretsmanager:none",
+                "AlarmTopic": self.topic_arn or "arn:aws:sns:none",
                 "ObservePolicy": "ObservePolicy",
                 "StartDrainPolicy": "StartDrainPolicy",
             },
@@ -303,6 +306,8 @@ def test_webhook_role_holds_exactly_what_the_intake_calls(
             assert state.acquire(started["node"], started["execution_id"], datetime.now(UTC), 600)
             answers.append(webhook.lambda_handler(resolved, LambdaContextStub()))
             # … and a delivery whose drain cannot start: Powertools drops its in-progress record
+            # … two approval links: an approve (SendTaskSuccess) and a snooze (a snooze item, SendTaskFailure)
+            answers += approval_links(deployed, webhook)
             deployed.base.sfn.delete_state_machine(stateMachineArn=deployed.base.state_machine_arn)
             again = json.loads(json.dumps(firing))
             again["body"] = firing["body"].replace("280e8540395e9bb0", "0123456789abcdef")
@@ -311,11 +316,45 @@ def test_webhook_role_holds_exactly_what_the_intake_calls(
     finally:
         webhook.use_intake(None)
 
-    assert [a["statusCode"] for a in answers][:3] == [202, 200, 202], answers
-    assert json.loads(answers[3]["body"])["failed"], answers[3]
+    assert [a["statusCode"] for a in answers][:5] == [202, 200, 202, 200, 200], answers
+    assert json.loads(answers[5]["body"])["failed"], answers[5]
+    actions = {c.action for c in recorder.calls}
+    assert {"states:SendTaskSuccess", "states:SendTaskFailure"} <= actions, actions
     verify_role(deployed, "AlertWebhookRole", recorder.calls)
     # The webhook has no access entry and never talks to Kubernetes.
     assert rbac.groups_of("webhook") == [] and deployed.k8s["webhook"] == []
+
+
+def approval_links(deployed: Deployed, webhook: Any) -> list[dict[str, Any]]:
+    """POST an approve link and a snooze link of two waiting drains to the webhook; returns the answers."""
+    from urllib.parse import urlencode
+
+    from rightsizer.adapters.dynamodb_approvals import DynamoDbApprovals
+    from rightsizer.domain.approval import ApprovalClaims, derive_key, sign_token
+    from rightsizer.localserve import function_url_event
+    from rightsizer.state import ApprovalRequest
+
+    store = DynamoDbApprovals(
+        deployed.session.client("dynamodb", endpoint_url=deployed.endpoint_url), TABLE, deployed.cluster
+    )
+    now = datetime.now(UTC)
+    answers = []
+    for n, action in ((1, "approve"), (2, "snooze")):
+        expires = now + timedelta(hours=1)
+        store.open_approval(
+            ApprovalRequest(f"exec-{n}", f"gpu-{n}", f"nonce-{n}", now, expires, task_token=f"tok-{n}")
+        )
+        claims = ApprovalClaims(action, deployed.cluster, f"exec-{n}", f"nonce-{n}", int(expires.timestamp()),  # type: ignore[arg-type]
+                                3600 if action == "snooze" else 0)  # fmt: skip
+        body = urlencode({"token": sign_token(derive_key(TOKEN), claims)}).encode()
+        link = function_url_event(
+            method="POST",
+            path="/approval",
+            headers={"content-type": "application/x-www-form-urlencoded"},
+            body=body,
+        )
+        answers.append(webhook.lambda_handler(link, LambdaContextStub()))
+    return answers
 
 
 def drain_flow(deployed: Deployed) -> list[Call]:
@@ -362,8 +401,58 @@ def drain_flow(deployed: Deployed) -> list[Call]:
     return recorder.calls
 
 
-def test_drain_role_holds_exactly_what_a_drain_calls(deployed: Deployed) -> None:
-    policy = verify_role(deployed, "DrainRole", drain_flow(deployed))
+def approval_flow(deployed: Deployed, monkeypatch: pytest.MonkeyPatch) -> list[Call]:
+    """A drain of gpu-idle under ``approval: required`` that nobody answers: validated, the request opened
+    and published (SNS; links signed with a key derived from the webhook token), then abandoned at the
+    timeout with nothing cordoned; returns the AWS calls. The policy is put back afterwards."""
+    endpoint = deployed.endpoint_url
+    deployed.topic_arn = deployed.session.client("sns", endpoint_url=endpoint).create_topic(
+        Name="rightsizer-alarms"
+    )["TopicArn"]
+    secrets = deployed.session.client("secretsmanager", endpoint_url=endpoint)
+    deployed.token_secret_arn = secrets.create_secret(Name="rightsizer-webhook", SecretString=TOKEN)["ARN"]
+    monkeypatch.setenv("RIGHTSIZER_APPROVAL_TOPIC_ARN", deployed.topic_arn)
+    monkeypatch.setenv("RIGHTSIZER_APPROVAL_URL", "https://abc123.lambda-url.us-east-1.on.aws/")
+    monkeypatch.setenv("RIGHTSIZER_WEBHOOK_TOKEN_SECRET", "rightsizer-webhook")
+    monkeypatch.delenv("RIGHTSIZER_WEBHOOK_TOKEN", raising=False)
+    ssm = deployed.session.client("ssm", endpoint_url=endpoint)
+    asking = POLICY + "dry_run: false\napproval: required\napproval_timeout: 1\n"
+    ssm.put_parameter(Name=POLICY_PARAMETER, Type="SecureString", Value=asking, Overwrite=True)
+    clear_caches()
+    start = json.loads(json.dumps(event("drain-start")))
+    execution = start["request"]["execution_id"] = "gpu-idle-approval-0123456789"
+    drain = handler("drain")
+    try:
+        with (
+            as_function(deployed, "drain"),
+            recording(Lookup(deployed.session, endpoint)) as recorder,
+        ):
+            drain(start, LambdaContext())
+            waiting = drain({"action": "step", "execution_id": execution}, LambdaContext())
+            assert waiting["next_step"] == "approval", waiting
+            drain(
+                {"action": "request_approval", "execution_id": execution, "task_token": "tok-1"},
+                LambdaContext(),
+            )
+            time.sleep(1.2)  # approval_timeout: 1 s, on the drain's real clock
+            done = drain({"action": "step", "execution_id": execution}, LambdaContext())
+    finally:
+        ssm.put_parameter(
+            Name=POLICY_PARAMETER, Type="SecureString", Value=POLICY + "dry_run: false\n", Overwrite=True
+        )
+        clear_caches()
+    assert (done["status"], done["message"]) == ("abandoned", "approval_timeout"), done
+    node = deployed.base.double.get_node(start["request"]["node"])
+    assert node is not None and not node["spec"].get("unschedulable")
+    assert any(c.action == "sns:Publish" for c in recorder.calls)
+    return recorder.calls
+
+
+def test_drain_role_holds_exactly_what_a_drain_calls(
+    deployed: Deployed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = approval_flow(deployed, monkeypatch) + drain_flow(deployed)
+    policy = verify_role(deployed, "DrainRole", calls)
     assert not any(a.startswith("ec2:") and not a.startswith("ec2:Describe") for _, a in policy.grants())
 
 

@@ -247,8 +247,12 @@ def _ec2(call: Call, lookup: Lookup, table: str) -> list[Request]:
 def _named(call: Call, lookup: Lookup, table: str) -> list[Request]:
     service = call.action.partition(":")[0]
     p = call.params
-    if service == "states":
+    if service == "states" and "taskToken" in p:
+        resource = "*"  # SendTaskSuccess/Failure name no resource type: the token identifies the task
+    elif service == "states":
         resource = str(p["stateMachineArn"])
+    elif service == "sns":
+        resource = str(p["TopicArn"])
     elif service == "secretsmanager":
         resource = lookup.secret_arn(p["SecretId"])
     elif service == "ssm":
@@ -265,6 +269,7 @@ _BY_SERVICE = {
     "eks": _eks,
     "ec2": _ec2,
     "states": _named,
+    "sns": _named,
     "secretsmanager": _named,
     "ssm": _named,
     "aps": _named,
@@ -290,6 +295,8 @@ def load_template() -> dict[str, Any]:
 
 
 NO_VALUE = object()
+#: The stack name the tests deploy as: the drain state machine is ``<stack>-drain`` (test_handlers).
+STACK_NAME = "rightsizer"
 
 
 @dataclass
@@ -306,6 +313,7 @@ class Resolver:
             "AWS::Region": REGION,
             "AWS::AccountId": ACCOUNT,
             "AWS::Partition": "aws",
+            "AWS::StackName": STACK_NAME,
             "AWS::NoValue": NO_VALUE,
         }
         if name in pseudo:

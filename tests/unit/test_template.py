@@ -341,3 +341,74 @@ def test_alarm_email_is_optional_and_validated(template: dict[str, Any]) -> None
     assert subscription["Properties"]["Protocol"] == "email"
     outputs = template["Outputs"]
     assert {"AlarmTopicArn", "FailedInvocationsQueueUrl", "ClusterName", "AssessFunctionName"} <= set(outputs)
+
+
+def test_schedules_have_a_dead_letter_queue_that_is_alarmed(template: dict[str, Any]) -> None:
+    functions = resources(template, "AWS::Serverless::Function")
+    for name in ("AssessFunction", "OffhoursFunction"):
+        (event,) = functions[name]["Properties"]["Events"].values()
+        # SAM's ScheduleV2 gives the schedule's generated role sqs:SendMessage on this queue.
+        assert event["Properties"]["DeadLetterConfig"] == {
+            "Arn": {"Fn::GetAtt": ["ScheduleDeadLetterQueue", "Arn"]}
+        }
+    queue = template["Resources"]["ScheduleDeadLetterQueue"]["Properties"]
+    assert queue["SqsManagedSseEnabled"] is True and queue["MessageRetentionPeriod"] == 1209600
+    alarm = template["Resources"]["ScheduleDeadLettersAlarm"]["Properties"]
+    assert alarm["Dimensions"] == [
+        {"Name": "QueueName", "Value": {"Fn::GetAtt": ["ScheduleDeadLetterQueue", "QueueName"]}}
+    ]
+    assert alarm["AlarmActions"] == [{"Ref": "AlarmTopic"}]
+    assert "ScheduleDeadLetterQueueUrl" in template["Outputs"]
+
+
+def _references(node: Any) -> set[str]:
+    """Logical ids a template fragment depends on (Ref, GetAtt, ${X} and ${X.Attr} in Sub)."""
+    import re
+
+    found: set[str] = set()
+    if isinstance(node, list):
+        for item in node:
+            found |= _references(item)
+    elif isinstance(node, dict):
+        for key, value in node.items():
+            if key == "Ref" and isinstance(value, str):
+                found.add(value)
+            elif key == "Fn::GetAtt":
+                found.add(value[0] if isinstance(value, list) else str(value).split(".")[0])
+            elif key == "Fn::Sub":
+                text = value if isinstance(value, str) else value[0]
+                found |= {m.split(".")[0] for m in re.findall(r"\$\{([^}!]+)\}", text)}
+                if not isinstance(value, str):
+                    found |= _references(value[1])
+            else:
+                found |= _references(value)
+    return found
+
+
+def test_resources_have_no_dependency_cycle(template: dict[str, Any]) -> None:
+    # The drain function names the webhook's Function URL (approval links) and the webhook starts the
+    # drain state machine, which invokes the drain function: only the state machine's fixed name keeps
+    # this from being a cycle CloudFormation refuses.
+    res = template["Resources"]
+    graph = {name: _references(body) & set(res) for name, body in res.items()}
+    for name, body in res.items():  # SAM's generated Function URL depends on its function
+        if body["Type"] == "AWS::Serverless::Function" and "FunctionUrlConfig" in body["Properties"]:
+            graph[f"{name}Url"] = {name}
+    for name, body in res.items():  # references to generated resources count too
+        graph[name] |= {r for r in _references(body) if r in graph}
+    state: dict[str, int] = {}
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            assert state.get(nxt) != 1, "dependency cycle: " + " -> ".join([*path, node, nxt])
+            if nxt not in state:
+                visit(nxt, [*path, node])
+        state[node] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [])
+    drain_env = res["DrainFunction"]["Properties"]["Environment"]["Variables"]
+    assert drain_env["RIGHTSIZER_APPROVAL_URL"] == {"Fn::GetAtt": ["AlertWebhookFunctionUrl", "FunctionUrl"]}
+    assert res["DrainStateMachine"]["Properties"]["Name"] == {"Fn::Sub": "${AWS::StackName}-drain"}
