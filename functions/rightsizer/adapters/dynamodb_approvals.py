@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Final, cast
 
 from botocore.exceptions import ClientError
 
-from rightsizer.adapters.aws import map_aws_error
+from rightsizer.adapters.aws_errors import map_aws_error
 from rightsizer.adapters.dynamodb_codec import epoch_text, from_epoch_text, iso
 from rightsizer.adapters.dynamodb_state import PK, SK, TTL_ATTRIBUTE
 from rightsizer.adapters.sdk_errors import SDK_ERRORS
@@ -53,7 +53,7 @@ class DynamoDbApprovals:
 
     Raises (every method):
         ConfigError: the table does not exist.
-        TransientError / PermanentError: as :func:`rightsizer.adapters.aws.map_aws_error`.
+        TransientError / PermanentError: as :func:`rightsizer.adapters.aws_errors.map_aws_error`.
     """
 
     def __init__(self, client: DynamoDBClient, table_name: str, cluster: str) -> None:

@@ -10,7 +10,7 @@ from typing import Any, Final, Protocol
 
 from botocore.exceptions import ClientError
 
-from rightsizer.adapters.aws import map_aws_error
+from rightsizer.adapters.aws_errors import map_aws_error
 from rightsizer.adapters.sdk_errors import SDK_ERRORS
 
 
@@ -32,7 +32,7 @@ class SnsNotifier:
     """Publishes plain-text messages to one SNS topic.
 
     Raises (``publish``):
-        TransientError / PermanentError: as :func:`rightsizer.adapters.aws.map_aws_error`.
+        TransientError / PermanentError: as :func:`rightsizer.adapters.aws_errors.map_aws_error`.
     """
 
     def __init__(self, client: SNSClient, topic_arn: str) -> None:
