@@ -197,7 +197,10 @@ class ApprovalGate:
             )
             if self.notifier is not None:
                 self.notifier.publish(subject, message)
-            log.warning("approval requested for %s (%s):\n%s", node, execution_id, message)
+                # The links are credentials (single use, expiring): they go to the topic, not to the logs.
+                log.warning("approval requested for %s (%s), published", node, execution_id)
+            else:  # in process without a topic, the log is where the operator reads the request
+                log.warning("approval requested for %s (%s):\n%s", node, execution_id, message)
             self.store.mark_notified(execution_id)
         return request
 
