@@ -5,29 +5,43 @@ with disjoint clusters of N GPU nodes × 8 GPUs (jobs ``n<N>``), 15 s scrapes ov
 plus 5 minutes, every 10th node busy on 3 GPUs, then for each cluster measures, in this one process:
 
 - **live**: ``collect_live`` — what ``plan --config`` and the assess Lambda run (metrics format 2,
-  sub-windows of 15 minutes, 4 queries in flight), ending in per-device ``DeviceSignals``;
+  4 queries in flight), ending in per-device ``DeviceSignals``;
+- **sharded**: the same in series shards of ``--shard-nodes`` GPU nodes (``node=~"…"``), what the
+  product does with ``prometheus.node_label`` set on a fleet larger than ``prometheus.shard_nodes``;
+  only for N > ``--shard-nodes``;
 - **anchor**: three aggregated instant queries that answer "max util / max FB / samples per node"
   (``max by (node) (max_over_time(m[W]))``, ``count by (node) (count_over_time(m[W]))``) — what a naive
   dashboard would ask, with none of the product's evidence checks;
 - **floor**: each needed series family read once, ``count(count_over_time(m[W]))`` (5 DCGM families
   and ``up``): the least any faithful reader must make the TSDB do.
 
-For each it prints: queries, response MiB, wall s, Prometheus CPU s (``/proc/<pid>/stat`` utime + stime),
-engine s (``stats=all`` → ``evalTotalTime``, summed), client CPU s (``time.process_time``), client peak
-RSS MiB (``VmHWM`` after resetting it through ``/proc/self/clear_refs``), then the ratios to the floor.
-Each method runs ``--repeat`` times (best figure kept); the floor first runs once unmeasured so every
-method meets a warm page cache.
+For each it prints: requests, response MiB, wall s, the slowest single request (wall s) and the slowest
+single query's engine time (``stats=all`` → ``evalTotalTime``), Prometheus CPU s (``/proc/<pid>/stat``
+utime + stime), engine s (summed), client CPU s (``time.process_time``, all threads), total CPU s
+(Prometheus + client), client peak RSS MiB (``VmHWM`` after resetting it through
+``/proc/self/clear_refs``), then the ratios to the floor and to the anchor. Each method runs
+``--repeat`` times (least total CPU kept); the floor first runs once unmeasured so every method meets a
+warm page cache.
 
-Run: ``.venv/bin/python benchmarks/collect_scale.py [--sizes 100,2000,10000] [--repeat 2]``. 10,000 nodes
-need ~70 M samples (~6 GB of OpenMetrics text streamed to disk, promtool takes minutes): size the
-machine first.
+``--assess-rss`` then measures, per N, the peak RSS of a fresh Python process that does what the assess
+function does with the metrics: build the ``ClusterSnapshot`` of N GPU nodes, ``collect_live``, ``plan``
+(``VmHWM`` of that process: interpreter, libraries, nodes, answers and plan), and the slope per 1,000
+nodes between the sizes — the figure behind the assess function's ``MemorySize``.
+
+Run: ``.venv/bin/python benchmarks/collect_scale.py [--sizes 100,2000] [--repeat 1] [--assess-rss]
+[--data-dir DIR]``. ``--data-dir`` keeps the TSDB for a later run (backfilled only when empty; the
+sizes must then be the same). 10,000 nodes need ~70 M samples (~12 GB of OpenMetrics text streamed to
+disk, promtool needs several GB of memory and many minutes): size the machine first.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
+import itertools
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -38,12 +52,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "functions")]
 
-from tests.builders import AT, gpu_node  # noqa: E402
-from tests.support.prometheus_server import PrometheusServer, find_binaries, start_prometheus  # noqa: E402
+from tests.builders import AT, gpu_node, snapshot  # noqa: E402
+from tests.support.prometheus_server import (  # noqa: E402
+    PrometheusBinaries,
+    PrometheusServer,
+    backfill,
+    find_binaries,
+    start_prometheus,
+)
 
 from rightsizer.adapters import prometheus as prom  # noqa: E402
 from rightsizer.domain.join import NodeJoiner  # noqa: E402
 from rightsizer.domain.model import Node  # noqa: E402
+from rightsizer.domain.observation import series_shards  # noqa: E402
+from rightsizer.domain.planner import plan  # noqa: E402
 from rightsizer.domain.policy import Policy  # noqa: E402
 from rightsizer.domain.usage import Window  # noqa: E402
 
@@ -105,18 +127,32 @@ def _value(metric: str, busy: bool, k: int) -> str:
     return f"{9.8e10 + k * (240 if busy else 27) * SCRAPE * 1e3:.0f}"
 
 
+def node_docs(size: int) -> list[dict[str, object]]:
+    return [gpu_node(node_name(size, i), instance_type="g5.48xlarge", gpus=GPUS) for i in range(size)]
+
+
 def joiner_for(size: int) -> NodeJoiner:
-    nodes = [Node.model_validate(gpu_node(node_name(size, i), gpus=GPUS)) for i in range(size)]
-    return NodeJoiner(nodes, [])
+    return NodeJoiner([Node.model_validate(n) for n in node_docs(size)], [], "node")
 
 
 # ------------------------------------------------------------------------------------------ methods
 
+SHARD_NODES = 1000  # --shard-nodes
+
 
 def live(client: prom.PrometheusClient, size: int, joiner: NodeJoiner) -> int:
     window = Window(end=END, seconds=WINDOW, step=STEP)
-    signals = prom.collect_live(client, joiner, window, Policy(), job=f"n{size}")
+    signals = prom.collect_live(client, joiner, window, Policy(), "node", job=f"n{size}")
     assert not signals.problems, signals.problems
+    assert len(signals.devices) == size, (len(signals.devices), size)
+    return sum(len(d) for d in signals.devices.values())
+
+
+def sharded(client: prom.PrometheusClient, size: int, joiner: NodeJoiner) -> int:
+    window = Window(end=END, seconds=WINDOW, step=STEP)
+    shards = series_shards("node", [node_name(size, i) for i in range(size)], SHARD_NODES)
+    signals = prom.collect_live(client, joiner, window, Policy(), "node", job=f"n{size}", shards=shards)
+    assert not signals.problems and not signals.node_problems, (signals.problems, signals.node_problems)
     assert len(signals.devices) == size, (len(signals.devices), size)
     return sum(len(d) for d in signals.devices.values())
 
@@ -161,11 +197,15 @@ def _reset_peak_rss() -> None:
         Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM (Linux ≥ 4.0)
 
 
-def _peak_rss_mib() -> float:
+def _status_mib(field: str) -> float:
     for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def _peak_rss_mib() -> float:
+    return _status_mib("VmHWM")
 
 
 def measure(
@@ -183,28 +223,119 @@ def measure(
             answered = method(client, size, joiner)
             wall = time.perf_counter() - t0
             figures = {
-                "queries": float(client.stats.requests),
+                "requests": float(client.stats.requests),
                 "resp_mib": client.stats.response_bytes / 2**20,
                 "wall_s": wall,
+                "slowest_s": client.stats.slowest_request_seconds,
+                "slowest_eng_s": client.stats.slowest_engine_seconds,
                 "prom_cpu_s": _proc_cpu(server.process.pid) - p0,
                 "engine_s": client.stats.engine_seconds,
                 "client_cpu_s": time.process_time() - c0,
                 "peak_rss_mib": _peak_rss_mib(),
                 "answered": float(answered),
             }
-        if (
-            not best
-            or figures["prom_cpu_s"] + figures["client_cpu_s"] < best["prom_cpu_s"] + best["client_cpu_s"]
-        ):
+            figures["total_cpu_s"] = figures["prom_cpu_s"] + figures["client_cpu_s"]
+        if not best or figures["total_cpu_s"] < best["total_cpu_s"]:
             best = figures
     return best
 
 
+def assess_child(url: str, size: int) -> None:
+    """In a fresh process: the assess function's metrics work for N nodes; prints RSS figures (MiB)."""
+    base = snapshot(node_docs(size), [])
+    policy = Policy(max_nodes_per_run=size)
+    window = Window.ending(AT, policy.idle_window, STEP)
+    before = _status_mib("VmRSS")
+    with prom.PrometheusClient(url, timeout=120) as client:
+        joiner = NodeJoiner(base.nodes, base.pods, "node")
+        signals = prom.collect_live(client, joiner, window, policy, "node", job=f"n{size}")
+    result = plan(dataclasses.replace(base, signals=signals), policy)
+    assert len(result.nodes) == size and not signals.problems
+    print(f"{before:.1f} {_peak_rss_mib():.1f}")
+
+
+def assess_rss(url: str, sizes: tuple[int, ...]) -> None:
+    print("\nassess peak RSS (fresh process: snapshot of N GPU nodes, collect_live, plan):")
+    rows = []
+    for size in sizes:
+        out = subprocess.run(
+            [sys.executable, __file__, "--child-assess", str(size), "--url", url],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=1800,
+        ).stdout.split()
+        before, peak = float(out[-2]), float(out[-1])
+        rows.append((size, peak))
+        print(f"{size:>6} nodes: {before:7.0f} MiB before collecting, peak {peak:7.0f} MiB")
+    for (n0, r0), (n1, r1) in itertools.pairwise(rows):
+        print(f"  slope {n0}->{n1}: {(r1 - r0) / (n1 - n0) * 1000:.0f} MiB per 1,000 GPU nodes")
+
+
+COLS = (
+    "requests",
+    "resp_mib",
+    "wall_s",
+    "slowest_s",
+    "slowest_eng_s",
+    "prom_cpu_s",
+    "engine_s",
+    "client_cpu_s",
+    "total_cpu_s",
+    "peak_rss_mib",
+)
+
+
+def _ratio(a: float, b: float) -> str:
+    return f"×{a / b:.2f}" if b > 1e-9 else "—"
+
+
+def print_ratios(rows: list[tuple[int, dict[str, dict[str, float]]]]) -> None:
+    print("\nratios (total CPU = Prometheus CPU + client CPU):")
+    print(
+        f"{'nodes':>6} {'method':<8} {'engine/floor':>13} {'promCPU/floor':>14} {'total/floor':>12} {'total/anchor':>13}"
+    )
+    for size, r in rows:
+        f, a = r["floor"], r["anchor"]
+        for name in ("anchor", "live", "sharded"):
+            if name not in r:
+                continue
+            m = r[name]
+            print(
+                f"{size:>6} {name:<8} {_ratio(m['engine_s'], f['engine_s']):>13} "
+                f"{_ratio(m['prom_cpu_s'], f['prom_cpu_s']):>14} {_ratio(m['total_cpu_s'], f['total_cpu_s']):>12} "
+                f"{_ratio(m['total_cpu_s'], a['total_cpu_s']):>13}"
+            )
+
+
+def start(binaries: PrometheusBinaries, root: Path, sizes: tuple[int, ...]) -> PrometheusServer:
+    data = root / "data"
+    if data.is_dir() and any(data.iterdir()):
+        print(f"reusing the TSDB in {data}")
+        return start_prometheus(binaries, root)
+    root.mkdir(parents=True, exist_ok=True)
+    om = root / "series.om.txt"
+    write_openmetrics(om, sizes)
+    backfill(binaries, om, data)
+    om.unlink()
+    return start_prometheus(binaries, root)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", default="100,1000,2000", help="GPU node counts, comma-separated")
-    parser.add_argument("--repeat", type=int, default=2, help="runs per method (best kept)")
+    global SHARD_NODES
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--sizes", default="100,2000", help="GPU node counts, comma-separated")
+    parser.add_argument("--repeat", type=int, default=1, help="runs per method (least total CPU kept)")
+    parser.add_argument("--shard-nodes", type=int, default=SHARD_NODES, help="GPU nodes per series shard")
+    parser.add_argument("--data-dir", help="keep/reuse the backfilled TSDB here")
+    parser.add_argument("--assess-rss", action="store_true", help="also measure assess peak RSS per N")
+    parser.add_argument("--child-assess", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--url", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.child_assess:
+        assess_child(args.url, args.child_assess)
+        return 0
+    SHARD_NODES = args.shard_nodes
     sizes = tuple(int(s) for s in args.sizes.split(","))
     binaries = find_binaries()
     if binaries is None:
@@ -212,44 +343,28 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     with tempfile.TemporaryDirectory(prefix="collect-scale-") as tmp:
         t0 = time.perf_counter()
-        server = start_prometheus(
-            binaries, Path(tmp), write_openmetrics=lambda p: write_openmetrics(p, sizes)
-        )
+        server = start(binaries, Path(args.data_dir or tmp), sizes)
         samples = sum(sizes) * (GPUS * len(FAMILIES) + 1) * len(TIMES)
         print(
             f"backfill + start: {time.perf_counter() - t0:.0f} s — {sum(sizes)} nodes × {GPUS} GPUs, "
             f"{len(TIMES)} scrapes at {SCRAPE} s, {samples / 1e6:.1f} M samples; window {WINDOW} s, step {STEP} s"
         )
         try:
-            cols = ("queries", "resp_mib", "wall_s", "prom_cpu_s", "engine_s", "client_cpu_s", "peak_rss_mib")
-            print(f"{'nodes':>6} {'method':<7} " + " ".join(f"{c:>12}" for c in cols))
+            print(f"{'nodes':>6} {'method':<8} " + " ".join(f"{c:>13}" for c in COLS))
             rows: list[tuple[int, dict[str, dict[str, float]]]] = []
             for size in sizes:
                 joiner = joiner_for(size)
                 floor(prom.PrometheusClient(server.url), size, joiner)  # warm the page cache
-                results = {
-                    name: measure(fn, server, size, joiner, args.repeat)
-                    for name, fn in (("floor", floor), ("anchor", anchor), ("live", live))
-                }
+                methods = [("floor", floor), ("anchor", anchor), ("live", live)]
+                if size > SHARD_NODES:
+                    methods.append(("sharded", sharded))
+                results = {name: measure(fn, server, size, joiner, args.repeat) for name, fn in methods}
                 for name, r in results.items():
-                    print(f"{size:>6} {name:<7} " + " ".join(f"{r[c]:>12.2f}" for c in cols))
+                    print(f"{size:>6} {name:<8} " + " ".join(f"{r[c]:>13.2f}" for c in COLS), flush=True)
                 rows.append((size, results))
-            print("\nratios to the floor (total CPU = Prometheus CPU + client CPU):")
-            for size, r in rows:
-                f = r["floor"]
-                total_f = f["prom_cpu_s"] + f["client_cpu_s"]
-                for name in ("anchor", "live"):
-                    m = r[name]
-                    print(
-                        f"{size:>6} {name:<7} engine ×{m['engine_s'] / max(f['engine_s'], 1e-9):.2f}  "
-                        f"Prometheus CPU ×{m['prom_cpu_s'] / max(f['prom_cpu_s'], 1e-9):.2f}  "
-                        f"total CPU ×{(m['prom_cpu_s'] + m['client_cpu_s']) / max(total_f, 1e-9):.2f}  "
-                        f"wall ×{m['wall_s'] / max(f['wall_s'], 1e-9):.2f}"
-                    )
-                per_k = r["live"]["peak_rss_mib"] / size * 1000
-                print(
-                    f"{size:>6} live peak client RSS {r['live']['peak_rss_mib']:.0f} MiB ≈ {per_k:.0f} MiB per 1,000 nodes"
-                )
+            print_ratios(rows)
+            if args.assess_rss:
+                assess_rss(server.url, sizes)
         finally:
             server.stop()
     return 0

@@ -177,12 +177,15 @@ def _unix(t: float | datetime) -> str:
 @dataclass
 class ClientStats:
     """Counters of one client: HTTP requests sent (retries included), queries answered, response bytes,
-    and the Prometheus engine time reported with ``stats=all`` (``data.stats.timings.evalTotalTime``, s)."""
+    the Prometheus engine time reported with ``stats=all`` (``data.stats.timings.evalTotalTime``, s:
+    summed, and the largest of one query), and the longest single request (s, wall clock)."""
 
     requests: int = 0
     queries: int = 0
     response_bytes: int = 0
     engine_seconds: float = 0.0
+    slowest_engine_seconds: float = 0.0
+    slowest_request_seconds: float = 0.0
 
 
 class PrometheusClient:
@@ -278,8 +281,26 @@ class PrometheusClient:
         smaller of ``timeout`` and what is left. Returns and raises as ``query``; the answer is a
         ``matrix`` for a valid expression.
         """
+        return self.query_range_lazy(expr, start, end, step, budget=budget)()
+
+    def query_range_lazy(
+        self,
+        expr: str,
+        start: float | datetime,
+        end: float | datetime,
+        step: float,
+        *,
+        budget: float | None = None,
+    ) -> Callable[[], dict[str, Any]]:
+        """``query_range`` whose answer is decoded only when the returned function is called.
+
+        Concurrent callers can then wait for Prometheus together but decode one answer at a time: a
+        decoded answer is many times its JSON bytes in Python objects. Raises as ``query`` for transport
+        and HTTP errors; the returned function raises ``PrometheusQueryError`` for a non-success answer.
+        """
         form = self._range_form(expr, start, end, step)
-        return self._json(self._post("/api/v1/query_range", form, budget=budget))
+        response = self._post("/api/v1/query_range", form, budget=budget)
+        return lambda: self._json(response)
 
     def query_range_raw(
         self, expr: str, start: float | datetime, end: float | datetime, step: float
@@ -335,9 +356,12 @@ class PrometheusClient:
             delay: float | None = None
             try:
                 self.stats.requests += 1
+                sent = time.monotonic()
                 response = self._http.post(
                     self.base_url + path, data=body, timeout=httpx.Timeout(timeout, connect=self._connect)
                 )
+                took = time.monotonic() - sent
+                self.stats.slowest_request_seconds = max(self.stats.slowest_request_seconds, took)
             except httpx.TimeoutException as exc:
                 # A query that ran out of time will run out of time again: no blind retry.
                 raise PrometheusUnavailable(
@@ -384,7 +408,9 @@ class PrometheusClient:
         data = answer.get("data")
         if self.send_stats and isinstance(data, dict):
             timings = (data.get("stats") or {}).get("timings") or {}
-            self.stats.engine_seconds += float(timings.get("evalTotalTime") or 0.0)
+            engine = float(timings.get("evalTotalTime") or 0.0)
+            self.stats.engine_seconds += engine
+            self.stats.slowest_engine_seconds = max(self.stats.slowest_engine_seconds, engine)
         return answer
 
 
@@ -576,6 +602,22 @@ def _cyclic_gc_paused() -> Generator[None, None, None]:
             gc.enable()
 
 
+def _reduce_answer(
+    reducer: ObservationReducer, q: MetricQuery, decode: Callable[[], dict[str, Any]]
+) -> str | None:
+    """Decode one answer of ``q`` and feed it to the reducer; why it is unusable, or None."""
+    try:
+        answer = decode()
+        problem = answer_problem(answer, "matrix")
+        if problem is None:
+            _feed(reducer, _file_kind(q), q.metric, answer["data"]["result"])
+    except PrometheusQueryError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+        return f"malformed: {exc}"
+    return problem
+
+
 def _feed(reducer: ObservationReducer, kind: str, metric: str, result: Sequence[Mapping[str, Any]]) -> None:
     """Hand one answer's series to the reducer, points as floats ("NaN", "+Inf" included): no per-series
     object outlives this call, only the reducer's per-device facts."""
@@ -661,11 +703,9 @@ def collect_live(
         q = task.query
         start, end = task.span(window.step)
         problem: str | None = None
-        result: Any = None
+        decode: Callable[[], dict[str, Any]] | None = None
         try:
-            answer = client.query_range(task.expr(window.step), start, end, window.step, budget=left)
-            problem = answer_problem(answer, "matrix")
-            result = None if problem else answer["data"]["result"]
+            decode = client.query_range_lazy(task.expr(window.step), start, end, window.step, budget=left)
         except PrometheusUnavailable as exc:
             if deadline_seconds is not None and (remaining() or 0.0) <= 0:
                 with lock:
@@ -674,13 +714,10 @@ def collect_live(
             problem = f"{type(exc).__name__}: {exc}"
         except PrometheusQueryError as exc:
             problem = f"{type(exc).__name__}: {exc}"
-        with lock:
+        with lock:  # decoded and reduced one answer at a time: bounded memory, whatever the fleet
             target = outcomes[q.path]
-            if problem is None:
-                try:
-                    _feed(reducer, _file_kind(q), q.metric, result)
-                except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
-                    problem = f"malformed: {exc}"
+            if decode is not None:
+                problem = _reduce_answer(reducer, q, decode)
             if problem is not None and task.shard is not None:
                 log.warning(
                     "prometheus query %s unusable for %d nodes (%s…) (%s): %s unknown on them",

@@ -50,6 +50,12 @@ _INF = math.inf
 _isfinite = math.isfinite
 
 
+def _all_finite(values: Sequence[float]) -> bool:
+    # A sum of finite values is finite (barring overflow); one NaN/±Inf makes it non-finite. The exact
+    # check only runs when the quick one fails.
+    return -_INF < sum(values) < _INF or all(map(_isfinite, values))
+
+
 def _device_key(node: str, labels: Mapping[str, str]) -> DeviceKey:
     return (node, labels.get("UUID") or labels.get("gpu") or "", labels.get("GPU_I_ID") or "")
 
@@ -115,7 +121,8 @@ class ObservationReducer:
         self._joiner = joiner
         self._window = window
         self._threshold = activity_threshold_pct
-        self._joined: dict[LabelKey, tuple[str, DeviceKey] | JoinResult] = {}
+        # label set → (node, device, the label set sorted) or why it has no node
+        self._joined: dict[LabelKey, tuple[str, DeviceKey, LabelKey] | JoinResult] = {}
         # Step slot of each step point of the window (``Window.step_index``): query_range answers sit
         # on this grid, so one lookup replaces the arithmetic for nearly every point.
         step = max(window.step, 1)
@@ -163,14 +170,17 @@ class ObservationReducer:
         if joined is None:
             # One label set shows up in up to 13 answers: join it and name its device once.
             result = self._joiner.join(labels)
-            joined = result if result.node is None else (result.node, _device_key(result.node, labels))
+            if result.node is None:
+                joined = result
+            else:
+                joined = (result.node, _device_key(result.node, labels), tuple(sorted(ident)))
             self._joined[ident] = joined
         if isinstance(joined, JoinResult):
             if (kind == "step" and metric != UP) or (kind == "stddev" and metric == ENERGY):
                 reason = f"series_unmapped:{joined.reason}"
                 self._unmapped.setdefault((metric, ident), UnmappedSeries(metric, dict(labels), reason))
             return
-        node, dev = joined
+        node, dev, sorted_ident = joined
         if kind == "step":
             self._add_step(metric, node, dev, ident, times, values)
             return
@@ -181,9 +191,9 @@ class ObservationReducer:
             spread.add(values)
         elif kind == "avg":
             # used and free of one series pair up by labels (written in any order by a snapshot)
-            pair = self._avg.setdefault(dev, {}).setdefault(tuple(sorted(ident)), [None, None])
+            pair = self._avg.setdefault(dev, {}).setdefault(sorted_ident, [None, None])
             pair[0 if metric == FB_USED else 1] = values[-1] if values else None
-            if any(not _isfinite(v) for v in values):
+            if not _all_finite(values):
                 self._avg_bad[metric].add(dev)
         elif kind == "timestamp":
             self._stamped[metric].add(dev)
@@ -232,7 +242,7 @@ class ObservationReducer:
         # The usual series: every point on the grid, every value finite (a sum of finite values is
         # finite; one NaN/±Inf makes it non-finite), no slot seen before. One bulk update then.
         keys = list(map(grid.get, times))
-        if None not in keys and -_INF < sum(values) < _INF and slots.keys().isdisjoint(keys):
+        if None not in keys and _all_finite(values) and slots.keys().isdisjoint(keys):
             slots.update(zip(cast("list[int]", keys), values, strict=True))
             return
         window = self._window
