@@ -64,7 +64,7 @@ from tests.support.prometheus_server import (  # noqa: E402
 from rightsizer.adapters import prometheus as prom  # noqa: E402
 from rightsizer.domain.join import NodeJoiner  # noqa: E402
 from rightsizer.domain.model import Node  # noqa: E402
-from rightsizer.domain.observation import series_shards  # noqa: E402
+from rightsizer.domain.observation import SeriesShard, series_shards  # noqa: E402
 from rightsizer.domain.planner import plan  # noqa: E402
 from rightsizer.domain.policy import Policy  # noqa: E402
 from rightsizer.domain.usage import Window  # noqa: E402
@@ -240,15 +240,19 @@ def measure(
     return best
 
 
-def assess_child(url: str, size: int) -> None:
-    """In a fresh process: the assess function's metrics work for N nodes; prints RSS figures (MiB)."""
+def assess_child(url: str, size: int, shard_nodes: int) -> None:
+    """In a fresh process: the assess function's metrics work for N nodes, in series shards of
+    ``shard_nodes`` when N is larger (0: never); prints RSS figures (MiB)."""
     base = snapshot(node_docs(size), [])
     policy = Policy(max_nodes_per_run=size)
     window = Window.ending(AT, policy.idle_window, STEP)
+    shards: tuple[SeriesShard, ...] = ()
+    if 0 < shard_nodes < size:
+        shards = series_shards("node", [n.name for n in base.nodes], shard_nodes)
     before = _status_mib("VmRSS")
     with prom.PrometheusClient(url, timeout=120) as client:
         joiner = NodeJoiner(base.nodes, base.pods, "node")
-        signals = prom.collect_live(client, joiner, window, policy, "node", job=f"n{size}")
+        signals = prom.collect_live(client, joiner, window, policy, "node", job=f"n{size}", shards=shards)
     result = plan(dataclasses.replace(base, signals=signals), policy)
     assert len(result.nodes) == size and not signals.problems
     print(f"{before:.1f} {_peak_rss_mib():.1f}")
@@ -256,20 +260,30 @@ def assess_child(url: str, size: int) -> None:
 
 def assess_rss(url: str, sizes: tuple[int, ...]) -> None:
     print("\nassess peak RSS (fresh process: snapshot of N GPU nodes, collect_live, plan):")
-    rows = []
-    for size in sizes:
-        out = subprocess.run(
-            [sys.executable, __file__, "--child-assess", str(size), "--url", url],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=1800,
-        ).stdout.split()
-        before, peak = float(out[-2]), float(out[-1])
-        rows.append((size, peak))
-        print(f"{size:>6} nodes: {before:7.0f} MiB before collecting, peak {peak:7.0f} MiB")
-    for (n0, r0), (n1, r1) in itertools.pairwise(rows):
-        print(f"  slope {n0}->{n1}: {(r1 - r0) / (n1 - n0) * 1000:.0f} MiB per 1,000 GPU nodes")
+    for shard_nodes, label in ((0, "unsharded"), (SHARD_NODES, f"shards of {SHARD_NODES}")):
+        rows = []
+        for size in sizes:
+            out = subprocess.run(
+                [
+                    sys.executable,
+                    __file__,
+                    "--child-assess",
+                    str(size),
+                    "--url",
+                    url,
+                    "--shard-nodes",
+                    str(shard_nodes),
+                ],
+                capture_output=True,
+                text=True,
+                check=True,
+                timeout=1800,
+            ).stdout.split()
+            before, peak = float(out[-2]), float(out[-1])
+            rows.append((size, peak))
+            print(f"{size:>6} nodes, {label}: {before:5.0f} MiB before collecting, peak {peak:5.0f} MiB")
+        for (n0, r0), (n1, r1) in itertools.pairwise(rows):
+            print(f"  {label}, slope {n0}->{n1}: {(r1 - r0) / (n1 - n0) * 1000:.0f} MiB per 1,000 GPU nodes")
 
 
 COLS = (
@@ -333,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--url", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child_assess:
-        assess_child(args.url, args.child_assess)
+        assess_child(args.url, args.child_assess, args.shard_nodes)
         return 0
     SHARD_NODES = args.shard_nodes
     sizes = tuple(int(s) for s in args.sizes.split(","))

@@ -17,9 +17,9 @@ the smallest label set.
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import cast
+from dataclasses import dataclass
 
 from rightsizer.domain.join import JoinResult, NodeJoiner
 from rightsizer.domain.model import MetricData
@@ -102,10 +102,15 @@ class _Spread:
 
 @dataclass(slots=True)
 class _Steps:
-    """Per-step maxima of one metric of one device: finite value by step slot, any non-finite."""
+    """Per-step maxima of one metric of one device: the finite maximum by step slot (NaN: no finite
+    sample in that step; 8 bytes a step, a dict would take ~60), and whether any point was non-finite."""
 
-    slots: dict[int, float] = field(default_factory=dict)
+    values: array[float]
     bad: bool = False
+
+    def slots(self) -> dict[int, float]:
+        """Step slot → maximum, for the steps holding a finite sample."""
+        return {slot: v for slot, v in enumerate(self.values) if v == v}
 
 
 class ObservationReducer:
@@ -127,6 +132,7 @@ class ObservationReducer:
         # on this grid, so one lookup replaces the arithmetic for nearly every point.
         step = max(window.step, 1)
         self._grid = {window.end - k * step: k for k in range(window.expected_points)}
+        self._empty = array("d", [math.nan]) * window.expected_points
         self._steps: dict[str, dict[DeviceKey, _Steps]] = {m: {} for m in (GPU_UTIL, PROF_ACTIVE)}
         self._up: dict[str, _Steps] = {}
         self._max: dict[str, dict[DeviceKey, _Max]] = {FB_USED: {}, POWER: {}}
@@ -213,7 +219,7 @@ class ObservationReducer:
         if metric == UP:
             steps = self._up.get(node)
             if steps is None:
-                steps = self._up[node] = _Steps()
+                steps = self._up[node] = _Steps(array("d", self._empty))
             self._per_step(steps, times, values)
         else:
             if metric in self._max:
@@ -225,7 +231,7 @@ class ObservationReducer:
                 per_dev = self._steps[metric]
                 steps = per_dev.get(dev)
                 if steps is None:
-                    steps = per_dev[dev] = _Steps()
+                    steps = per_dev[dev] = _Steps(array("d", self._empty))
                 self._per_step(steps, times, values)
         rank = (_RANK[metric], ident)
         current = self._labels.get(dev)
@@ -236,15 +242,9 @@ class ObservationReducer:
         """Merge per-step points by max into their slot (``Window.step_index``, inlined: this loop sees
         every point of the per-step answers)."""
         grid = self._grid
-        slots = steps.slots
+        slots = steps.values
         if len(times) != len(values):
             raise ValueError(f"{len(times)} times for {len(values)} values")
-        # The usual series: every point on the grid, every value finite (a sum of finite values is
-        # finite; one NaN/±Inf makes it non-finite), no slot seen before. One bulk update then.
-        keys = list(map(grid.get, times))
-        if None not in keys and _all_finite(values) and slots.keys().isdisjoint(keys):
-            slots.update(zip(cast("list[int]", keys), values, strict=True))
-            return
         window = self._window
         for t, v in zip(times, values, strict=True):
             slot = grid.get(t)
@@ -254,9 +254,7 @@ class ObservationReducer:
                 slot = min(round((window.end - t) / max(window.step, 1)), window.expected_points - 1)
             if not -_INF < v < _INF:  # NaN fails both comparisons
                 steps.bad = True
-                continue
-            old = slots.get(slot)
-            if old is None or v > old:
+            elif not slots[slot] >= v:  # also when the slot holds no sample yet (NaN)
                 slots[slot] = v
 
     # -- result
@@ -273,7 +271,7 @@ class ObservationReducer:
         up_coverage: dict[str, float] = {}
         expected = self._window.expected_points
         for node, steps in self._up.items():
-            up_coverage[node] = min(1.0, sum(1 for v in steps.slots.values() if v == 1) / expected)
+            up_coverage[node] = min(1.0, sum(1 for v in steps.values if v == 1) / expected)
             if steps.bad:  # a non-finite ``up`` is not a scrape result: the node's data is unknown
                 for sig in devices.get(node, ()):
                     sig.non_finite = (*sig.non_finite, UP)
@@ -309,9 +307,9 @@ class ObservationReducer:
             if steps is None:
                 continue
             if name == PROF_ACTIVE:  # a ratio: percent like GPU_UTIL
-                per_metric[name] = {slot: v * 100.0 for slot, v in steps.slots.items()}
+                per_metric[name] = {slot: v * 100.0 for slot, v in steps.slots().items()}
             else:
-                per_metric[name] = steps.slots
+                per_metric[name] = steps.slots()
             if steps.bad or key in self._nonfinite[name]:
                 bad.append(name)
         slots: dict[int, float] = {}
