@@ -211,7 +211,8 @@ def lambda_env(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_an_overdue_restore_fires_restore_overdue_with_its_node_group(
     lambda_env: None, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tests.unit.test_offhours import MONDAY_MORNING, SATURDAY_NOON, ice, make_world
+    from tests.support.offhours_world import MONDAY_MORNING, SATURDAY_NOON, make_world
+    from tests.unit.test_offhours import ice
 
     # GIVEN a node group scaled to zero for the weekend, and no capacity on Monday morning
     world = make_world()
@@ -283,7 +284,7 @@ def emitted_by_every_handler(
 ) -> list[Emitted]:
     """The EMF of a successful, a rolled-back and an un-uncordonable drain, an overdue restore and an
     assessment, each through its real handler."""
-    from tests.unit.test_offhours import MONDAY_MORNING, SATURDAY_NOON, make_world
+    from tests.support.offhours_world import MONDAY_MORNING, SATURDAY_NOON, make_world
 
     capsys.readouterr()
     with drain_world() as ok:

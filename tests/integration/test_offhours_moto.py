@@ -47,7 +47,7 @@ from rightsizer.testing.moto_eks import (
     seed_instance,
 )
 from tests.builders import gpu_node, pod
-from tests.unit.test_offhours import FakeAssessor, FakeCluster
+from tests.support.offhours_world import FakeAssessor, FakeCluster
 
 pytest_plugins = ["tests.support.moto_fixtures"]
 pytestmark = pytest.mark.integration

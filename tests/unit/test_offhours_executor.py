@@ -1,7 +1,7 @@
 """The off-hours executor (``services.offhours``) around the pure decision: what it reads, when it assesses,
 that a dry run and a live run make the same decisions, and that the report keeps requested apart from taken.
 
-Runs on the in-memory world of ``test_offhours`` (the real drain workflow, fake cluster and node groups).
+Runs on ``tests.support.offhours_world`` (the real drain workflow, fake cluster and node groups).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from rightsizer.services.offhours import run_offhours
-from tests.unit.test_offhours import MONDAY_MORNING, SATURDAY_NOON, make_world
+from tests.support.offhours_world import MONDAY_MORNING, SATURDAY_NOON, make_world
 
 
 def test_a_dry_run_makes_the_live_runs_decision_and_takes_none_of_it() -> None:
