@@ -354,6 +354,9 @@ def launch_standalone(
 
 @dataclass(frozen=True)
 class _Sizes:
+    """Sizes as moto holds them: unlike ``domain.model.GroupSizes`` possibly inconsistent (moto accepts
+    desired > max), and the reconciler must mirror whatever it finds."""
+
     min_size: int
     desired: int
     max_size: int
