@@ -152,14 +152,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 # --------------------------------------------------------------------------------------------------
-# rightsizer apply: plan live, then one drain per scale_in and one resize per resize_instance, in process
+# rightsizer apply: plan live, then one workflow per scale_in, resize_instance and replace_node_group, in process
 # --------------------------------------------------------------------------------------------------
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
     """``rightsizer apply --config FILE [--policy FILE] [--execute]``: plan the live cluster and run one
-    drain workflow per ``scale_in`` action and one resize workflow per ``resize_instance`` action (an
-    opted-in standalone instance, ``rightsizer.services.resize``) in this process, with progress on stderr. Acts only with
+    drain workflow per ``scale_in`` action, one resize workflow per ``resize_instance`` action (an
+    opted-in standalone instance, ``rightsizer.services.resize``) and one replacement per ``replace_node_group``
+    action (an opted-in managed node group, ``rightsizer.services.replace``) in this process, with progress on
+    stderr. Acts only with
     ``--execute`` and the policy's ``dry_run: false``; otherwise each workflow validates and records what
     it would do. Exit 1 when a workflow failed or was rolled back (docs/architecture.md §5)."""
     from rightsizer.services.assess import run_assessment
@@ -628,7 +630,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     ap = sub.add_parser(
         "apply",
-        help="plan live; drain the chosen idle nodes, resize opted-in instances (dry run unless --execute)",
+        help="plan live; drain the chosen idle nodes, resize opted-in instances, replace opted-in node groups "
+        "(dry run unless --execute)",
     )
     ap.add_argument(
         "--config", metavar="FILE", required=True, help="the config file (README: 'Configuration file')"

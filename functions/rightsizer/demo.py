@@ -8,6 +8,9 @@ snapshot-form DCGM metrics), then runs the code paths the Lambda functions run, 
    evict → wait → remove → verify), ending in a targeted scale-in on moto;
 3. the resize workflow of the opted-in standalone instance (the drain's steps, then stop → set the type →
    start → Node Ready with the new type's GPUs → uncordon), the instance's type read back from EC2;
+   the replacement of the opted-in managed node group ``gpu-a10g-serve`` (two underutilized g5.12xlarge
+   nodes the demo adds, ``rightsizer.testing.demo_replace``) by a g5.xlarge group: create it, wait for its
+   GPUs, drain the old nodes one budget at a time, scale the old group to 0, read back from EKS;
 4. node group sizes before and after (read from the Auto Scaling group), the ledger entries, the savings;
 5. an off-hours down/up cycle on the ``gpu-dev`` node group, showing the exact restore.
 
@@ -48,9 +51,11 @@ def run_demo(*, json_output: bool = False, out: TextIO | None = None, err: TextI
     from rightsizer.services.assess import run_assessment
     from rightsizer.services.drain import StepResult
     from rightsizer.services.offhours import run_offhours
+    from rightsizer.services.replace import KIND as REPLACE_KIND
     from rightsizer.services.resize import KIND as RESIZE_KIND
     from rightsizer.services.status import read_status
     from rightsizer.testing.demo_env import DemoEnvironment
+    from rightsizer.testing.demo_replace import SERVE_GROUP, add_serving_group, replacement_templates
     from rightsizer.wiring import Runtime
 
     out = out or sys.stdout
@@ -88,15 +93,24 @@ def run_demo(*, json_output: bool = False, out: TextIO | None = None, err: TextI
             },
             node_groups=[OffhoursGroup(name=DEV_GROUP, schedule="nights")],
         )
-        # The standalone instance carries rightsizer.io/resize=allowed; the policy opts in to resizing it.
-        policy = Policy(dry_run=False, allow_resize=True, resize_allow_instance_store_loss=True)
+        # The standalone instance carries rightsizer.io/resize=allowed; the policy opts in to resizing it, and
+        # to replacing opted-in managed node groups (the demo adds one whose every node is underutilized).
+        policy = Policy(
+            dry_run=False,
+            allow_resize=True,
+            resize_allow_instance_store_loss=True,
+            allow_replace_node_group=True,
+        )
+        add_serving_group(env)
+        assert env.syncer is not None
+        env.syncer.discover = replacement_templates(env.clients, env.cluster_name)
         config = env.config(policy=policy, offhours=offhours)
         env.require_own_endpoint(config.aws.endpoint_url)
         runtime = Runtime(config, "demo", dry_run=False, metrics=env.metrics, progress=progress)
         writer, scaler, state = runtime.cluster, runtime.scaler, runtime.state
         # The plan table and the assessment both look at `now`: the runtime observes that instant once.
         # Every later call (validate, revalidate, off-hours ticks) asks for a new instant and observes afresh.
-        runner = runtime.runner()
+        runner = runtime.runner(max_wait_s=0.5)
         say(
             f"GPU Rightsizer demo — moto {env.endpoint_url}, Kubernetes API double {env.kube_url} (loopback only)"
         )
@@ -111,23 +125,31 @@ def run_demo(*, json_output: bool = False, out: TextIO | None = None, err: TextI
         say(render_plan(first))
         victims = [a for a in first.actions if a.kind == "scale_in"]
         resizes = {a.node: a for a in first.actions if a.kind == "resize_instance"}
+        replacements = [a for a in first.actions if a.kind == REPLACE_KIND]
+        serve_before = _nodegroup_view(env, SERVE_GROUP)
         say("")
         say(
-            f"== Drain and resize workflows (in-process runner; {len(victims)} drain(s), {len(resizes)} resize(s)) =="
+            f"== Drain, resize and replacement workflows (in-process runner; {len(victims)} drain(s), "
+            f"{len(resizes)} resize(s), {len(replacements)} node group replacement(s)) =="
         )
         summary = run_assessment(runtime.assessment(starter=runner), now, "demo-tick-1")
         results = {eid: runner.results.get(eid) for eid in summary.started}
         after = scaler.describe_group(a10g_asg)
         removed: list[dict[str, str]] = []
         resized: list[dict[str, Any]] = []
+        replaced: list[dict[str, Any]] = []
         for eid, result in results.items():
             record = state.load(eid)
             ok = result is not None and result.status == "succeeded"
-            is_resize = record is not None and record.details.get("kind") == RESIZE_KIND
-            what = "resize" if is_resize else "drain"
+            kind = record.details.get("kind") if record is not None else None
+            is_resize = kind == RESIZE_KIND
+            what = {RESIZE_KIND: "resize", REPLACE_KIND: "replacement"}.get(str(kind), "drain")
             say(
                 f"{what} {eid}: {result.status if result else 'not run'} — {result.message if result else ''}"
             )
+            if record is not None and kind == REPLACE_KIND:
+                replaced.append(_replacement_report(env, record, ok, serve_before))
+                continue
             if record is None or record.instance_id is None:
                 continue
             if is_resize:
@@ -154,6 +176,7 @@ def run_demo(*, json_output: bool = False, out: TextIO | None = None, err: TextI
                 f"{r['node']} ({r['instance_id']}): {r['from']} -> EC2 now {r['ec2_type']} {r['ec2_state']}; Node "
                 f"{r['node_type']}, Ready {r['ready']}, {r['gpus']} GPU allocatable, cordoned {r['cordoned']}"
             )
+        _say_replaced(say, replaced)
         ledger = [e for eid in summary.started for e in state.entries(execution_id=eid)]
         hourly = sum(e.hourly_savings_usd or 0.0 for e in ledger if e.result == "applied")
         for e in ledger:
@@ -167,6 +190,7 @@ def run_demo(*, json_output: bool = False, out: TextIO | None = None, err: TextI
             "removed": removed,
             "node_group": {"name": "gpu-a10g", "before": _sizes(before), "after": _sizes(after)},
             "resized": resized,
+            "replaced": replaced,
             "ledger": [
                 {
                     "execution_id": e.execution_id,
@@ -235,7 +259,14 @@ def run_demo(*, json_output: bool = False, out: TextIO | None = None, err: TextI
         say("")
         say(f"demo finished in {outcome['duration_s']} s")
     resized_ok = len(resized) == len(resizes) and all(r["ok"] for r in resized)
-    ok = bool(removed) and after.sizes.desired == before.sizes.desired - len(removed) and exact and resized_ok
+    replaced_ok = len(replaced) == len(replacements) and all(r["ok"] for r in replaced)
+    ok = (
+        bool(removed)
+        and after.sizes.desired == before.sizes.desired - len(removed)
+        and exact
+        and resized_ok
+        and replaced_ok
+    )
     outcome["ok"] = ok
     if json_output:
         out.write(json.dumps(outcome, indent=2, default=str) + "\n")
@@ -296,3 +327,81 @@ def _converge(
             return count
         time.sleep(pause)
     return ticks
+
+
+def _nodegroup_view(env: Any, name: str) -> str | None:
+    """``min/desired/max`` of a managed node group as EKS reports it, or None when it does not exist."""
+    eks = env.clients.eks
+    if name not in eks.list_nodegroups(clusterName=env.cluster_name)["nodegroups"]:
+        return None
+    config = eks.describe_nodegroup(clusterName=env.cluster_name, nodegroupName=name)["nodegroup"][
+        "scalingConfig"
+    ]
+    return f"{config['minSize']}/{config['desiredSize']}/{config['maxSize']}"
+
+
+def _replacement_report(env: Any, record: Any, ok: bool, old_before: str | None) -> dict[str, Any]:
+    """The replaced node group and its replacement as EKS and the Kubernetes API see them now."""
+    env.settle()
+    old, new = str(record.details.get("nodegroup")), str(record.details.get("new_nodegroup"))
+    nodes = env.double.list_nodes()
+
+    def group_of(node: dict[str, Any]) -> str:
+        return str((node["metadata"].get("labels") or {}).get("eks.amazonaws.com/nodegroup", ""))
+
+    ready = sum(
+        1
+        for n in nodes
+        if group_of(n) == new
+        and any(
+            c.get("type") == "Ready" and c.get("status") == "True" for c in n["status"].get("conditions", [])
+        )
+        and int((n["status"].get("allocatable") or {}).get("nvidia.com/gpu", "0") or 0) >= 1
+    )
+    new_view = _nodegroup_view(env, new)
+    status = (
+        env.clients.eks.describe_nodegroup(clusterName=env.cluster_name, nodegroupName=new)["nodegroup"][
+            "status"
+        ]
+        if new_view
+        else "absent"
+    )
+    cordoned = sorted(
+        n["metadata"]["name"]
+        for n in nodes
+        if (n["metadata"].get("annotations") or {}).get("rightsizer.io/cordoned-by")
+    )
+    return {
+        "execution_id": record.execution_id,
+        "old": old,
+        "new": new,
+        "from": record.details.get("old_type"),
+        "to": record.details.get("target_type"),
+        "old_before": old_before,
+        "old_after": _nodegroup_view(env, old),
+        "old_kept": _nodegroup_view(env, old) is not None,
+        "new_status": status,
+        "new_sizes": new_view,
+        "ready": ready,
+        "old_nodes_left": sum(1 for n in nodes if group_of(n) == old),
+        "cordoned": cordoned,
+        "ok": ok
+        and status == "ACTIVE"
+        and _nodegroup_view(env, old) is not None
+        and ready >= 1
+        and not cordoned,
+    }
+
+
+def _say_replaced(say: Callable[[str], None], replaced: list[dict[str, Any]]) -> None:
+    if replaced:
+        say("")
+        say("== Managed node group replaced (read back from EKS and the Kubernetes API) ==")
+    for r in replaced:
+        say(
+            f"old {r['old']} ({r['from']}): before {r['old_before']} -> after {r['old_after']}, kept: {r['old_kept']}"
+        )
+        say(
+            f"new {r['new']} ({r['to']}): {r['new_status']}, sizes {r['new_sizes']}; Nodes Ready with GPUs: {r['ready']}"
+        )
+        say(f"old Nodes left: {r['old_nodes_left']}; cordoned by us anywhere: {r['cordoned']}")

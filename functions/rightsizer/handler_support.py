@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, TypeVar, cast
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 from rightsizer.domain.errors import TransientError
 from rightsizer.wiring.settings import STATE_MACHINE_MARGIN_S, STATE_MACHINE_TIMEOUT_S
@@ -104,8 +104,19 @@ class DrainRequestModel(BaseModel):
     hourly_savings_usd: float | None = None
     offhours: bool = False
     target_type: str | None = Field(
-        None, min_length=1, description="Set for a resize of a standalone instance (issue 17)."
+        None,
+        min_length=1,
+        description="Set for a resize of a standalone instance, or with nodegroup for a node group replacement.",
     )
+    nodegroup: str | None = Field(
+        None, min_length=1, description="Set for a managed node group replacement (issue 17)."
+    )
+
+    @model_validator(mode="after")
+    def _replacement_names_its_type(self) -> DrainRequestModel:
+        if self.nodegroup is not None and self.target_type is None:
+            raise ValueError("a node group replacement (nodegroup) needs target_type")
+        return self
 
 
 class StartTask(BaseModel):
@@ -187,15 +198,20 @@ def run_drain_task(workflow: DrainWorkflow, task: AnyDrainTask) -> dict[str, Any
             subclass the adapter raised; the record is unchanged, so the retry runs the same step.
     """
     from rightsizer.services.drain import FINAL_STATUSES, DrainRequest, StepResult
+    from rightsizer.services.replace import ReplaceRequest
     from rightsizer.services.resize import ResizeRequest
 
     try:
         if isinstance(task, StartTask):
             fields = task.request.model_dump()
-            target = fields.pop("target_type")
-            request = (
-                DrainRequest(**fields) if target is None else ResizeRequest(**fields, target_type=target)
-            )
+            target, nodegroup = fields.pop("target_type"), fields.pop("nodegroup")
+            request: DrainRequest
+            if nodegroup is not None:
+                request = ReplaceRequest(**fields, nodegroup=nodegroup, target_type=str(target))
+            elif target is not None:
+                request = ResizeRequest(**fields, target_type=target)
+            else:
+                request = DrainRequest(**fields)
             record = workflow.start(request)
             running = record.status not in FINAL_STATUSES
             nxt = record.step if running else None

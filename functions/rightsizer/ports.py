@@ -401,3 +401,80 @@ class NodeGroupSizer(Protocol):
     def update_sizes(self, cluster: str, nodegroup: str, sizes: GroupSizes) -> NodeGroupUpdate:
         """Set min, desired and max together (``UpdateNodegroupConfig``); no call when they already match."""
         ...
+
+
+# --------------------------------------------------------------------------------------------------
+
+
+class ManagedNodeGroup(NamedTuple):
+    """A managed node group as EKS ``DescribeNodegroup`` describes it, reduced to what a replacement copies.
+
+    ``scaling`` is ``(minSize, desiredSize, maxSize)`` in instances; ``taints`` are EKS taint objects
+    (``{"key", "value", "effect": "NO_SCHEDULE"|...}``); ``launch_template`` is ``{"id", "name",
+    "version"}`` or None; ``health_issues`` the codes of ``health.issues[]``; ``asg_name`` the node group's
+    Auto Scaling group (None while EKS has not created it).
+    """
+
+    name: str
+    status: str
+    instance_types: tuple[str, ...]
+    scaling: tuple[int, int, int]
+    labels: dict[str, str]
+    taints: tuple[dict[str, str], ...]
+    subnets: tuple[str, ...]
+    node_role: str
+    launch_template: dict[str, str] | None
+    capacity_type: str | None
+    ami_type: str | None
+    tags: dict[str, str]
+    asg_name: str | None
+    health_issues: tuple[str, ...] = ()
+    disk_size: int | None = None
+
+
+class NodeGroupReplacer(Protocol):
+    """Creating and deleting managed node groups for a replacement (docs/architecture.md §4).
+
+    Raises (every method):
+        TransientError: throttling, 5xx, a group busy (``ResourceInUseException``).
+        PermanentError: access denied, parameters AWS rejects.
+    """
+
+    def describe_managed(self, cluster: str, nodegroup: str) -> ManagedNodeGroup | None:
+        """The node group (EKS ``DescribeNodegroup``), or None when it does not exist."""
+        ...
+
+    def create_nodegroup(self, cluster: str, spec: ManagedNodeGroup, client_token: str) -> None:
+        """EKS ``CreateNodegroup`` from ``spec`` (status, ASG and health ignored). Idempotent: a group of
+        that name already carrying ``spec.tags`` counts as created.
+
+        Raises:
+            PermanentError: a different group of that name exists (``nodegroup_name_taken``).
+        """
+        ...
+
+    def delete_nodegroup(self, cluster: str, nodegroup: str) -> bool:
+        """EKS ``DeleteNodegroup``; False when the group does not exist (already deleted)."""
+        ...
+
+    def update_sizes(self, cluster: str, nodegroup: str, sizes: GroupSizes) -> NodeGroupUpdate:
+        """EKS ``UpdateNodegroupConfig`` with min, desired and max (see :class:`NodeGroupSizer`)."""
+        ...
+
+
+class LaunchTemplateVersions(Protocol):
+    """EC2 launch template versions, for a replacement whose old group's template pins the instance type.
+
+    Raises (every method):
+        TransientError: throttling, 5xx.
+        PermanentError: no such template version; access denied.
+    """
+
+    def instance_type(self, template_id: str, version: str) -> str | None:
+        """The instance type the version names (EC2 ``DescribeLaunchTemplateVersions``), or None."""
+        ...
+
+    def new_version(self, template_id: str, source_version: str, instance_type: str) -> str:
+        """A new version: ``source_version`` with only ``InstanceType`` changed (EC2
+        ``CreateLaunchTemplateVersion``); returns its version number."""
+        ...

@@ -19,6 +19,7 @@ actions, so they are outside the comparison.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import sys
 from collections.abc import Callable, Iterator, Mapping
@@ -29,6 +30,7 @@ from types import FrameType
 from typing import Any, ClassVar
 
 import botocore.client
+import botocore.exceptions
 import yaml
 
 from tests.unit.test_template import CfnLoader
@@ -40,6 +42,9 @@ REGION = "us-east-1"
 PLATFORM_SIDS = frozenset({"OnFailureDestination"})  # asynchronous invocations' on-failure SQS destination
 #: Actions AWS authorises for every principal (no IAM grant exists or is needed).
 ALWAYS_ALLOWED = frozenset({"sts:GetCallerIdentity"})
+
+#: EKS calls on one node group (its ARN and tags are read before the call: it may be deleted later).
+_NODEGROUP_CALLS = frozenset({"DescribeNodegroup", "UpdateNodegroupConfig", "DeleteNodegroup"})
 
 _TRANSACT = {
     "Put": "PutItem",
@@ -119,6 +124,12 @@ def recording(lookup: Lookup | None = None) -> Iterator[AwsCallRecorder]:
             params = dict(api_params)
             if operation_name == "TerminateInstanceInAutoScalingGroup" and lookup is not None:
                 params["_group"] = lookup.group_of(str(api_params["InstanceId"]))
+            if operation_name in _NODEGROUP_CALLS and lookup is not None:
+                # read before the call: a node group deleted later has no tags to look up afterwards
+                with contextlib.suppress(botocore.exceptions.ClientError):
+                    params["_nodegroup"] = lookup.nodegroup(
+                        str(api_params["clusterName"]), str(api_params["nodegroupName"])
+                    )
             recorder.calls.append(Call(f"{prefix}:{operation_name}", params, owner))
         return original_call(client, operation_name, api_params)
 
@@ -226,12 +237,24 @@ def _eks(call: Call, lookup: Lookup, table: str) -> list[Request]:
     if call.action in ("eks:DescribeCluster", "eks:ListNodegroups"):
         cluster = p.get("name") or p["clusterName"]
         return [Request(call.action, _arn("eks", f"cluster/{cluster}"), {}, call.owner)]
-    arn, tags = lookup.nodegroup(p["clusterName"], p["nodegroupName"])
+    if call.action == "eks:CreateNodegroup":
+        # The cluster is the resource; the new group's tags are request tags; EKS checks iam:PassRole of
+        # the node role for the caller (Service Authorization Reference, Amazon EKS).
+        tags = {f"aws:RequestTag/{k}": v for k, v in (p.get("tags") or {}).items()}
+        return [
+            Request(call.action, _arn("eks", f"cluster/{p['clusterName']}"), tags, call.owner),
+            Request(
+                "iam:PassRole", str(p["nodeRole"]), {"iam:PassedToService": "eks.amazonaws.com"}, call.owner
+            ),
+        ]
+    arn, tags = p.get("_nodegroup") or lookup.nodegroup(p["clusterName"], p["nodegroupName"])
     return [Request(call.action, arn, {f"aws:ResourceTag/{k}": v for k, v in tags.items()}, call.owner)]
 
 
 def _ec2(call: Call, lookup: Lookup, table: str) -> list[Request]:
     p = call.params
+    if call.action == "ec2:CreateLaunchTemplateVersion":
+        return [Request(call.action, _arn("ec2", f"launch-template/{p['LaunchTemplateId']}"), {}, call.owner)]
     if call.action not in ("ec2:StopInstances", "ec2:StartInstances", "ec2:ModifyInstanceAttribute"):
         return [Request(call.action, "*", {}, call.owner)]  # Describe*: no resource-level permissions
     found = []

@@ -1,14 +1,17 @@
-"""EKS managed node groups: the ``NodeGroupSizer`` port (docs/architecture.md §4 "Node group sizing").
+"""EKS managed node groups: the ``NodeGroupSizer`` and ``NodeGroupReplacer`` ports (docs/architecture.md §4
+"Node group sizing", "Node group replacement").
 
 One adapter for the EKS node group capability: listing and describing node groups (tags select groups for
 off-hours, health issues explain a slow restore), setting min/desired/max together through
 ``UpdateNodegroupConfig`` (off-hours only; waits while the group is busy, never retries
 ``InvalidParameterException``), and refusing an in-place instance type change with the blue/green steps
-(BUG-25). Sizes that count are read from the Auto Scaling group
+(BUG-25). For a node group replacement: the old group as a :class:`~rightsizer.ports.ManagedNodeGroup`, and
+``CreateNodegroup`` / ``DeleteNodegroup``. Sizes that count are read from the Auto Scaling group
 (:class:`rightsizer.adapters.autoscaling.AutoScalingGroups`).
 
 IAM actions (:data:`IAM_ACTIONS`): ``eks:ListNodegroups``, ``eks:DescribeNodegroup``,
-``eks:UpdateNodegroupConfig``.
+``eks:UpdateNodegroupConfig``, ``eks:CreateNodegroup`` (EKS checks ``iam:PassRole`` of the node role it
+names), ``eks:DeleteNodegroup``.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Final, NoReturn
 from rightsizer.adapters.aws_errors import ActionRefusedError, aws_errors, error_code
 from rightsizer.domain.errors import ConfigError, PermanentError, StalePlan, TransientError
 from rightsizer.domain.model import GroupSizes
-from rightsizer.ports import NodeGroupInfo, NodeGroupUpdate
+from rightsizer.ports import ManagedNodeGroup, NodeGroupInfo, NodeGroupUpdate
 
 if TYPE_CHECKING:
     from mypy_boto3_eks.client import EKSClient
@@ -28,7 +31,16 @@ if TYPE_CHECKING:
 __all__ = ["EksNodeGroups", "instance_type_change_steps"]
 
 #: The AWS actions this module calls (IAM ``service:Action``); ``tests/integration/test_iam.py`` checks it.
-IAM_ACTIONS: Final = frozenset({"eks:ListNodegroups", "eks:DescribeNodegroup", "eks:UpdateNodegroupConfig"})
+IAM_ACTIONS: Final = frozenset(
+    {
+        "eks:ListNodegroups",
+        "eks:DescribeNodegroup",
+        "eks:UpdateNodegroupConfig",
+        "eks:CreateNodegroup",
+        "iam:PassRole",  # EKS checks it for the node role CreateNodegroup names
+        "eks:DeleteNodegroup",
+    }
+)
 
 # Transitional statuses end by themselves; DEGRADED is not among them because it can last for hours
 # (e.g. AsgInstanceLaunchFailures during a restore, BUG-27) and EKS accepts config updates then.
@@ -71,8 +83,38 @@ def _scaling(nodegroup: Any) -> GroupSizes | None:
         return None  # sizes EKS would never hold (moto keeps anything): unknown, so any update differs
 
 
+def _managed(ng: Any) -> ManagedNodeGroup:
+    config = ng.get("scalingConfig") or {}
+    groups = (ng.get("resources") or {}).get("autoScalingGroups") or []
+    template = ng.get("launchTemplate")
+    issues = (ng.get("health") or {}).get("issues") or []
+    return ManagedNodeGroup(
+        name=str(ng["nodegroupName"]),
+        status=str(ng.get("status", "")),
+        instance_types=tuple(str(t) for t in ng.get("instanceTypes") or ()),
+        scaling=(
+            int(config.get("minSize", 0)),
+            int(config.get("desiredSize", 0)),
+            int(config.get("maxSize", 0)),
+        ),
+        labels={str(k): str(v) for k, v in (ng.get("labels") or {}).items()},
+        taints=tuple(
+            {str(k): str(v) for k, v in taint.items() if v is not None} for taint in ng.get("taints") or ()
+        ),
+        subnets=tuple(str(s) for s in ng.get("subnets") or ()),
+        node_role=str(ng.get("nodeRole", "")),
+        launch_template={str(k): str(v) for k, v in template.items()} if template else None,
+        capacity_type=str(ng["capacityType"]) if ng.get("capacityType") else None,
+        ami_type=str(ng["amiType"]) if ng.get("amiType") else None,
+        tags={str(k): str(v) for k, v in (ng.get("tags") or {}).items()},
+        asg_name=str(groups[0]["name"]) if groups and groups[0].get("name") else None,
+        health_issues=tuple(sorted({str(i["code"]) for i in issues if i.get("code")})),
+        disk_size=int(ng["diskSize"]) if ng.get("diskSize") and not template else None,
+    )
+
+
 class EksNodeGroups:
-    """``NodeGroupSizer`` (``rightsizer.ports``) over EKS managed node groups.
+    """``NodeGroupSizer`` and ``NodeGroupReplacer`` (``rightsizer.ports``) over EKS managed node groups.
 
     Args:
         eks: an EKS client (standard retries), built by the wiring.
@@ -206,6 +248,66 @@ class EksNodeGroups:
             f"in place (UpdateNodegroupConfig has no instanceTypes); to move to {target_type}:\n{steps}",
             reasons=["immutable_instance_type"],
         )
+
+    # ------------------------------------------------------------------------------ NodeGroupReplacer
+
+    def describe_managed(self, cluster: str, nodegroup: str) -> ManagedNodeGroup | None:
+        """The node group as a replacement copies it (EKS ``DescribeNodegroup``); None when it does not exist."""
+        try:
+            return _managed(self._nodegroup(cluster, nodegroup))
+        except StalePlan:
+            return None
+
+    def create_nodegroup(self, cluster: str, spec: ManagedNodeGroup, client_token: str) -> None:
+        """EKS ``CreateNodegroup`` from ``spec``; an existing group carrying ``spec.tags`` is ours (a retried
+        create), as ``clientRequestToken`` makes it on EKS.
+
+        Raises:
+            PermanentError: ``nodegroup_name_taken`` when a group of that name is not ours; AWS refusals.
+        """
+        minimum, desired, maximum = spec.scaling
+        params: dict[str, Any] = {
+            "clusterName": cluster,
+            "nodegroupName": spec.name,
+            "nodeRole": spec.node_role,
+            "subnets": list(spec.subnets),
+            "scalingConfig": {"minSize": minimum, "desiredSize": desired, "maxSize": maximum},
+            "labels": dict(spec.labels),
+            "taints": [dict(t) for t in spec.taints],
+            "tags": dict(spec.tags),
+            "clientRequestToken": client_token,
+        }
+        if spec.instance_types:
+            params["instanceTypes"] = list(spec.instance_types)
+        if spec.launch_template:
+            params["launchTemplate"] = {
+                "id": spec.launch_template["id"],
+                "version": spec.launch_template["version"],
+            }
+        elif spec.disk_size:
+            params["diskSize"] = spec.disk_size
+        if spec.capacity_type:
+            params["capacityType"] = spec.capacity_type
+        if spec.ami_type and not (spec.launch_template and spec.ami_type == "CUSTOM"):
+            params["amiType"] = spec.ami_type
+        try:
+            with aws_errors("CreateNodegroup"):
+                self._eks.create_nodegroup(**params)
+        except (TransientError, PermanentError) as exc:
+            if error_code(exc) != "ResourceInUseException":
+                raise
+            existing = self.describe_managed(cluster, spec.name)
+            if existing is None or any(existing.tags.get(k) != v for k, v in spec.tags.items()):
+                raise PermanentError(f"nodegroup_name_taken:{spec.name}") from exc
+
+    def delete_nodegroup(self, cluster: str, nodegroup: str) -> bool:
+        """EKS ``DeleteNodegroup``; False when it does not exist any more."""
+        try:
+            with aws_errors("DeleteNodegroup"):
+                self._eks.delete_nodegroup(clusterName=cluster, nodegroupName=nodegroup)
+        except StalePlan:
+            return False
+        return True
 
     def _nodegroup(self, cluster: str, nodegroup: str) -> Any:
         with aws_errors("DescribeNodegroup"):

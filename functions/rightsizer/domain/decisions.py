@@ -59,12 +59,15 @@ _CLASS_CODES: Final[Mapping[str, frozenset[str]]] = {
     "protected": PROTECTED_CODES,
 }
 
-ActionTaken = Literal["drain_started", "resize_started", "none"]
+ActionTaken = Literal["drain_started", "resize_started", "replace_started", "none"]
 #: The plan's action kinds the scheduled assessment starts a workflow for, and what the record calls it.
 _STARTED: Final[Mapping[str, ActionTaken]] = {
     "scale_in": "drain_started",
     "resize_instance": "resize_started",
+    "replace_node_group": "replace_started",
 }
+#: The key ``started`` uses for a node group replacement (``rightsizer.services.replace.lease_key``).
+_GROUP_KEY = "nodegroup:{}"
 
 
 class _Out(BaseModel):
@@ -158,6 +161,7 @@ def decision_records(
         skipped: node → why a startable action was not started (e.g. the failure back-off).
     """
     by_node: dict[str, Action] = {}
+    by_group = {a.node_group: a for a in result.actions if a.kind == "replace_node_group" and a.node_group}
     for action in result.actions:
         # An action the assessment starts wins over a recommendation for the same node.
         if action.node is not None and (action.node not in by_node or action.kind in _STARTED):
@@ -166,6 +170,10 @@ def decision_records(
     for report in result.nodes:
         chosen = by_node.get(report.node)
         execution_id = started.get(report.node)
+        if chosen is None and report.node_group in by_group:
+            # every node of a group being replaced shares the group's action and execution
+            chosen = by_group[report.node_group]
+            execution_id = started.get(_GROUP_KEY.format(report.node_group))
         records.append(
             DecisionRecord(
                 cluster=cluster,

@@ -10,8 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rightsizer.domain.verdicts import Verdict
 
-ActionKind = Literal["scale_in", "resize_instance", "scale_node_group", "recommend"]
-EXECUTABLE_KINDS = frozenset({"scale_in", "resize_instance", "scale_node_group"})
+ActionKind = Literal["scale_in", "resize_instance", "replace_node_group", "scale_node_group", "recommend"]
+EXECUTABLE_KINDS = frozenset({"scale_in", "resize_instance", "replace_node_group", "scale_node_group"})
 
 
 def action_id(kind: str, target: str, to: Any) -> str:

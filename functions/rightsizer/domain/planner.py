@@ -31,6 +31,7 @@ from rightsizer.domain.plan import Action, NodeReport, Plan, Savings, UnmappedRe
 from rightsizer.domain.pods import PodClassification, PodContext, classify_pods, wants_node
 from rightsizer.domain.policy import Policy
 from rightsizer.domain.recommend import Recommendation, recommend_for_node
+from rightsizer.domain.replacement import GroupMember, group_replacements
 from rightsizer.domain.usage import CollectedSignals, UnmappedSeries, Window, collect_signals
 from rightsizer.domain.verdicts import order_reasons, verdict_of
 from rightsizer.domain.volumes import VolumeFacts
@@ -306,7 +307,7 @@ def plan(
 
     _apply_group_rules(decisions, snapshot, policy, at)
     actions = _choose(decisions, policy, stale_cordons)
-    return _assemble(snapshot, policy, at, decisions, actions, signals.unmapped)
+    return _assemble(snapshot, policy, at, decisions, actions, signals.unmapped, catalog)
 
 
 def _apply_group_rules(
@@ -410,6 +411,22 @@ def _choose(decisions: list[NodeDecision], policy: Policy, stale: frozenset[str]
     return actions
 
 
+def _group_members(
+    judged: Sequence[tuple[NodeDecision, list[str], str]],
+) -> list[tuple[AsgInfo, list[GroupMember]]]:
+    """The GPU nodes of each managed node group with their verdicts, for ``domain.replacement``."""
+    groups: dict[str, tuple[AsgInfo, list[GroupMember]]] = {}
+    for d, reasons, verdict in judged:
+        if d.group is None or not d.group.nodegroup:
+            continue
+        rec = d.recommendation
+        member = GroupMember(
+            d.node.name, verdict, d.row, rec.demand if rec is not None else None, _reservation(reasons)
+        )
+        groups.setdefault(d.group.name, (d.group, []))[1].append(member)
+    return [groups[name] for name in sorted(groups)]
+
+
 def _assemble(
     snapshot: ClusterSnapshot,
     policy: Policy,
@@ -417,13 +434,25 @@ def _assemble(
     decisions: list[NodeDecision],
     scale_ins: list[Action],
     unmapped: Sequence[UnmappedSeries],
+    catalog: Catalog,
 ) -> Plan:
     reports: list[NodeReport] = []
     actions = list(scale_ins)
+    judged = []
     for d in decisions:
         rec = d.recommendation
         reasons = order_reasons(d.reasons)
-        verdict = verdict_of(reasons, cheaper_shape_fits=rec is not None and rec.cheaper_fits)
+        judged.append(
+            (d, reasons, verdict_of(reasons, cheaper_shape_fits=rec is not None and rec.cheaper_fits))
+        )
+    replacements, replaced = group_replacements(
+        _group_members(judged), catalog, allowed=policy.allow_replace_node_group
+    )
+    actions.extend(replacements)
+    for d, reasons, verdict in judged:
+        rec = d.recommendation
+        if d.node.name in replaced:
+            rec = None  # the group's replace_node_group action covers this node
         if rec is not None and rec.action is not None and verdict in rec.for_verdicts:
             reserved = _reservation(reasons)
             if reserved and rec.action.hourly_savings_usd is not None:

@@ -180,6 +180,25 @@ class Policy(BaseModel):
     resize_allow_instance_store_loss: bool = Field(
         False, description="Allow resizing instance-store types (their local NVMe data is lost on stop)."
     )
+    allow_replace_node_group: bool = Field(
+        False,
+        description="Replace opted-in managed node groups (tag rightsizer.io/enabled=true) with a node group "
+        'of the recommended instance type (docs/architecture.md §4 "Node group replacement").',
+    )
+    replace_ready_timeout: Seconds = Field(
+        1800,
+        gt=0,
+        le=3600,
+        description="Seconds from creating the replacement node group until it must be ACTIVE with every "
+        "node Ready and the new type's GPUs allocatable; past it the replacement rolls back.",
+    )
+    replace_delete_old_after: Seconds | None = Field(
+        None,
+        ge=0,
+        le=1800,
+        description="Delete the old node group this many seconds after its last instance left; null keeps it "
+        "at size 0 (the default).",
+    )
     alert_node_labels: list[str] = Field(
         default_factory=lambda: list(DEFAULT_ALERT_NODE_LABELS),
         description="Alert labels that may carry the node name, first present wins.",

@@ -65,6 +65,9 @@ class Recommendation:
     cheaper_fits: bool
     action: Action | None
     for_verdicts: frozenset[Verdict]
+    #: The observed demand a cheaper instance type was found for (None for MIG, sharing, holders): the
+    #: node group replacement combines its nodes' demands (``domain.replacement``).
+    demand: Demand | None = None
 
 
 def _mig_family(row: InstanceType) -> str | None:
@@ -359,6 +362,7 @@ def recommend_for_node(
                 why_safe=fit.why_safe,
             ),
             frozenset({"underutilized"}),
+            demand,
         )
     sharing = _sharing(row, assessment, policy, hourly)
     if sharing is None:

@@ -28,13 +28,22 @@ from rightsizer.ports import ClusterWriter, WorkflowStarter
 from rightsizer.services.backoff import failure_backoff
 from rightsizer.services.drain import DrainRequest
 from rightsizer.services.healing import heal_expired_leases, heal_stale_cordons, stale_cordons
+from rightsizer.services.replace import KIND as REPLACE_KIND
+from rightsizer.services.replace import ReplaceRequest, lease_key
 from rightsizer.services.resize import ResizeRequest
 from rightsizer.state import PlanHistory, StateStore
 
 log = logging.getLogger(__name__)
 
-#: Action kinds the assessment starts a workflow for (a drain, a resize).
-STARTED_KINDS: Final = ("scale_in", "resize_instance")
+#: Action kinds the assessment starts a workflow for (a drain, a resize, a node group replacement).
+STARTED_KINDS: Final = ("scale_in", "resize_instance", REPLACE_KIND)
+
+
+def _workflow_key(action: Action) -> str | None:
+    """The lease key of the workflow an action starts: the node, or the node group of a replacement."""
+    if action.kind == REPLACE_KIND:
+        return lease_key(action.node_group) if action.node_group else None
+    return action.node
 
 
 class SnoozeReader(Protocol):
@@ -179,7 +188,8 @@ def run_assessment(
     deps: AssessmentDeps, now: datetime, tick_id: str, *, clock: Callable[[], float] = time.monotonic
 ) -> AssessmentSummary:
     """Heal expired leases and stale cordons, plan the cluster at ``now``, start a drain per ``scale_in``
-    action and a resize workflow per ``resize_instance`` action (issue 17).
+    action, a resize workflow per ``resize_instance`` action and a replacement per ``replace_node_group``
+    action (issue 17).
 
     Healing comes first so a node whose drain died (or whose rollback could not uncordon it) is
     uncordoned before it is judged again; the plan never picks a node in flight (our cordon with a live
@@ -200,21 +210,22 @@ def run_assessment(
     stale = stale_cordons(snapshot.nodes, deps.state, now)
     healed += heal_stale_cordons(deps.cluster, deps.state, stale, now)
     # A stale cordon (healed now or not) is no drain in flight: it must not spend the budget of others.
-    snoozed = deps.snoozes.snoozes(now) if deps.snoozes is not None else None
-    result = plan(
-        snapshot,
-        deps.policy,
-        now,
-        node_label=deps.node_label,
-        stale_cordons=frozenset(stale),
-        snoozed=snoozed,
-    )
-    candidates = [a for a in result.actions if a.kind in STARTED_KINDS and a.node is not None]
+    result = plan(snapshot, deps.policy, now, node_label=deps.node_label, stale_cordons=frozenset(stale))
+    candidates = [a for a in result.actions if a.kind in STARTED_KINDS and _workflow_key(a) is not None]
     backed_off = failure_backoff(
-        deps.state, [str(a.node) for a in candidates], now, deps.policy.drain_failure_backoff
+        deps.state, [str(_workflow_key(a)) for a in candidates], now, deps.policy.drain_failure_backoff
     )
     requests = [
-        ResizeRequest(
+        ReplaceRequest(
+            lease_key(str(action.node_group)),
+            drain_execution_id(deps.cluster_name, tick_id, action),
+            "schedule",
+            action.hourly_savings_usd,
+            nodegroup=str(action.node_group),
+            target_type=str(action.to),
+        )
+        if action.kind == REPLACE_KIND
+        else ResizeRequest(
             str(action.node),
             drain_execution_id(deps.cluster_name, tick_id, action),
             "schedule",
@@ -229,7 +240,7 @@ def run_assessment(
             action.hourly_savings_usd,
         )
         for action in candidates
-        if str(action.node) not in backed_off
+        if str(_workflow_key(action)) not in backed_off
     ]
     for node, why in backed_off.items():
         log.info("assessment: not draining %s: %s", node, why)

@@ -199,6 +199,11 @@ class DrainWorkflow:
         """Whether a fresh report still allows this workflow to go on (a hook: resize judges differently)."""
         return is_candidate(report, record.execution_id, offhours=bool(record.details.get("offhours")))
 
+    def _slot_floor(self, record: WorkflowRecord, min_size: int) -> int:
+        """The group size the budget slot may not take the group below (a hook: off-hours and a node group
+        replacement take their groups to 0)."""
+        return 0 if record.details.get("offhours") else min_size
+
     def _after_drain(self, record: WorkflowRecord) -> str:
         """The step that follows a drained node (a hook: resize stops the instance instead)."""
         return "remove"
@@ -400,7 +405,7 @@ class DrainWorkflow:
         if node.spec.unschedulable and node.metadata.annotations.get(ANN_CORDONED_BY) != record.execution_id:
             return self._end(record, "abandoned", "cordoned_by_other", step="validate")
         report = deps.assessor.assess_node(record.node, now)
-        ok, blocking = is_candidate(report, record.execution_id, offhours=offhours)
+        ok, blocking = self._still_candidate(record, report)
         if not ok:
             return self._end(record, "abandoned", "not_a_candidate:" + ",".join(blocking), step="validate")
         if node.instance_id is None:
@@ -424,7 +429,7 @@ class DrainWorkflow:
             max_per_run=10**6 if offhours else policy.max_nodes_per_run,
             max_per_group=1 if offhours else policy.node_group_budget(desired),
             desired=desired,
-            min_size=0 if offhours else min_size,
+            min_size=self._slot_floor(record, min_size),
         )
         if not hasattr(slot, "taken_at"):
             return self._end(

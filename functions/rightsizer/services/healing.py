@@ -13,8 +13,9 @@ from datetime import datetime
 
 from rightsizer.domain.errors import RightsizerError
 from rightsizer.domain.model import ANN_CORDONED_BY, Node
+from rightsizer.domain.names import dns1123_subdomain_problem
 from rightsizer.ports import ClusterWriter
-from rightsizer.state import LedgerEntry, StateStore
+from rightsizer.state import LedgerEntry, StateStore, WorkflowRecord
 
 log = logging.getLogger(__name__)
 
@@ -23,11 +24,14 @@ __all__ = ["heal_expired_leases", "heal_stale_cordons", "stale_cordons"]
 
 def heal_expired_leases(cluster: ClusterWriter, state: StateStore, now: datetime) -> list[str]:
     """Uncordon nodes whose drain lease expired (the workflow died): only nodes carrying our annotation
-    with the lease owner's execution id. Emits ``RolledBack`` (``lease_expired``); returns healed nodes."""
+    with the lease owner's execution id. Emits ``RolledBack`` (``lease_expired``); returns healed nodes.
+    A lease that names no Node (a node group replacement's ``nodegroup:<name>``) is only released: the
+    nodes its drains cordoned are healed by :func:`heal_stale_cordons`."""
     healed = []
     for lease in state.expired(now):
         try:
-            if cluster.uncordon(lease.node, lease.owner):
+            is_node = dns1123_subdomain_problem(lease.node) is None
+            if is_node and cluster.uncordon(lease.node, lease.owner):
                 cluster.emit_event(
                     lease.node, "RolledBack", "rightsizer rolled back: lease_expired", warning=True
                 )
@@ -59,6 +63,21 @@ def stale_cordons(nodes: Sequence[Node], state: StateStore, now: datetime) -> di
     return stale
 
 
+def _orphaned(record: WorkflowRecord, state: StateStore, now: datetime) -> bool:
+    """A node drained for a node group replacement (it stays cordoned until its group scales to 0) whose
+    replacement died: the parent record still runs but no live lease of it is held."""
+    parent_id = record.details.get("parent")
+    if not parent_id:
+        return False
+    parent = state.load(str(parent_id))
+    if parent is None:
+        return True
+    if parent.status != "running":
+        return False
+    lease = state.get(parent.node)
+    return lease is None or lease.owner != parent.execution_id or lease.expired(now)
+
+
 def heal_stale_cordons(
     cluster: ClusterWriter, state: StateStore, stale: dict[str, str], now: datetime
 ) -> list[str]:
@@ -72,7 +91,7 @@ def heal_stale_cordons(
     healed = []
     for node, owner in sorted(stale.items()):
         record = state.load(owner)
-        if record is not None and record.status == "succeeded":
+        if record is not None and record.status == "succeeded" and not _orphaned(record, state, now):
             continue  # the instance is gone; its Node lingers until the cloud controller deletes it
         # A running record without a live lease is a dead workflow too (the lease healer's case).
         why = f"workflow {owner} is {record.status if record is not None else 'unknown'}"

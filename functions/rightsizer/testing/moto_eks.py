@@ -42,6 +42,7 @@ __all__ = [
     "MotoServer",
     "NodeGroupReconciler",
     "NodeGroupSpec",
+    "add_nodegroup",
     "build_cluster",
     "inject_error_once",
     "launch_standalone",
@@ -203,6 +204,9 @@ class NodeGroupSpec:
     labels: Mapping[str, str] = field(default_factory=dict)
     #: Tag the node group and its ASG ``rightsizer.io/enabled=true`` (False: a system group nobody opted in).
     opted_in: bool = True
+    #: Create the node group from a launch template that pins the instance type (no ``instanceTypes``).
+    pinned_template: bool = False
+    taints: tuple[Mapping[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -262,7 +266,7 @@ def build_cluster(
     Calls EC2 CreateVpc/CreateSubnet/CreateLaunchTemplate, EKS CreateCluster/CreateNodegroup and Auto
     Scaling CreateAutoScalingGroup.
     """
-    ec2, eks, asg = clients.ec2, clients.eks, clients.autoscaling
+    ec2, eks = clients.ec2, clients.eks
     vpc_id = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
     subnet_ids = tuple(
         ec2.create_subnet(VpcId=vpc_id, CidrBlock=f"10.0.{i}.0/24", AvailabilityZone=f"{region}{zone}")[
@@ -273,53 +277,72 @@ def build_cluster(
     eks.create_cluster(
         name=cluster, roleArn=_CLUSTER_ROLE, resourcesVpcConfig={"subnetIds": list(subnet_ids)}
     )
-    built: dict[str, BuiltNodeGroup] = {}
-    for spec in nodegroups:
-        ng = eks.create_nodegroup(
-            clusterName=cluster,
-            nodegroupName=spec.name,
-            nodeRole=_NODE_ROLE,
-            subnets=list(subnet_ids),
-            instanceTypes=[spec.instance_type],
-            scalingConfig={"minSize": spec.min_size, "desiredSize": spec.desired, "maxSize": spec.max_size},
-            labels=dict(spec.labels),
-            tags={TAG_ENABLED: "true"} if spec.opted_in else {},
-        )["nodegroup"]
-        asg_name = ng["resources"]["autoScalingGroups"][0]["name"]
-        template = ec2.create_launch_template(
-            LaunchTemplateName=f"eks-{cluster}-{spec.name}",
-            LaunchTemplateData={
-                "ImageId": _image_for(clients, spec.instance_type),
-                "InstanceType": cast("InstanceTypeType", spec.instance_type),
-            },
-        )["LaunchTemplate"]
-        tags = {
-            "eks:nodegroup-name": spec.name,
-            "eks:cluster-name": cluster,
-            f"kubernetes.io/cluster/{cluster}": "owned",
-        }
-        if spec.opted_in:
-            tags[TAG_ENABLED] = "true"
-        asg.create_auto_scaling_group(
-            AutoScalingGroupName=asg_name,
-            LaunchTemplate={"LaunchTemplateId": template["LaunchTemplateId"], "Version": "$Latest"},
-            MinSize=spec.min_size,
-            MaxSize=spec.max_size,
-            DesiredCapacity=spec.desired,
-            VPCZoneIdentifier=",".join(subnet_ids),
-            Tags=[{"Key": k, "Value": v, "PropagateAtLaunch": True} for k, v in tags.items()],
-        )
-        group = asg.describe_auto_scaling_groups(AutoScalingGroupNames=[asg_name])["AutoScalingGroups"][0]
-        instance_ids = tuple(i["InstanceId"] for i in group.get("Instances", []))
-        for instance_id in instance_ids:
-            seed_instance(instance_id, region=region, ena_support=True)
-        built[spec.name] = BuiltNodeGroup(
-            name=spec.name,
-            asg_name=asg_name,
-            launch_template_id=template["LaunchTemplateId"],
-            instance_ids=instance_ids,
-        )
+    built = {
+        spec.name: add_nodegroup(clients, cluster, subnet_ids, spec, region=region) for spec in nodegroups
+    }
     return BuiltCluster(cluster, region, vpc_id, subnet_ids, built)
+
+
+def add_nodegroup(
+    clients: AwsClients,
+    cluster: str,
+    subnet_ids: Sequence[str],
+    spec: NodeGroupSpec,
+    *,
+    region: str = "us-east-1",
+) -> BuiltNodeGroup:
+    """Create one managed node group of ``spec`` in ``cluster`` with its ASG (see :func:`build_cluster`)."""
+    ec2, eks, asg = clients.ec2, clients.eks, clients.autoscaling
+    template = ec2.create_launch_template(
+        LaunchTemplateName=f"eks-{cluster}-{spec.name}",
+        LaunchTemplateData={
+            "ImageId": _image_for(clients, spec.instance_type),
+            "InstanceType": cast("InstanceTypeType", spec.instance_type),
+        },
+    )["LaunchTemplate"]
+    shape: dict[str, Any] = (
+        {"launchTemplate": {"id": template["LaunchTemplateId"], "version": "1"}}
+        if spec.pinned_template
+        else {"instanceTypes": [spec.instance_type]}
+    )
+    ng = eks.create_nodegroup(
+        clusterName=cluster,
+        nodegroupName=spec.name,
+        nodeRole=_NODE_ROLE,
+        subnets=list(subnet_ids),
+        scalingConfig={"minSize": spec.min_size, "desiredSize": spec.desired, "maxSize": spec.max_size},
+        labels=dict(spec.labels),
+        taints=[dict(t) for t in spec.taints],  # type: ignore[misc]
+        tags={TAG_ENABLED: "true"} if spec.opted_in else {},
+        **shape,
+    )["nodegroup"]
+    asg_name = ng["resources"]["autoScalingGroups"][0]["name"]
+    tags = {
+        "eks:nodegroup-name": spec.name,
+        "eks:cluster-name": cluster,
+        f"kubernetes.io/cluster/{cluster}": "owned",
+    }
+    if spec.opted_in:
+        tags[TAG_ENABLED] = "true"
+    asg.create_auto_scaling_group(
+        AutoScalingGroupName=asg_name,
+        LaunchTemplate={"LaunchTemplateId": template["LaunchTemplateId"], "Version": "$Latest"},
+        MinSize=spec.min_size,
+        MaxSize=spec.max_size,
+        DesiredCapacity=spec.desired,
+        VPCZoneIdentifier=",".join(subnet_ids),
+        Tags=[{"Key": k, "Value": v, "PropagateAtLaunch": True} for k, v in tags.items()],
+    )
+    group = asg.describe_auto_scaling_groups(AutoScalingGroupNames=[asg_name])["AutoScalingGroups"][0]
+    instance_ids = tuple(i["InstanceId"] for i in group.get("Instances", []))
+    for instance_id in instance_ids:
+        seed_instance(instance_id, region=region, ena_support=True)
+    return BuiltNodeGroup(
+        name=spec.name,
+        asg_name=asg_name,
+        launch_template_id=template["LaunchTemplateId"],
+        instance_ids=instance_ids,
+    )
 
 
 def launch_standalone(
@@ -347,6 +370,17 @@ def launch_standalone(
     return instance_id
 
 
+def _set_nodegroup_status(
+    cluster: str, nodegroup: str, status: str, code: str, message: str, *, region: str = "us-east-1"
+) -> None:
+    """Set a node group's status and one health issue on the in-process moto backend (no API sets them)."""
+    from moto.eks.models import eks_backends
+
+    group = eks_backends[ACCOUNT_ID][region].clusters[cluster].nodegroups[nodegroup]
+    group.status = status
+    group.health = {"issues": [{"code": code, "message": message, "resourceIds": []}]}
+
+
 # --------------------------------------------------------------------------------------------------
 # Reconciler
 # --------------------------------------------------------------------------------------------------
@@ -372,12 +406,22 @@ class NodeGroupReconciler:
     as an UpdateNodegroupConfig does on EKS.
     """
 
-    def __init__(self, clients: AwsClients, cluster: str, *, region: str = "us-east-1") -> None:
-        """Args: clients on the moto server; cluster name; region (for seeding new instances)."""
+    def __init__(
+        self,
+        clients: AwsClients,
+        cluster: str,
+        *,
+        region: str = "us-east-1",
+        no_capacity: frozenset[str] = frozenset(),
+    ) -> None:
+        """Args: clients on the moto server; cluster name; region (for seeding new instances);
+        ``no_capacity``: instance types a new node group cannot launch (it ends ``CREATE_FAILED``)."""
         self._clients = clients
         self._cluster = cluster
         self._region = region
+        self.no_capacity = no_capacity
         self._seen: dict[str, tuple[_Sizes, _Sizes]] = {}
+        self._asg_of: dict[str, str] = {}
         self._lock = threading.Lock()
         self._worker = Periodic(self.reconcile, "moto-nodegroup-reconciler")
         #: Exceptions raised by background passes; kept so a test can assert none happened.
@@ -387,12 +431,24 @@ class NodeGroupReconciler:
         """Run one pass over every node group of the cluster (idempotent)."""
         with self._lock:
             eks, asg = self._clients.eks, self._clients.autoscaling
-            for name in eks.list_nodegroups(clusterName=self._cluster)["nodegroups"]:
-                ng = eks.describe_nodegroup(clusterName=self._cluster, nodegroupName=name)["nodegroup"]
+            names = eks.list_nodegroups(clusterName=self._cluster)["nodegroups"]
+            for gone in sorted(set(self._asg_of) - set(names)):
+                # DeleteNodegroup: EKS deletes the group's ASG with its instances.
+                asg.delete_auto_scaling_group(AutoScalingGroupName=self._asg_of.pop(gone), ForceDelete=True)
+                self._seen.pop(gone, None)
+            for name in names:
+                try:
+                    ng = eks.describe_nodegroup(clusterName=self._cluster, nodegroupName=name)["nodegroup"]
+                except eks.exceptions.ResourceNotFoundException:
+                    continue  # deleted between the list and the describe
                 groups = ng.get("resources", {}).get("autoScalingGroups", [])
                 answer = asg.describe_auto_scaling_groups(AutoScalingGroupNames=[g["name"] for g in groups])
+                if not answer["AutoScalingGroups"] and groups and ng.get("status") == "ACTIVE":
+                    self._create_asg(ng, str(groups[0]["name"]))
+                    answer = asg.describe_auto_scaling_groups(AutoScalingGroupNames=[str(groups[0]["name"])])
                 if not answer["AutoScalingGroups"]:
                     continue
+                self._asg_of[name] = str(answer["AutoScalingGroups"][0]["AutoScalingGroupName"])
                 group = answer["AutoScalingGroups"][0]
                 config = ng.get("scalingConfig", {})
                 ng_sizes = _Sizes(config["minSize"], config["desiredSize"], config["maxSize"])
@@ -414,6 +470,56 @@ class NodeGroupReconciler:
                         )
                         ng_sizes = asg_sizes
                 self._seen[name] = (ng_sizes, asg_sizes)
+
+    def _create_asg(self, ng: Mapping[str, Any], asg_name: str) -> None:
+        """What EKS does for a new node group: an ASG under the reported name from a copy of the group's
+        launch template with its instance type, tagged like the groups :func:`build_cluster` makes. A type
+        in ``no_capacity`` launches nothing: the node group goes ``CREATE_FAILED`` with
+        ``AsgInstanceLaunchFailures``, as EKS reports an InsufficientInstanceCapacity launch."""
+        ec2 = self._clients.ec2
+        instance_type = next(iter(ng.get("instanceTypes") or []), None)
+        template = ng.get("launchTemplate")
+        if template:
+            # The template's type wins (moto reports a default instanceTypes even beside a template).
+            data = ec2.describe_launch_template_versions(
+                LaunchTemplateId=str(template["id"]), Versions=[str(template["version"])]
+            )["LaunchTemplateVersions"][0]["LaunchTemplateData"]
+            instance_type = data.get("InstanceType") or instance_type
+        assert instance_type, f"node group {ng['nodegroupName']} names no instance type"
+        if instance_type in self.no_capacity:
+            _set_nodegroup_status(
+                self._cluster, str(ng["nodegroupName"]), "CREATE_FAILED", "AsgInstanceLaunchFailures",
+                f"Could not launch On-Demand Instances. InsufficientInstanceCapacity - {instance_type}",
+                region=self._region,
+            )  # fmt: skip
+            return
+        copy = ec2.create_launch_template(
+            LaunchTemplateName=f"eks-{self._cluster}-{ng['nodegroupName']}-copy",
+            LaunchTemplateData={
+                "ImageId": _image_for(self._clients, str(instance_type)),
+                "InstanceType": cast("InstanceTypeType", instance_type),
+            },
+        )["LaunchTemplate"]
+        config = ng["scalingConfig"]
+        tags = {
+            "eks:nodegroup-name": str(ng["nodegroupName"]),
+            "eks:cluster-name": self._cluster,
+            f"kubernetes.io/cluster/{self._cluster}": "owned",
+        }
+        if (ng.get("tags") or {}).get(TAG_ENABLED) == "true":
+            tags[TAG_ENABLED] = "true"
+        self._clients.autoscaling.create_auto_scaling_group(
+            AutoScalingGroupName=asg_name,
+            LaunchTemplate={"LaunchTemplateId": copy["LaunchTemplateId"], "Version": "$Latest"},
+            MinSize=config["minSize"],
+            MaxSize=config["maxSize"],
+            DesiredCapacity=config["desiredSize"],
+            VPCZoneIdentifier=",".join(ng["subnets"]),
+            Tags=[{"Key": k, "Value": v, "PropagateAtLaunch": True} for k, v in tags.items()],
+        )
+        group = self._clients.autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[asg_name])
+        for instance in group["AutoScalingGroups"][0].get("Instances", []):
+            seed_instance(instance["InstanceId"], region=self._region, ena_support=True)
 
     def _to_asg(self, asg_name: str, sizes: _Sizes) -> None:
         asg = self._clients.autoscaling

@@ -107,10 +107,14 @@ class NodeLifecycleSyncer:
         self._worker = Periodic(self.sync, "demo-node-lifecycle")
         #: Exceptions raised by background passes (a test can assert none happened).
         self.errors = self._worker.errors
+        #: Called at the start of each pass with the known templates: node groups that appeared since.
+        self.discover: Callable[[Mapping[str, GroupTemplate]], Sequence[GroupTemplate]] | None = None
 
     def sync(self) -> SyncChanges:
         """One pass (see the class docstring); idempotent."""
         with self._lock:
+            for found in self.discover(self._templates) if self.discover is not None else ():
+                self._templates.setdefault(found.nodegroup, found)
             members = self._members()
             nodes = {_instance_id(n): n for n in self._double.list_nodes() if _instance_id(n)}
             details = self._describe(sorted(set(nodes) | {i for m in members.values() for i in m}))
@@ -197,14 +201,40 @@ class NodeLifecycleSyncer:
             candidate = f"{prefix}.{self._rng.randint(4, 254)}"
         return candidate
 
-    def _add_node(self, template: GroupTemplate, detail: Mapping[str, Any]) -> str:
+    def add_template(self, template: GroupTemplate) -> None:
+        """Follow one more node group (its instances become Nodes cloned from ``template``)."""
+        with self._lock:
+            self._templates[template.nodegroup] = template
+
+    def register(
+        self,
+        template: GroupTemplate,
+        detail: Mapping[str, Any],
+        *,
+        born: float,
+        pod_renames: Mapping[str, str],
+    ) -> str:
+        """Add the Node of instance ``detail`` now, as if it had joined at ``born`` (epoch s), with the
+        template's series from then on (workload pods renamed per ``pod_renames``); returns its name."""
+        with self._lock:
+            self._asg_of[str(detail["InstanceId"])] = template.asg_name
+            return self._add_node(template, detail, born=born, pod_renames=pod_renames)
+
+    def _add_node(
+        self,
+        template: GroupTemplate,
+        detail: Mapping[str, Any],
+        *,
+        born: float | None = None,
+        pod_renames: Mapping[str, str] | None = None,
+    ) -> str:
         instance_id = str(detail["InstanceId"])
         zone = str(detail.get("Placement", {}).get("AvailabilityZone", "us-east-1a"))
         ip = str(detail.get("PrivateIpAddress") or "")
         subnet_prefix = ip.rpartition(".")[0] or "10.0.1"
         ip = self._free_ip(ip, subnet_prefix)
         name = f"ip-{ip.replace('.', '-')}.ec2.internal"
-        now = self._clock()
+        now = self._clock() if born is None else born
         node = _new_node_object(template.node, name, ip, zone, instance_id, now, self._rng)
         self._double.add_node(node)
         exporter_name = exporter_ip = None
@@ -240,6 +270,7 @@ class NodeLifecycleSyncer:
                 exporter_pod=exporter_name,
                 exporter_ip=exporter_ip,
                 template_exporter_pod=template.exporter_pod,
+                pod_renames=pod_renames,
             )
         return name
 

@@ -345,6 +345,7 @@ class SnapshotMetrics:
         exporter_pod: str,
         exporter_ip: str,
         template_exporter_pod: str | None = None,
+        pod_renames: Mapping[str, str] | None = None,
     ) -> int:
         """Give ``node`` (created at ``since``, epoch s) the series of ``template``, relabelled.
 
@@ -370,6 +371,8 @@ class SnapshotMetrics:
                     labels["Hostname"] = exporter_pod
                 if template_exporter_pod and labels.get("pod") == template_exporter_pod:
                     labels["pod"] = exporter_pod
+                elif labels.get("pod") in (pod_renames or {}):
+                    labels["pod"] = (pod_renames or {})[labels["pod"]]  # a workload pod cloned with the node
                 if "UUID" in labels:
                     old = labels["UUID"]
                     if old not in uuids:

@@ -26,7 +26,9 @@ from rightsizer.ports import (
     ClusterReader,
     ClusterWriter,
     InstanceTypeChanger,
+    LaunchTemplateVersions,
     NodeGroupInventory,
+    NodeGroupReplacer,
     NodeGroupSizer,
     NodeScaler,
     WorkflowStarter,
@@ -416,6 +418,21 @@ def build_instance_type_changer(config: Config) -> InstanceTypeChanger:
     from rightsizer.adapters.ec2_resize import Ec2Resizer
 
     return Ec2Resizer(_aws_client(config, "ec2"), _aws_client(config, "autoscaling"))
+
+
+def build_nodegroup_replacer(config: Config) -> NodeGroupReplacer:
+    """The EKS calls of a node group replacement (``rightsizer.adapters.eks_nodegroups.EksNodeGroups``); a
+    group busy updating is retried by the workflow's step, not waited for inside one invocation."""
+    from rightsizer.adapters.eks_nodegroups import EksNodeGroups
+
+    return EksNodeGroups(_aws_client(config, "eks"), max_attempts=2, delay_s=5.0)
+
+
+def build_launch_templates(config: Config) -> LaunchTemplateVersions:
+    """EC2 launch template versions of a node group replacement (``rightsizer.adapters.launch_templates``)."""
+    from rightsizer.adapters.launch_templates import LaunchTemplates
+
+    return LaunchTemplates(_aws_client(config, "ec2"))
 
 
 def build_node_scaler(config: Config) -> NodeScaler:

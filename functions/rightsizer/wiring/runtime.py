@@ -29,7 +29,9 @@ from rightsizer.ports import (
     ClusterReader,
     ClusterWriter,
     InstanceTypeChanger,
+    LaunchTemplateVersions,
     NodeGroupInventory,
+    NodeGroupReplacer,
     NodeGroupSizer,
     NodeScaler,
     WorkflowStarter,
@@ -44,6 +46,7 @@ from rightsizer.wiring.settings import (
 )
 
 if TYPE_CHECKING:
+    from rightsizer.domain.plan import Plan
     from rightsizer.ports import MetricsRangeReader
     from rightsizer.services.approval import ApprovalDesk, ApprovalGate
     from rightsizer.services.assess import AssessmentDeps
@@ -292,19 +295,47 @@ class Runtime:
         """The EC2 calls of a standalone instance's type change (the resize workflow)."""
         return parts.build_instance_type_changer(self._config)
 
+    @functools.cached_property
+    def nodegroup_replacer(self) -> NodeGroupReplacer:
+        """The EKS calls of a managed node group replacement."""
+        return parts.build_nodegroup_replacer(self._config)
+
+    @functools.cached_property
+    def launch_templates(self) -> LaunchTemplateVersions:
+        """The EC2 launch template calls of a managed node group replacement."""
+        return parts.build_launch_templates(self._config)
+
     def drain_workflow(self) -> DrainWorkflow:
-        """The drain workflow — drains, and resizes of opted-in standalone instances — (one per call, around
-        the current policy)."""
-        from rightsizer.services.resize import ResizeWorkflow
+        """The drain workflow — drains, resizes of opted-in standalone instances and replacements of opted-in
+        managed node groups — (one per call, around the current policy)."""
+        from rightsizer.domain.planner import plan
+        from rightsizer.services.replace import ReplaceWorkflow
 
-        return ResizeWorkflow(self.drain_deps(), self.instance_type_changer)
+        deps = self.drain_deps()
+        node_label = self._config.prometheus.node_label
 
-    def runner(self, *, background: bool | None = None) -> InProcessRunner:
-        """An in-process drain starter (``serve`` runs drains in background threads)."""
+        def fresh_plan(at: datetime) -> Plan:
+            return plan(self.observe_fresh(at), deps.policy, at, node_label=node_label)
+
+        return ReplaceWorkflow(
+            deps, self.instance_type_changer, self.nodegroup_replacer, self.launch_templates, fresh_plan
+        )
+
+    def runner(self, *, background: bool | None = None, max_wait_s: float | None = None) -> InProcessRunner:
+        """An in-process drain starter (``serve`` runs drains in background threads); ``max_wait_s`` caps each
+        wait between steps (the demo polls its loopback servers faster; every step is idempotent)."""
+        import time
+
         from rightsizer.services.runner import InProcessRunner
 
         background = self.mode == "serve" if background is None else background
-        return InProcessRunner(self.drain_workflow(), background=background, progress=self._progress)
+
+        def sleep(seconds: float) -> None:
+            time.sleep(seconds if max_wait_s is None else min(seconds, max_wait_s))
+
+        return InProcessRunner(
+            self.drain_workflow(), background=background, progress=self._progress, sleep=sleep
+        )
 
     def starter(self) -> WorkflowStarter:
         """How drains start in this mode: the Step Functions state machine (``lambda``), else in process.

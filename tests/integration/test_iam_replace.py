@@ -1,0 +1,119 @@
+"""IAM of the node group replacement (issue 17) = what its code calls, both ways (the rules of test_iam).
+
+The replacement runs through the drain function's handler (``functions/drain/app.py``, one invocation per
+state of ``drain.asl.json``) on moto and the Kubernetes double, with a launch template that pins the
+instance type and ``replace_delete_old_after`` set, so every call it can make is made. Every AWS call is
+recorded with the module that made it; with ``NodeGroupReplacementNodeRoleArn`` set to the old group's
+node role the ``DrainRole`` must allow each call, every module must declare its calls in ``IAM_ACTIONS``, and
+every grant of the replacement statements must have allowed a call. Without the parameter the role holds
+none of them (``test_iam`` proves that role exact for the drain itself).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from dataclasses import asdict
+
+import boto3
+import pytest
+
+from rightsizer.adapters.aws import AwsClients
+from rightsizer.handler_support import use_drain_workflow
+from rightsizer.testing.moto_eks import MotoServer
+from tests.builders import AT
+from tests.integration.test_replace_nodegroup_moto import EXECUTION, NudgingClock, World, make_world
+from tests.integration.test_statemachine import AslInterpreter, LambdaContext, drain_handler, load_asl
+from tests.support.iam import (
+    ALWAYS_ALLOWED,
+    Lookup,
+    Resolver,
+    RolePolicy,
+    load_template,
+    recording,
+    requests_of,
+)
+
+pytest_plugins = ["tests.support.moto_fixtures"]
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+TABLE = "rightsizer-state"
+NODE_ROLE = "arn:aws:iam::123456789012:role/eks-node"  # the role tests' node groups use (moto_eks)
+REPLACE_SIDS = (
+    "ReplaceCreateOptedInNodegroups",
+    "ReplaceOptedInNodegroups",
+    "ReplacePassNodeRole",
+    "ReplaceLaunchTemplateVersions",
+    "ReplaceReadLaunchTemplates",
+)
+
+
+def drain_role(cluster: str, role_arn: str) -> RolePolicy:
+    resolver = Resolver(
+        load_template(),
+        {"ClusterName": cluster, "NodeGroupReplacementNodeRoleArn": role_arn},
+        refs={
+            "StateTable": TABLE,
+            "DrainStateMachine": "arn:aws:states:us-east-1:123456789012:stateMachine:rightsizer-drain",
+            "WebhookTokenSecret": "arn:aws:secretsmanager:none",
+            "ObservePolicy": "ObservePolicy",
+            "StartDrainPolicy": "StartDrainPolicy",
+        },
+        attrs={"StateTable.Arn": f"arn:aws:dynamodb:us-east-1:123456789012:table/{TABLE}"},
+    )
+    return RolePolicy(resolver, "DrainRole")
+
+
+@pytest.fixture
+def world(aws_clients: AwsClients) -> Iterator[World]:
+    yield from make_world(aws_clients)
+
+
+def test_the_drain_role_holds_exactly_what_a_node_group_replacement_calls(
+    world: World, moto_server: MotoServer, boto_session: boto3.session.Session
+) -> None:
+    world.clock = NudgingClock(AT)
+    groups = world.observed.groups()
+    world.observed.groups = lambda: groups  # type: ignore[method-assign]  # the test's reads are not the function's
+    workflow = world.workflow(replace_delete_old_after=60)
+    handler, context = drain_handler(), LambdaContext()
+    lookup = Lookup(boto_session, moto_server.endpoint_url)
+    use_drain_workflow(workflow)
+    try:
+        with recording(lookup) as recorder:
+            interpreter = AslInterpreter(
+                load_asl(), lambda _arn, payload: handler(payload, context), world.clock
+            )
+            run = interpreter.run(asdict(world.request()), EXECUTION)
+    finally:
+        use_drain_workflow(None)
+    assert run.status == "SUCCEEDED", (run.error, run.cause)
+
+    policy = drain_role("prod-eks", NODE_ROLE)
+    undeclared, missing, used = set(), [], set()
+    for call in recorder.calls:
+        for request in requests_of(call, lookup, table=TABLE):
+            if request.action not in getattr(sys.modules[call.owner], "IAM_ACTIONS", ()):
+                undeclared.add((call.owner, request.action))
+            if request.action in ALWAYS_ALLOWED:
+                continue
+            allowing = policy.allowing(request)
+            if not allowing:
+                missing.append((request.action, request.resource, dict(request.context), request.owner))
+            used |= {(s.where, a) for s, a in allowing}
+    assert not undeclared, f"modules call actions they do not declare in IAM_ACTIONS: {sorted(undeclared)}"
+    assert not missing, f"denied by template.yaml: {missing}"
+    replacement = {(w, a) for w, a in policy.grants() if w.rpartition("/")[2] in REPLACE_SIDS}
+    assert {w.rpartition("/")[2] for w, _ in replacement} == set(REPLACE_SIDS)
+    assert not replacement - used, f"replacement grants never used: {sorted(replacement - used)}"
+
+
+def test_without_the_node_role_the_drain_role_cannot_replace_node_groups() -> None:
+    policy = drain_role("prod-eks", "")
+    held = {w.rpartition("/")[2] for w, _ in policy.grants()}
+    assert held.isdisjoint(REPLACE_SIDS), held
+    assert not {a for _, a in policy.grants()} & {
+        "eks:CreateNodegroup",
+        "eks:DeleteNodegroup",
+        "iam:PassRole",
+    }
