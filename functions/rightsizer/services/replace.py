@@ -514,9 +514,9 @@ class ReplaceWorkflow(ResizeWorkflow):
             return None
         try:
             return self.step(child_id)
-        except (
-            RightsizerError
-        ) as exc:  # a transient failure: the child's record is unchanged, retried next poll
+        except RightsizerError as exc:
+            # A transient failure (the step maps the others to a rollback): the record is unchanged and
+            # the child's step is tried again at the parent's next poll.
             log.info("child drain %s: %s; retrying", child_id, exc)
             return StepResult(child_id, child.step, child.step, "running", POLL_S, str(exc))
 
