@@ -90,7 +90,10 @@ def test_one_record_per_node_in_plan_order_with_its_verdict_and_reasons() -> Non
         ("busy-1", "busy: activity_above_threshold:gpu0:87%"),
         ("pdb-1", "protected: pdb_blocks:default/web"),
         ("stale-1", "unknown: stale_metrics:600s"),
-        ("big-1", "recommend is a recommendation: the assessment starts only scale_in and resize_instance"),
+        (
+            "big-1",
+            "recommend is a recommendation: the assessment starts only scale_in, resize_instance and replace_node_group",
+        ),
         ("idle-2", "backoff-reason"),
     ],
 )

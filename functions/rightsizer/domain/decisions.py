@@ -137,7 +137,8 @@ def _why_not(report: NodeReport, action: Action | None, skipped: str | None) -> 
     if skipped is not None:
         return skipped
     if action is not None and action.kind not in _STARTED:
-        return f"{action.kind} is a recommendation: the assessment starts only {' and '.join(_STARTED)}"
+        kinds = list(_STARTED)
+        return f"{action.kind} is a recommendation: the assessment starts only {', '.join(kinds[:-1])} and {kinds[-1]}"
     codes = _CLASS_CODES.get(report.verdict)
     blocking = [r for r in report.reasons if codes is not None and code_of(r) in codes]
     if blocking:
