@@ -319,7 +319,9 @@ def cmd_decide(args: argparse.Namespace) -> int:
         "outcome": decision.outcome,
         "node": request.node if request else None,
         "status": request.status if request else None,
-        "snooze_until": request.snooze_until.isoformat() if request and request.snooze_until else None,
+        "snooze_until": request.snooze_until.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        if request and request.snooze_until
+        else None,
         "detail": decision.detail,
     }
     if args.json:

@@ -231,7 +231,8 @@ def test_snooze_abandons_and_keeps_the_node_out_of_plans_until_it_ends(world: Wo
     run = world.run()
 
     assert run.output["drain"]["status"] == "abandoned"
-    assert run.output["drain"]["message"].startswith("approval_snoozed:until:")
+    until = (world.clock.now() + timedelta(hours=24)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert run.output["drain"]["message"] == f"approval_snoozed:until:{until}"
     assert world.never_cordoned()
     snoozes = world.approvals.snoozes(world.clock.now())
     assert list(snoozes) == [NODE]

@@ -24,11 +24,9 @@ from typing import TYPE_CHECKING, Any, Final, cast
 
 from botocore.exceptions import ClientError
 
-from rightsizer.adapters.aws_errors import map_aws_error
+from rightsizer.adapters.dynamodb_calls import table_errors
 from rightsizer.adapters.dynamodb_codec import epoch_text, from_epoch_text, iso
 from rightsizer.adapters.dynamodb_state import PK, SK, TTL_ATTRIBUTE
-from rightsizer.adapters.sdk_errors import SDK_ERRORS
-from rightsizer.domain.errors import ConfigError
 from rightsizer.state import ApprovalRequest, ApprovalStatus, require_aware
 
 if TYPE_CHECKING:
@@ -63,19 +61,13 @@ class DynamoDbApprovals:
         self._snoozes = f"snooze#{cluster}"
 
     def _call(self, operation: str, fn: Any, *, conditional: bool = False, **kwargs: Any) -> Any:
+        """``fn(TableName=…, **kwargs)``; ``None`` when ``conditional`` and the condition failed."""
+        failed = "ConditionalCheckFailedException"
         try:
-            return fn(TableName=self._table, **kwargs)
-        except ClientError as exc:
-            code = exc.response.get("Error", {}).get("Code")
-            if conditional and code == "ConditionalCheckFailedException":
-                return None
-            if code == "ResourceNotFoundException":
-                raise ConfigError(
-                    f"DynamoDB table {self._table!r} not found ({operation})", field="aws.table"
-                ) from exc
-            raise map_aws_error(exc, operation) from exc
-        except SDK_ERRORS as exc:
-            raise map_aws_error(exc, operation) from exc
+            with table_errors(self._table, operation, *([failed] if conditional else [])):
+                return fn(TableName=self._table, **kwargs)
+        except ClientError:  # only the expected code passes table_errors
+            return None
 
     def _key(self, execution_id: str) -> dict[str, Any]:
         return {PK: {"S": self._approvals}, SK: {"S": f"exec#{execution_id}"}}

@@ -17,12 +17,8 @@ import zlib
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
 
-from botocore.exceptions import ClientError
-
-from rightsizer.adapters.aws_errors import map_aws_error
+from rightsizer.adapters.dynamodb_calls import table_errors
 from rightsizer.adapters.dynamodb_state import PK, SK, TTL_ATTRIBUTE
-from rightsizer.adapters.sdk_errors import SDK_ERRORS
-from rightsizer.domain.errors import ConfigError
 from rightsizer.state import require_aware
 
 if TYPE_CHECKING:
@@ -51,16 +47,8 @@ class DynamoDbPlans:
         self._pk = f"plan#{cluster}"
 
     def _call(self, operation: str, fn: Any, **kwargs: Any) -> Any:
-        try:
+        with table_errors(self._table, operation):
             return fn(TableName=self._table, **kwargs)
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == "ResourceNotFoundException":
-                raise ConfigError(
-                    f"DynamoDB table {self._table!r} not found ({operation})", field="aws.table"
-                ) from exc
-            raise map_aws_error(exc, operation) from exc
-        except SDK_ERRORS as exc:
-            raise map_aws_error(exc, operation) from exc
 
     def save_plan(self, document: dict[str, Any], at: datetime) -> None:
         """``PlanHistory.save_plan``: one PutItem."""

@@ -529,7 +529,11 @@ class DrainWorkflow:
         if request.status == "pending":
             wait = max(1.0, (expires - now).total_seconds())
             return self._next(record, "approval", "approval", wait=wait, message="waiting for approval")
-        until = request.snooze_until.isoformat() if request.snooze_until else ""
+        until = (
+            request.snooze_until.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            if request.snooze_until
+            else ""
+        )
         reason = {
             "rejected": f"approval_rejected:{request.decided_by}",
             "snoozed": f"approval_snoozed:until:{until}",
