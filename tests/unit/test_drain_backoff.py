@@ -97,3 +97,31 @@ def test_a_zero_backoff_turns_it_off() -> None:
     start_by_offhours(world, "gpu-1")
 
     assert world.scaler.terminated == ["i-1"]
+
+
+@pytest.mark.parametrize("starter", sorted(STARTERS))
+def test_a_snoozed_node_is_not_drained_whoever_starts_it_until_the_snooze_ends(
+    starter: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The validate step re-plans the node with the snoozes a person set through an approval request.
+    from rightsizer.adapters.memory_state import MemoryApprovals
+    from rightsizer.services.assess import PlanningAssessor
+    from rightsizer.services.drain import DrainDeps, DrainWorkflow
+
+    for until, drained in ((AT + timedelta(hours=8), False), (AT, True)):
+        world = make_world()
+        snoozes = MemoryApprovals()
+        snoozes.snooze("gpu-1", until, by="link", now=AT - timedelta(hours=1))
+
+        def workflow(w: World = world, s: MemoryApprovals = snoozes) -> DrainWorkflow:
+            assessor = PlanningAssessor(w.observe, w.policy, snoozes=s)
+            return DrainWorkflow(
+                DrainDeps(w.writer, w.scaler, assessor, w.state, w.policy, dry_run=False, clock=w.clock.now)
+            )
+
+        monkeypatch.setattr(world, "workflow", workflow)
+        message = STARTERS[starter](world, "gpu-1")
+
+        assert cordoned(world) is drained, message
+        if not drained:
+            assert message == "not_a_candidate:snoozed:until:" + until.strftime("%Y-%m-%dT%H:%M:%SZ")
