@@ -210,7 +210,16 @@ def run_assessment(
     stale = stale_cordons(snapshot.nodes, deps.state, now)
     healed += heal_stale_cordons(deps.cluster, deps.state, stale, now)
     # A stale cordon (healed now or not) is no drain in flight: it must not spend the budget of others.
-    result = plan(snapshot, deps.policy, now, node_label=deps.node_label, stale_cordons=frozenset(stale))
+    # Snoozes people set through approval requests keep their nodes protected (docs/architecture.md §4).
+    snoozed = deps.snoozes.snoozes(now) if deps.snoozes is not None else None
+    result = plan(
+        snapshot,
+        deps.policy,
+        now,
+        node_label=deps.node_label,
+        stale_cordons=frozenset(stale),
+        snoozed=snoozed,
+    )
     candidates = [a for a in result.actions if a.kind in STARTED_KINDS and _workflow_key(a) is not None]
     backed_off = failure_backoff(
         deps.state, [str(_workflow_key(a)) for a in candidates], now, deps.policy.drain_failure_backoff
