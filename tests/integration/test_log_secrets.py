@@ -67,6 +67,7 @@ def leaked(text: str, names: list[str]) -> list[str]:
     return found
 
 
+@pytest.mark.timeout(900)  # the whole demo in its own interpreter: ~70 s alone, minutes on a loaded machine
 def test_the_demo_at_debug_logs_no_credential() -> None:
     # WHEN the whole demo runs at -v with planted AWS credentials and a planted Kubernetes token
     done = subprocess.run(
