@@ -11,7 +11,9 @@ Two layers, installed by every entry point (``rightsizer`` CLI, the Lambda handl
    passed to :func:`install`) replaces, in the formatted message and in tracebacks:
 
    * every value registered with :func:`register_secret` — the webhook token, resolved Prometheus
-     secrets, the AWS secret key and session token, each EKS bearer token as it is built;
+     secrets, the AWS secret key and session token (from the environment at :func:`install`, as Lambda
+     provides them, and from the credentials the EKS token and SigV4 sign with), each EKS bearer token
+     as it is built;
    * by pattern: ``Bearer``/``Basic`` credentials, ``k8s-aws-v1.`` tokens, ``X-Amz-Security-Token`` /
      ``X-Amz-Credential`` / ``X-Amz-Signature`` values, ``Signature=`` and ``aws_session_token`` /
      ``aws_secret_access_key`` / ``password`` / ``secret`` assignments.
@@ -23,12 +25,21 @@ and finds none of them in the captured logs.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import threading
 from collections.abc import Iterable
 from typing import Final
 
-__all__ = ["REDACTED", "SDK_LOGGERS", "RedactingFilter", "install", "redact", "register_secret"]
+__all__ = [
+    "CREDENTIAL_ENV",
+    "REDACTED",
+    "SDK_LOGGERS",
+    "RedactingFilter",
+    "install",
+    "redact",
+    "register_secret",
+]
 
 REDACTED: Final = "<redacted>"
 #: Third-party loggers whose DEBUG output carries credentials or secret values (module docstring).
@@ -111,11 +122,21 @@ class RedactingFilter(logging.Filter):
 
 
 _FILTER: Final = RedactingFilter()
+#: Environment variables that hold credentials (Lambda puts the role's session credentials there).
+CREDENTIAL_ENV: Final = (
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_SECURITY_TOKEN",
+    "RIGHTSIZER_WEBHOOK_TOKEN",
+)
 
 
 def install(handlers: Iterable[logging.Handler] = ()) -> None:
     """Floor the SDK loggers at INFO and put the redacting filter on the root logger's handlers and on
-    ``handlers`` (a Powertools ``Logger``'s, which do not propagate to the root). Idempotent."""
+    ``handlers`` (a Powertools ``Logger``'s, which do not propagate to the root); register the
+    credentials of ``CREDENTIAL_ENV`` present in the environment. Idempotent."""
+    for name in CREDENTIAL_ENV:
+        register_secret(os.environ.get(name))
     for name in SDK_LOGGERS:
         sdk = logging.getLogger(name)
         if sdk.getEffectiveLevel() < logging.INFO:

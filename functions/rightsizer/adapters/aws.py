@@ -33,7 +33,6 @@ from botocore.config import Config
 
 from rightsizer.adapters.aws_errors import aws_errors
 from rightsizer.domain.errors import StalePlan
-from rightsizer.logsafety import register_secret
 
 if TYPE_CHECKING:
     from mypy_boto3_autoscaling.client import AutoScalingClient
@@ -85,18 +84,6 @@ class AwsClients:
     autoscaling: AutoScalingClient
 
 
-def register_credentials(session: boto3.session.Session) -> None:
-    """Register the session's secret key and session token with ``rightsizer.logsafety`` (none: no-op).
-
-    Resolving them here is what the first client call would do anyway (the credential chain).
-    """
-    credentials = session.get_credentials()
-    if credentials is not None:
-        frozen = credentials.get_frozen_credentials()
-        register_secret(frozen.secret_key)
-        register_secret(frozen.token)
-
-
 def make_client(
     service: str,
     region: str,
@@ -115,7 +102,6 @@ def make_client(
             wiring or tests); by default a new one.
     """
     session = session or boto3.session.Session(region_name=region)
-    register_credentials(session)
     return session.client(
         service,  # type: ignore[call-overload]
         region_name=region,

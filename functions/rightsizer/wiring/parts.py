@@ -179,11 +179,11 @@ def build_metrics_reader(config: Config) -> PrometheusClient:
     if prom.auth == "sigv4":
         import boto3
 
-        from rightsizer.adapters.aws import register_credentials
-
-        session = boto3.session.Session(region_name=config.aws.region)
-        register_credentials(session)
-        credentials = session.get_credentials()
+        credentials = boto3.session.Session(region_name=config.aws.region).get_credentials()
+        if credentials is not None:  # resolved now anyway: SigV4 signs every query with them
+            frozen = credentials.get_frozen_credentials()
+            register_secret(frozen.secret_key)
+            register_secret(frozen.token)
     return build_client(
         prom.url,
         auth=prom.auth,
