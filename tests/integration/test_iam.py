@@ -672,7 +672,7 @@ def test_with_enable_resize_the_drain_role_holds_exactly_what_a_drain_and_a_resi
 ) -> None:
     # GIVEN the stack deployed with EnableResize=true: the drain role gains the resize statements
     deployed.parameters["EnableResize"] = "true"
-    calls = drain_flow(deployed) + resize_flow(deployed, monkeypatch)
+    calls = approval_flow(deployed, monkeypatch) + drain_flow(deployed) + resize_flow(deployed, monkeypatch)
 
     # THEN every call is granted and every grant — Stop/Start/Modify on opted-in instances, the type-only
     # modify, DescribeInstanceTypes — was used by the flows
