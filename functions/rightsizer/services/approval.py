@@ -87,6 +87,14 @@ def _stamp(value: datetime) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _for_duration(seconds: int) -> str:
+    """``1800`` -> ``30m``, ``5400`` -> ``1h30m``: the form ``rightsizer snooze --for`` parses back."""
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    parts = [f"{hours}h" if hours else "", f"{minutes}m" if minutes else "", f"{secs}s" if secs else ""]
+    return "".join(parts) or "0s"
+
+
 def approval_message(
     cluster: str, request: ApprovalRequest, links: Mapping[str, str], snooze_seconds: int
 ) -> tuple[str, str]:
@@ -114,7 +122,7 @@ def approval_message(
         lines += [
             f"Approve: {links['approve']}",
             f"Reject:  {links['reject']}",
-            f"Snooze {snooze_seconds // 3600} h: {links['snooze']}",
+            f"Snooze {_for_duration(snooze_seconds)}: {links['snooze']}",
             "",
             "Each link opens a confirmation page; a link works once and expires with the request.",
         ]
@@ -122,7 +130,7 @@ def approval_message(
         "From a shell with AWS credentials for this account:",
         f"  rightsizer approve {request.execution_id} --stack <stack>",
         f"  rightsizer reject  {request.execution_id} --stack <stack>",
-        f"  rightsizer snooze  {request.execution_id} --for 24h --stack <stack>",
+        f"  rightsizer snooze  {request.execution_id} --for {_for_duration(snooze_seconds)} --stack <stack>",
     ]
     subject = f"GPU Rightsizer: approve removal of {request.node}"[:100]
     return subject, "\n".join(lines)
