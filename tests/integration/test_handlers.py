@@ -326,9 +326,10 @@ def test_a_policy_change_in_ssm_reaches_the_warm_handler_after_max_age(
     deployment: Deployment, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # GIVEN the policy in an SSM parameter, re-read after 60 s (the default), and a clock we can move
+    # (frozen: under load the real clock alone can pass 10 s between the calls below)
     later = [0.0]
-    real = settings.monotonic
-    monkeypatch.setattr(settings, "monotonic", lambda: real() + later[0])
+    base = settings.monotonic()
+    monkeypatch.setattr(settings, "monotonic", lambda: base + later[0])
     ssm = boto3.session.Session(region_name="us-east-1").client(
         "ssm", endpoint_url=deployment.sfn.meta.endpoint_url
     )
