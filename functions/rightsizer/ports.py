@@ -9,7 +9,7 @@ ports, unchanged.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple, Protocol
@@ -155,8 +155,11 @@ class ClusterWriter(Protocol):
         """The Node named exactly ``name`` (uncached GET), or None when it does not exist."""
         ...
 
-    def list_nodes(self) -> list[JSON]:
-        """core/v1 Nodes (uncached): where else a node-affine PersistentVolume could be reached from."""
+    def find_node(
+        self, accept: Callable[[JSON], bool], *, label_selector: str = "", field_selector: str = ""
+    ) -> JSON | None:
+        """The first Node the selectors list for which ``accept`` is true, or None (uncached, small pages
+        read until one is accepted): where else a node-affine PersistentVolume could be reached from."""
         ...
 
     def get_persistent_volume_claim(self, namespace: str, name: str) -> JSON | None:
@@ -171,8 +174,8 @@ class ClusterWriter(Protocol):
         """Pods bound to ``node`` (``fieldSelector=spec.nodeName=<node>``, uncached, all namespaces)."""
         ...
 
-    def list_pdbs(self) -> list[JSON]:
-        """policy/v1 PodDisruptionBudgets of all namespaces (uncached)."""
+    def list_pdbs(self, namespace: str | None = None) -> list[JSON]:
+        """policy/v1 PodDisruptionBudgets of ``namespace`` (uncached; None: of all namespaces)."""
         ...
 
     def get_pod(self, namespace: str, name: str) -> JSON | None:
@@ -243,6 +246,56 @@ class ScalingFailure(NamedTuple):
     status: str
     code: str | None
     message: str
+
+
+class NodeReader(Protocol):
+    """The reads that judge one node without reading the cluster (issue 11 item 5): every call is
+    scoped by name, namespace or field selector, so its cost does not grow with the number of nodes.
+    :class:`rightsizer.adapters.kubernetes.KubernetesCluster` implements it (RBAC of the ``rightsizer``
+    ClusterRole: ``get``/``list`` nodes, ``list`` pods, PodDisruptionBudgets, ResourceClaims and
+    ResourceSlices, ``get`` PersistentVolumeClaims and PersistentVolumes).
+
+    Raises (every method): as :class:`ClusterReader`.
+    """
+
+    def get_node(self, name: str) -> JSON | None:
+        """The Node named exactly ``name`` (``GET /api/v1/nodes/{name}``), or None on 404."""
+        ...
+
+    def find_node(
+        self, accept: Callable[[JSON], bool], *, label_selector: str = "", field_selector: str = ""
+    ) -> JSON | None:
+        """The first Node the selectors list for which ``accept`` is true, or None."""
+        ...
+
+    def list_pods(self, *, namespace: str | None = None, field_selector: str = "") -> list[JSON]:
+        """core/v1 Pods of ``namespace`` (None: all namespaces) matching ``field_selector``
+        (``spec.nodeName=x``, ``status.podIP=ip``, ``metadata.name=p``)."""
+        ...
+
+    def list_pdbs(self, namespace: str | None = None) -> list[JSON]:
+        """policy/v1 PodDisruptionBudgets of ``namespace``."""
+        ...
+
+    def get_persistent_volume_claim(self, namespace: str, name: str) -> JSON | None:
+        """The PersistentVolumeClaim, or None on 404."""
+        ...
+
+    def get_persistent_volume(self, name: str) -> JSON | None:
+        """The PersistentVolume, or None on 404."""
+        ...
+
+    def served_resource_api(self) -> str | None:
+        """The newest served ``resource.k8s.io`` group version, or None."""
+        ...
+
+    def list_resource_claims(self, namespace: str | None = None) -> list[JSON]:
+        """ResourceClaims of ``namespace``; ``[]`` when DRA is not served."""
+        ...
+
+    def list_resource_slices(self, field_selector: str = "") -> list[JSON]:
+        """ResourceSlices matching ``field_selector`` (``spec.nodeName=x``); ``[]`` when DRA is not served."""
+        ...
 
 
 class NodeScaler(Protocol):

@@ -141,7 +141,7 @@ class FakeCluster:
     def list_pods_on_node(self, node: str) -> list[JSON]:
         return [copy.deepcopy(p) for p in self.pods.values() if p["spec"].get("nodeName") == node]
 
-    def list_pdbs(self) -> list[JSON]:
+    def list_pdbs(self, namespace: str | None = None) -> list[JSON]:
         return []
 
     def get_pod(self, namespace: str, name: str) -> JSON | None:

@@ -24,6 +24,7 @@ from tests.unit.test_drain import World, make_world
 WRITER_CALLS = (
     "get_node",
     "list_nodes",
+    "find_node",
     "list_pods_on_node",
     "list_pdbs",
     "get_persistent_volume_claim",

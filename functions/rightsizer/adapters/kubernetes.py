@@ -103,6 +103,8 @@ def _checked(name: str, *, namespace: str | None = None) -> str:
 DRA_GROUP: Final = "resource.k8s.io"
 #: Newest first: the first one the server lists in ``/apis`` is used (docs/architecture.md §5 "Kubernetes API versions").
 DRA_VERSIONS: Final = ("v1", "v1beta2", "v1beta1")
+#: Nodes per page of :meth:`KubernetesCluster.find_node` (a search usually ends on its first page).
+FIND_PAGE_SIZE: Final = 20
 
 #: Node Events live in ``default``: the API server accepts an Event about a cluster-scoped object only
 #: in ``default`` (or ``kube-system``), and ``kubectl describe node`` looks there.
@@ -112,6 +114,12 @@ EVENT_COMPONENT: Final = "rightsizer"
 #: The API server keeps Event messages short (events.k8s.io ``note``: 1 kB); longer ones are cut here.
 _EVENT_MESSAGE_LIMIT: Final = 1024
 _MERGE_PATCH: Final = "application/merge-patch+json"
+
+
+def _selectors(label_selector: str, field_selector: str) -> dict[str, str]:
+    """The client's keyword arguments for the selectors given: an empty one is not sent at all."""
+    chosen = {"label_selector": label_selector, "field_selector": field_selector}
+    return {key: value for key, value in chosen.items() if value}
 
 
 def _utc_rfc3339(value: str) -> str:
@@ -287,33 +295,73 @@ class KubernetesCluster(KubernetesTransport):
             )
         )
 
-    def list_nodes(self) -> list[JSON]:
-        """All core/v1 Nodes (``GET /api/v1/nodes``, paginated)."""
+    def list_nodes(self, *, label_selector: str = "", field_selector: str = "") -> list[JSON]:
+        """core/v1 Nodes (``GET /api/v1/nodes``, paginated), all of them unless selectors are given.
+
+        Args:
+            label_selector: a Kubernetes label selector (``key in (a,b),!key``), "" for none.
+            field_selector: a Node field selector (``metadata.name!=x,spec.unschedulable=false``).
+        """
         return self._list(
             AccessCheck("list", "nodes"),
             "Node",
             "v1",
-            lambda api, **page: client_module().CoreV1Api(api).list_node(**page),
+            lambda api, **page: (
+                client_module().CoreV1Api(api).list_node(**_selectors(label_selector, field_selector), **page)
+            ),
         )
 
-    def list_pods(self) -> list[JSON]:
-        """All core/v1 Pods of all namespaces (``GET /api/v1/pods``, paginated)."""
-        return self._list(
-            AccessCheck("list", "pods"),
-            "Pod",
+    def find_node(
+        self, accept: Callable[[JSON], bool], *, label_selector: str = "", field_selector: str = ""
+    ) -> JSON | None:
+        """The first Node the selectors list (in the server's order) for which ``accept`` is true, or None.
+
+        Pages of ``FIND_PAGE_SIZE`` Nodes are read until one is accepted, so a search whose selectors
+        already say most of it costs one small request whatever the cluster's size (the drain's
+        "is this volume reachable from another node?", issue 11 item 5).
+        """
+        found = self._collect(
+            AccessCheck("list", "nodes"),
+            "Node",
             "v1",
-            lambda api, **page: client_module().CoreV1Api(api).list_pod_for_all_namespaces(**page),
+            lambda api, **page: (
+                client_module().CoreV1Api(api).list_node(**_selectors(label_selector, field_selector), **page)
+            ),
+            lambda item: item if accept(item) else None,
+            enough=bool,
+            page_size=FIND_PAGE_SIZE,
         )
+        return found[0] if found else None
 
-    def list_pdbs(self) -> list[JSON]:
-        """All policy/v1 PodDisruptionBudgets (``GET /apis/policy/v1/poddisruptionbudgets``, paginated)."""
+    def list_pods(self, *, namespace: str | None = None, field_selector: str = "") -> list[JSON]:
+        """core/v1 Pods (paginated): of all namespaces (``GET /api/v1/pods``) or of ``namespace``
+        (``GET /api/v1/namespaces/{ns}/pods``), all of them unless ``field_selector`` says which
+        (``spec.nodeName=x``, ``status.podIP=10.0.0.1``, ``spec.nodeName=,status.phase=Pending``)."""
+
+        def call(api: Any, **page: Any) -> Any:
+            core = client_module().CoreV1Api(api)
+            if namespace is None:
+                return core.list_pod_for_all_namespaces(**_selectors("", field_selector), **page)
+            return core.list_namespaced_pod(namespace, **_selectors("", field_selector), **page)
+
+        return self._list(AccessCheck("list", "pods"), "Pod", "v1", call)
+
+    def list_pdbs(self, namespace: str | None = None) -> list[JSON]:
+        """policy/v1 PodDisruptionBudgets (paginated) of all namespaces
+        (``GET /apis/policy/v1/poddisruptionbudgets``) or of ``namespace`` — a budget selects pods of its
+        own namespace only, so the pods of a few namespaces need only those namespaces' budgets."""
+
+        def call(api: Any, **page: Any) -> Any:
+            policy = client_module().PolicyV1Api(api)
+            if namespace is None:
+                return policy.list_pod_disruption_budget_for_all_namespaces(**page)
+            return policy.list_namespaced_pod_disruption_budget(namespace, **page)
+
         return self._list(
             AccessCheck("list", "poddisruptionbudgets", group="policy"),
             "PodDisruptionBudget",
             "policy/v1",
-            lambda api, **page: (
-                client_module().PolicyV1Api(api).list_pod_disruption_budget_for_all_namespaces(**page)
-            ),
+            call,
         )
 
     def list_persistent_volume_claims(self) -> list[JSON]:
@@ -365,13 +413,15 @@ class KubernetesCluster(KubernetesTransport):
             log.debug("resource.k8s.io served versions %s; using %s", sorted(served), self._dra[0])
         return self._dra[0]
 
-    def list_resource_claims(self) -> list[JSON]:
-        """All ResourceClaims in the served version, unstructured; ``[]`` when DRA is not served."""
-        return self._list_dra("resourceclaims", "ResourceClaim")
+    def list_resource_claims(self, namespace: str | None = None) -> list[JSON]:
+        """ResourceClaims in the served version, unstructured, of all namespaces or of ``namespace``;
+        ``[]`` when DRA is not served."""
+        return self._list_dra("resourceclaims", "ResourceClaim", namespace=namespace)
 
-    def list_resource_slices(self) -> list[JSON]:
-        """All ResourceSlices in the served version, unstructured; ``[]`` when DRA is not served."""
-        return self._list_dra("resourceslices", "ResourceSlice")
+    def list_resource_slices(self, field_selector: str = "") -> list[JSON]:
+        """ResourceSlices in the served version, unstructured (``spec.nodeName=x``: one node's);
+        ``[]`` when DRA is not served."""
+        return self._list_dra("resourceslices", "ResourceSlice", field_selector=field_selector)
 
     # ----------------------------------------------------------------------------- ClusterWriter
 
@@ -684,18 +734,22 @@ class KubernetesCluster(KubernetesTransport):
 
     # --------------------------------------------------------------------------------- internals
 
-    def _list_dra(self, plural: str, kind: str) -> list[JSON]:
+    def _list_dra(
+        self, plural: str, kind: str, *, namespace: str | None = None, field_selector: str = ""
+    ) -> list[JSON]:
         group_version = self.served_resource_api()
         if group_version is None:
             return []
         version = group_version.rpartition("/")[2]
-        return self._list(
-            AccessCheck("list", plural, group=DRA_GROUP),
-            kind,
-            group_version,
-            lambda api, **page: (
-                client_module()
-                .CustomObjectsApi(api)
-                .list_cluster_custom_object(DRA_GROUP, version, plural, **page)
-            ),
-        )
+
+        def call(api: Any, **page: Any) -> Any:
+            custom = client_module().CustomObjectsApi(api)
+            if namespace is None:
+                return custom.list_cluster_custom_object(
+                    DRA_GROUP, version, plural, **_selectors("", field_selector), **page
+                )
+            return custom.list_namespaced_custom_object(
+                DRA_GROUP, version, namespace, plural, **_selectors("", field_selector), **page
+            )
+
+        return self._list(AccessCheck("list", plural, group=DRA_GROUP), kind, group_version, call)

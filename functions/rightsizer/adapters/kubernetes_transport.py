@@ -13,7 +13,7 @@ import functools
 import json
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from rightsizer.adapters.kubernetes_errors import (
     ApiAnswer,
@@ -27,6 +27,13 @@ from rightsizer.ports import JSON, AccessCheck
 __all__ = ["DEFAULT_PAGE_SIZE", "KubernetesTransport", "client_module"]
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+def _whole(item: JSON) -> JSON:
+    return item
+
 
 #: ``limit`` of every list call (items per page) unless the caller chooses another.
 DEFAULT_PAGE_SIZE: Final = 500
@@ -78,13 +85,36 @@ class KubernetesTransport:
         return self._identity() if self._identity else "<unknown identity>"
 
     def _list(self, check: AccessCheck, kind: str, api_version: str, call: Callable[..., Any]) -> list[JSON]:
-        """Every item of a list call, following ``continue`` tokens; ⌈N/page_size⌉ requests.
+        """Every item of a list call, following ``continue`` tokens; ⌈N/page_size⌉ requests."""
+        return self._collect(check, kind, api_version, call, _whole)
+
+    def _collect(
+        self,
+        check: AccessCheck,
+        kind: str,
+        api_version: str,
+        call: Callable[..., Any],
+        project: Callable[[JSON], T | None],
+        *,
+        enough: Callable[[list[T]], bool] | None = None,
+        page_size: int | None = None,
+    ) -> list[T]:
+        """What ``project`` keeps of every item of a list call, page by page (issue 11 item 7).
+
+        Each page is projected as soon as it arrives and dropped before the next one is requested, so
+        the client holds at most one raw page (``page_size`` items, default ``self.page_size``) beside
+        the projections: at 150,000 pods only what the caller keeps grows with the cluster.
+        ``project`` returns what to keep of an item (in kubectl form: ``kind``/``apiVersion`` added back)
+        or None to drop it. ``enough``, when given, is asked after each page and ends the list early
+        (a search that found its answer).
 
         A 410 Expired continue token restarts the list once from the beginning (as client-go's pager
-        does), so the result is still one consistent list, never a splice of two.
+        does) with the projections discarded, so the result is still one consistent list, never a
+        splice of two.
         """
+        limit = page_size or self.page_size
         for attempt in (1, 2):
-            items: list[JSON] = []
+            kept: list[T] = []
             token: str | None = None
             try:
                 while True:
@@ -92,7 +122,7 @@ class KubernetesTransport:
                         check,
                         functools.partial(
                             call,
-                            limit=self.page_size,
+                            limit=limit,
                             _continue=token,
                             _preload_content=False,
                             _request_timeout=self._timeout,
@@ -100,12 +130,15 @@ class KubernetesTransport:
                         expired_ok=token is not None,
                     )
                     version = str(page.get("apiVersion") or api_version)
+                    token = (page.get("metadata") or {}).get("continue") or None
                     for item in page.get("items") or []:
                         # The API server omits kind/apiVersion on list items; kubectl adds them back.
-                        items.append({"apiVersion": version, "kind": kind, **item})
-                    token = (page.get("metadata") or {}).get("continue") or None
-                    if token is None:
-                        return items
+                        projected = project({"apiVersion": version, "kind": kind, **item})
+                        if projected is not None:
+                            kept.append(projected)
+                    del page  # one raw page at a time: released before the next request
+                    if token is None or (enough is not None and enough(kept)):
+                        return kept
             except ListExpired as exc:
                 if attempt == 2:
                     raise TransientError(

@@ -541,6 +541,7 @@ def plan_queries(
     job: str | None = None,
     split_seconds: int = 3600,
     shards: Sequence[SeriesShard] = (),
+    scope: tuple[str, ...] = (),
 ) -> list[SubQuery]:
     """The requests of ``collect_live``: each ``observation_queries`` query, split like a query frontend.
 
@@ -568,7 +569,7 @@ def plan_queries(
         subs.append((window.end - covered, seconds))
         covered += seconds
     out: list[SubQuery] = []
-    for q in observation_queries(job):
+    for q in observation_queries(job, scope):
         spans = subs if q.splittable else [(window.end, window.seconds)]
         parts: Sequence[SeriesShard | None] = shards if shards and q.metric != UP else (None,)
         out.extend(SubQuery(q, end, seconds, shard) for shard in parts for end, seconds in spans)
@@ -645,6 +646,7 @@ def collect_live(
     node_label: str | None = None,
     *,
     job: str | None = None,
+    scope: tuple[str, ...] = (),
     max_workers: int = 4,
     split_seconds: int = 3600,
     shards: Sequence[SeriesShard] = (),
@@ -669,6 +671,8 @@ def collect_live(
         policy: the ``Policy`` (its ``gpu_activity_max_pct`` sets ``active_steps``).
         node_label: config ``prometheus.node_label`` (tried first by the join).
         job: config ``prometheus.job``: only series of that scrape job.
+        scope: label matchers selecting one node's series (``join.node_series_matchers``; the drain's
+            per-node read), () for every series.
         max_workers: queries in flight at once.
         split_seconds: longest sub-window one query reads (``plan_queries``).
         shards: series shards (``rightsizer.domain.observation.series_shards``) each DCGM query is split
@@ -687,7 +691,7 @@ def collect_live(
             Prometheus): "Prometheus unavailable", nothing is decided on a partial picture of the cycle.
     """
     _check_node_label(node_label)
-    tasks = plan_queries(window, job=job, split_seconds=split_seconds, shards=shards)
+    tasks = plan_queries(window, job=job, split_seconds=split_seconds, shards=shards, scope=scope)
     reducer = ObservationReducer(joiner, window, float(policy.gpu_activity_max_pct))
     outcomes = {q.path: _Outcome() for q in observation_queries(job)}
     lock = threading.Lock()

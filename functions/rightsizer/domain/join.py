@@ -7,6 +7,7 @@ counts when its value is exactly a Node's name, and even then it must agree with
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -34,20 +35,48 @@ class NodeJoiner:
     """
 
     def __init__(self, nodes: Iterable[Node], pods: Iterable[Pod], node_label: str | None = None) -> None:
-        self._names = {n.name for n in nodes}
+        self._names: set[str] = set()
         self._labels = tuple(dict.fromkeys([*([node_label] if node_label else []), *NODE_NAME_LABELS]))
         self._pod_node: dict[tuple[str, str], str] = {}
-        ip_nodes: dict[str, set[str]] = {}
+        self._ip_nodes: dict[str, set[str]] = {}
+        self._cache: dict[tuple[tuple[str, str], ...], JoinResult] = {}
+        self.add(nodes, pods)
+
+    def add(self, nodes: Iterable[Node], pods: Iterable[Pod]) -> None:
+        """Learn more Nodes and Pods (a one-node view resolving what a series names, issue 11 item 5)."""
+        nodes = list(nodes)
+        self._names.update(n.name for n in nodes)
         for pod in pods:
             if pod.spec.nodeName:
                 self._pod_node[(pod.metadata.namespace, pod.metadata.name)] = pod.spec.nodeName
                 if pod.status.phase == "Running" and pod.status.podIP:
-                    ip_nodes.setdefault(pod.status.podIP, set()).add(pod.spec.nodeName)
+                    self._ip_nodes.setdefault(pod.status.podIP, set()).add(pod.spec.nodeName)
         for node in nodes:
             for ip in node.internal_ips:
-                ip_nodes.setdefault(ip, set()).add(node.name)
-        self._ip_nodes = ip_nodes
-        self._cache: dict[tuple[tuple[str, str], ...], JoinResult] = {}
+                self._ip_nodes.setdefault(ip, set()).add(node.name)
+        self._cache.clear()
+
+    def unknown_references(
+        self, labels: Mapping[str, str]
+    ) -> tuple[list[str], list[tuple[str, str]], list[str]]:
+        """What ``labels`` name that this joiner does not know: (node-name label values that are no
+        known Node, (namespace, pod) pairs of no known Pod, instance hosts of no known Node or Pod).
+
+        A joiner built from one node's view asks the cluster about exactly these (a GET, a selected
+        list), so that a series naming another node is still found ambiguous, as the whole cluster's
+        join would find it.
+        """
+        names = [v for label in self._labels if (v := labels.get(label)) and v not in self._names]
+        pairs = [
+            (ns, pod)
+            for ns_label, pod_label in _POD_LABEL_PAIRS
+            if (ns := labels.get(ns_label))
+            and (pod := labels.get(pod_label))
+            and (ns, pod) not in self._pod_node
+        ]
+        instance = labels.get("instance")
+        hosts = [host] if instance and (host := _strip_port(instance)) not in self._ip_nodes else []
+        return names, pairs, hosts
 
     def join(self, labels: Mapping[str, str]) -> JoinResult:
         """Resolve one series' labels to a node name (cached per distinct join-relevant label set)."""
@@ -89,3 +118,32 @@ def _strip_port(instance: str) -> str:
     if instance.count(":") == 1:
         return instance.rsplit(":", 1)[0]
     return instance
+
+
+def _promql_string(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def node_series_matchers(node: Node, pods: Iterable[Pod], node_label: str | None = None) -> tuple[str, ...]:
+    """PromQL label matchers that together select every series the join could map to ``node``.
+
+    One matcher per node-name label (the configured ``node_label`` first, then ``NODE_NAME_LABELS``) equal
+    to the node's name, and one ``instance`` matcher for the node's InternalIPs and the IPs of its
+    Running pods (the exporter's address, with or without a port). A series joins a node only through
+    one of these labels (or a workload pod's labels, which DCGM series carry beside the exporter's own
+    ``instance`` and ``Hostname``), so the union of the selections is the node's series: the per-node
+    read of the drain (issue 11 item 5), whose cost does not grow with the cluster.
+    """
+    labels = dict.fromkeys([*([node_label] if node_label else []), *NODE_NAME_LABELS])
+    matchers = [f"{label}={_promql_string(node.name)}" for label in labels]
+    ips = set(node.internal_ips)
+    ips.update(
+        p.status.podIP
+        for p in pods
+        if p.spec.nodeName == node.name and p.status.phase == "Running" and p.status.podIP
+    )
+    if ips:
+        alternatives = "|".join(re.escape(ip) for ip in sorted(ips))
+        pattern = r"\[?(?:" + alternatives + r")\]?(?::[0-9]+)?"  # RE2, anchored by Prometheus
+        matchers.append(f"instance=~{_promql_string(pattern)}")
+    return tuple(matchers)

@@ -105,12 +105,16 @@ class MetricQuery:
     """One query of an observation and the snapshot file that records its answer.
 
     ``kind`` says what it asks (module docstring); ``metric`` is the metric it feeds (a failed answer
-    makes that metric a problem); ``job`` restricts the selector to one scrape job.
+    makes that metric a problem); ``job`` restricts the selector to one scrape job; ``scope``, when not
+    empty, reads only the series one of its label matchers selects (``join.node_series_matchers``: one
+    node's series), as the union ``<expr with matcher 1> or <expr with matcher 2> …`` — ``or`` keeps
+    one answer per label set, so a series selected twice counts once.
     """
 
     metric: str
     kind: Kind
     job: str | None = None
+    scope: tuple[str, ...] = ()
 
     @property
     def path(self) -> str:
@@ -138,8 +142,20 @@ class MetricQuery:
 
     def expr(self, step_seconds: float, range_seconds: float, matchers: str = "") -> str:
         """The PromQL text for a step of ``step_seconds`` and a window (or sub-window) of ``range_seconds``;
-        ``matchers`` (PromQL label matchers, e.g. a ``SeriesShard``'s) narrow the selector further."""
-        sel = _selector(self.metric, self.job, matchers)
+        ``matchers`` (PromQL label matchers, e.g. a ``SeriesShard``'s) narrow the selector further; with a
+        ``scope``, the union (``or``) of the expression for each of its matchers."""
+        if self.scope:
+            return " or ".join(
+                self._expr(
+                    _selector(self.metric, self.job, ",".join(m for m in (matchers, alt) if m)),
+                    step_seconds,
+                    range_seconds,
+                )
+                for alt in self.scope
+            )
+        return self._expr(_selector(self.metric, self.job, matchers), step_seconds, range_seconds)
+
+    def _expr(self, sel: str, step_seconds: float, range_seconds: float) -> str:
         if self.kind == "step":
             return f"max_over_time({sel}{_open_range(step_seconds)})"
         if self.kind == "max":
@@ -151,9 +167,12 @@ class MetricQuery:
         return f"(sum_over_time({sel}{_open_range(range_seconds)}) * 0) != 0"
 
 
-def observation_queries(job: str | None = None) -> tuple[MetricQuery, ...]:
-    """Every query of an observation, in snapshot file order; their number is a constant (13)."""
-    return tuple(MetricQuery(m, kind, job) for kind, (_, metrics) in KINDS.items() for m in metrics)
+def observation_queries(job: str | None = None, scope: tuple[str, ...] = ()) -> tuple[MetricQuery, ...]:
+    """Every query of an observation, in snapshot file order; their number is a constant (13).
+
+    ``scope``: label matchers selecting one node's series (``MetricQuery.scope``), () for every series.
+    """
+    return tuple(MetricQuery(m, kind, job, scope) for kind, (_, metrics) in KINDS.items() for m in metrics)
 
 
 #: RE2 metacharacters. Escaping only these keeps a shard's ``a|b|c`` a plain set of literals, which

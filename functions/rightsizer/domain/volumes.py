@@ -19,7 +19,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from rightsizer.domain.model import Node, PersistentVolume, PersistentVolumeClaim, Pod, Volume
+from rightsizer.domain.model import (
+    Node,
+    NodeSelector,
+    PersistentVolume,
+    PersistentVolumeClaim,
+    Pod,
+    Volume,
+)
 
 
 @dataclass(frozen=True)
@@ -115,3 +122,64 @@ def claim_names(pods: Sequence[Pod]) -> set[tuple[str, str]]:
         for v in p.spec.volumes
         if v.persistentVolumeClaim is not None
     }
+
+
+def affine_volumes(node: Node, volumes: Sequence[PersistentVolume]) -> list[NodeSelector]:
+    """The ``spec.nodeAffinity.required`` of every volume whose affinity names ``node`` and that is neither
+    ``local`` nor ``hostPath`` (those are node-local whatever the other nodes): the volumes for which
+    :func:`claim_local_data` needs to know whether *another* schedulable node matches."""
+    out: list[NodeSelector] = []
+    for pv in volumes:
+        if pv.spec.local is not None or pv.spec.hostPath is not None or pv.spec.nodeAffinity is None:
+            continue
+        required = pv.spec.nodeAffinity.required
+        if required is not None and required.matches(node):
+            out.append(required)
+    return out
+
+
+def other_node_searches(required: NodeSelector, node_name: str) -> list[tuple[str, str]]:
+    """(label selector, field selector) pairs whose listed Nodes include every *other* schedulable node
+    ``required`` may match: one search per term (per name of a ``metadata.name In`` field term).
+
+    The selectors say as much of the term as Kubernetes selectors can (``In``, ``NotIn``, ``Exists``,
+    ``DoesNotExist``; ``Gt``/``Lt`` are left to the caller's own check of each listed Node), plus
+    ``metadata.name!=<node_name>`` and ``spec.unschedulable!=true``; so a search lists a superset and the
+    caller keeps a Node only when ``required.matches`` it and it is not being deleted. A term that can
+    match nothing (``In`` without values, an empty term) has no search. Label selector syntax:
+    Kubernetes "Labels and Selectors" (set-based requirements); Node field selectors: ``metadata.name``,
+    ``spec.unschedulable``.
+    """
+    searches: list[tuple[str, str]] = []
+    for term in required.nodeSelectorTerms:
+        if not term.matchExpressions and not term.matchFields:
+            continue
+        labels: list[str] = []
+        possible = True
+        for r in term.matchExpressions:
+            values = ",".join(r.values)
+            if r.operator == "In":
+                possible = possible and bool(r.values)
+                labels.append(f"{r.key} in ({values})")
+            elif r.operator == "NotIn" and r.values:
+                labels.append(f"{r.key} notin ({values})")
+            elif r.operator == "Exists":
+                labels.append(r.key)
+            elif r.operator == "DoesNotExist":
+                labels.append(f"!{r.key}")
+        fields = [f"metadata.name!={node_name}", "spec.unschedulable!=true"]
+        names: list[str | None] = [None]
+        for r in term.matchFields:
+            if r.key != "metadata.name":
+                possible = False  # the only field a NodeSelector may name; anything else matches nothing
+            elif r.operator == "In":
+                names = [v for v in r.values if v != node_name] if names == [None] else names
+                possible = possible and bool(names)
+            elif r.operator == "NotIn":
+                fields.extend(f"metadata.name!={v}" for v in r.values)
+        if not possible or not names:
+            continue
+        for name in names:
+            chosen = [*fields, f"metadata.name={name}"] if name is not None else fields
+            searches.append((",".join(labels), ",".join(chosen)))
+    return searches

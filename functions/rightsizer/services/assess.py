@@ -67,13 +67,27 @@ class PlanningAssessor:
 
     def __init__(
         self,
-        observe: Callable[[datetime], ClusterSnapshot],
+        observe: Callable[[datetime], ClusterSnapshot] | None,
         policy: Policy,
         *,
         node_label: str | None = None,
         snoozes: SnoozeReader | None = None,
+        observe_node: Callable[[str, datetime], ClusterSnapshot] | None = None,
     ) -> None:
-        self._observe = observe
+        """``observe_node``, when given, is used instead of ``observe``: the snapshot of the node asked
+        about only (``observe_node(node, at)``, ``rightsizer.wiring.parts.observe_node_live``) — the
+        drain's validate and revalidate steps, whose cost then does not grow with the cluster (issue 11
+        item 5).
+
+        Raises:
+            ValueError: neither ``observe`` nor ``observe_node``.
+        """
+        if observe_node is None:
+            if observe is None:
+                raise ValueError("PlanningAssessor needs observe or observe_node")
+            whole = observe
+            observe_node = lambda _node, at: whole(at)  # noqa: E731
+        self._observe = observe_node
         self._policy = policy
         self._node_label = node_label
         self._snoozes = snoozes
@@ -81,7 +95,8 @@ class PlanningAssessor:
     def assess_node(self, node: str, now: datetime) -> NodeReport | None:
         """The node's report in a plan made at ``now``, or None when it is not a GPU node of the cluster."""
         snoozed = self._snoozes.snoozes(now) if self._snoozes is not None else None
-        result = plan(self._observe(now), self._policy, now, node_label=self._node_label, snoozed=snoozed)
+        snapshot = self._observe(node, now)
+        result = plan(snapshot, self._policy, now, node_label=self._node_label, snoozed=snoozed)
         try:
             return result.node(node)
         except KeyError:

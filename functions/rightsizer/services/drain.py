@@ -22,8 +22,6 @@ from rightsizer.domain.errors import PermanentError, RightsizerError, StalePlan,
 from rightsizer.domain.model import (
     ANN_CORDONED_BY,
     Node,
-    PersistentVolume,
-    PersistentVolumeClaim,
     Pod,
     PodDisruptionBudget,
 )
@@ -32,10 +30,11 @@ from rightsizer.domain.plan import NodeReport
 from rightsizer.domain.pods import PodContext, classify_pods
 from rightsizer.domain.policy import Policy
 from rightsizer.domain.verdicts import blocking_reasons
-from rightsizer.domain.volumes import UNKNOWN_VOLUMES, VolumeFacts, claim_names
+from rightsizer.domain.volumes import UNKNOWN_VOLUMES, VolumeFacts
 from rightsizer.ports import Assessor, ClusterWriter, EvictionOutcome, NodeScaler
 from rightsizer.services.approval import ApprovalGate
 from rightsizer.services.backoff import failure_backoff
+from rightsizer.services.node_view import node_local_volume_facts
 from rightsizer.state import EvictedPod, LedgerEntry, StateStore, WorkflowRecord, lease_ttl_seconds
 
 log = logging.getLogger(__name__)
@@ -209,22 +208,21 @@ class DrainWorkflow:
         return "remove"
 
     def _volumes(self, pods: Sequence[Pod]) -> VolumeFacts:
-        """Live PersistentVolumeClaims and PersistentVolumes behind the pods' claims (uncached GETs); the
-        Nodes are listed only when a volume's node affinity must be compared with the other nodes."""
-        cluster = self.deps.cluster
-        claims, volumes = [], []
-        for namespace, name in sorted(claim_names(pods)):
-            found = cluster.get_persistent_volume_claim(namespace, name)
-            if found is None:
-                continue
-            claim = PersistentVolumeClaim.model_validate(found)
-            claims.append(claim)
-            pv = cluster.get_persistent_volume(claim.spec.volumeName) if claim.spec.volumeName else None
-            if pv is not None:
-                volumes.append(PersistentVolume.model_validate(pv))
-        affine = any(v.spec.nodeAffinity is not None for v in volumes)
-        nodes = [Node.model_validate(n) for n in cluster.list_nodes()] if affine else []
-        return VolumeFacts.of(claims, volumes, nodes)
+        """Live PersistentVolumeClaims and PersistentVolumes behind the pods' claims (uncached GETs), and,
+        for a volume whose node affinity names this node, one other schedulable Node it could be reached
+        from (:func:`node_local_volume_facts`): nothing here grows with the cluster (issue 11 item 5)."""
+        return node_local_volume_facts(self.deps.cluster, pods)
+
+    def _budgets(self, pods: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The PodDisruptionBudgets of the pods' namespaces (one list per namespace, uncached): a budget
+        selects pods of its own namespace only, so no other budget can protect these pods."""
+        namespaces = sorted({str((p.get("metadata") or {}).get("namespace") or "default") for p in pods})
+        return [pdb for ns in namespaces for pdb in self.deps.cluster.list_pdbs(ns)]
+
+    def _pods_and_budgets(self, node: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """The pods bound to ``node`` and the budgets that may protect them (fresh reads)."""
+        pods = self.deps.cluster.list_pods_on_node(node)
+        return pods, self._budgets(pods)
 
     def _holders_block(self, record: WorkflowRecord) -> bool:
         """Whether pods holding an idle GPU block this workflow (a hook: a resize moves busy holders)."""
@@ -435,9 +433,7 @@ class DrainWorkflow:
             return self._end(
                 record, "abandoned", getattr(slot, "reason", "disruption_budget_exhausted"), step="validate"
             )
-        pods, blocking = self._classify(
-            deps.cluster.list_pods_on_node(record.node), deps.cluster.list_pdbs(), record
-        )
+        pods, blocking = self._classify(*self._pods_and_budgets(record.node), record)
         if blocking:
             return self._end(record, "abandoned", "protected:" + ",".join(blocking), step="validate")
         hourly = record.details.get("hourly_savings_usd")
@@ -569,9 +565,7 @@ class DrainWorkflow:
         """After the cordon: uncached pods, protections, and fresh metrics when the decision is old (BUG-21)."""
         self._renew(record)
         deps, now = self.deps, self._now()
-        pods, blocking = self._classify(
-            deps.cluster.list_pods_on_node(record.node), deps.cluster.list_pdbs(), record
-        )
+        pods, blocking = self._classify(*self._pods_and_budgets(record.node), record)
         validated = set(record.details.get("validated_pods", []))
         landed = sorted(
             f"{p.metadata.namespace}/{p.metadata.name}" for p in pods if p.metadata.uid not in validated
@@ -593,9 +587,7 @@ class DrainWorkflow:
         deps, now = self.deps, self._now()
         if now >= record.deadline:
             return self._timeout(record)
-        pods, blocking = self._classify(
-            deps.cluster.list_pods_on_node(record.node), deps.cluster.list_pdbs(), record
-        )
+        pods, blocking = self._classify(*self._pods_and_budgets(record.node), record)
         if blocking:
             return self.rollback(record.execution_id, "protected:" + ",".join(blocking), step="evict")
         evicted = {p.uid: p for p in record.evicted}

@@ -221,9 +221,7 @@ class ResizeWorkflow(DrainWorkflow):
             return self._end(
                 record, "abandoned", getattr(slot, "reason", "disruption_budget_exhausted"), step="validate"
             )
-        pods, blocked = self._classify(
-            deps.cluster.list_pods_on_node(record.node), deps.cluster.list_pdbs(), record
-        )
+        pods, blocked = self._classify(*self._pods_and_budgets(record.node), record)
         if blocked:
             return self._end(record, "abandoned", "protected:" + ",".join(blocked), step="validate")
         hourly = record.details.get("hourly_savings_usd")

@@ -37,9 +37,11 @@ __all__ = [
     "TIMESTAMPED_METRICS",
     "Observation",
     "ObserveRequest",
+    "instance_ids",
     "kubectl_list",
     "metric_queries",
     "observe",
+    "rfc3339",
     "write_snapshot",
 ]
 
@@ -101,7 +103,8 @@ class Observation:
         return meta
 
 
-def _rfc3339(value: datetime) -> str:
+def rfc3339(value: datetime) -> str:
+    """``value`` as RFC 3339 in UTC with a ``Z``."""
     return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
@@ -121,7 +124,8 @@ def kubectl_list(items: Iterable[JSON]) -> JSON:
     return {"apiVersion": "v1", "items": list(items), "kind": "List", "metadata": {"resourceVersion": ""}}
 
 
-def _instance_ids(nodes: Sequence[JSON]) -> list[str]:
+def instance_ids(nodes: Sequence[JSON]) -> list[str]:
+    """The EC2 instance ids of the Nodes' ``spec.providerID`` (``aws:///<zone>/<id>``), sorted, once each."""
     ids: list[str] = []
     for item in nodes:
         provider = str((item.get("spec") or {}).get("providerID") or "")
@@ -172,7 +176,7 @@ def observe(
     nodes = cluster.list_nodes()
     documents: dict[str, Any] = {
         "snapshot.json": {
-            "taken_at": _rfc3339(request.at),
+            "taken_at": rfc3339(request.at),
             "window_seconds": request.window_seconds,
             "step_seconds": request.step_seconds,
             "cluster": request.cluster,
@@ -192,7 +196,7 @@ def observe(
         documents["resourceclaims.json"] = kubectl_list(cluster.list_resource_claims())
         documents["resourceslices.json"] = kubectl_list(cluster.list_resource_slices())
     if inventory is not None and request.eks_cluster:
-        ids = _instance_ids(nodes)
+        ids = instance_ids(nodes)
         documents["nodegroups.json"] = inventory.describe(ids, request.eks_cluster)
         documents["instances.json"] = inventory.describe_instances(ids)
     if metrics is not None:

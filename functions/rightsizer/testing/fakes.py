@@ -35,7 +35,7 @@ from rightsizer.adapters.kubernetes import EVENT_COMPONENT, EVENT_NAMESPACE, Kub
 from rightsizer.domain.errors import StalePlan, TransientError
 from rightsizer.domain.model import ANN_CORDONED_AT, ANN_CORDONED_BY, GroupSizes, opt_in_refusal
 from rightsizer.ports import JSON, AccessCheck, EvictionOutcome, ScalingFailure, ScalingGroup, TerminateResult
-from rightsizer.testing.k8s import DEFAULT_GRACE_SECONDS, label_selector_matches, rfc3339
+from rightsizer.testing.k8s import DEFAULT_GRACE_SECONDS, label_selector_matches, rfc3339, selected
 
 __all__ = ["FakeClock", "FakeClusterWriter", "FakeNodeScaler"]
 
@@ -228,6 +228,18 @@ class FakeClusterWriter:
             self._authorize(AccessCheck("list", "nodes"))
             return [copy.deepcopy(n) for _, n in sorted(self._nodes.items())]
 
+    def find_node(
+        self, accept: Callable[[JSON], bool], *, label_selector: str = "", field_selector: str = ""
+    ) -> JSON | None:
+        """The first Node by name that the selectors (as the API server reads them) and ``accept`` take."""
+        with self._lock:
+            self.calls.append(("find_node", label_selector, field_selector))
+            self._authorize(AccessCheck("list", "nodes"))
+            for _, node in sorted(self._nodes.items()):
+                if selected(node, label_selector, field_selector) and accept(copy.deepcopy(node)):
+                    return copy.deepcopy(node)
+            return None
+
     def get_persistent_volume_claim(self, namespace: str, name: str) -> JSON | None:
         """The PersistentVolumeClaim, or None."""
         with self._lock:
@@ -256,12 +268,16 @@ class FakeClusterWriter:
                 if (pod.get("spec") or {}).get("nodeName") == node
             ]
 
-    def list_pdbs(self) -> list[JSON]:
-        """Every PodDisruptionBudget by (namespace, name)."""
+    def list_pdbs(self, namespace: str | None = None) -> list[JSON]:
+        """Every PodDisruptionBudget (of ``namespace`` when given) by (namespace, name)."""
         with self._lock:
-            self.calls.append(("list_pdbs",))
+            self.calls.append(("list_pdbs",) if namespace is None else ("list_pdbs", namespace))
             self._authorize(AccessCheck("list", "poddisruptionbudgets", group="policy"))
-            return [copy.deepcopy(pdb) for _, pdb in sorted(self._pdbs.items())]
+            return [
+                copy.deepcopy(pdb)
+                for (ns, _), pdb in sorted(self._pdbs.items())
+                if namespace is None or ns == namespace
+            ]
 
     def get_pod(self, namespace: str, name: str) -> JSON | None:
         """The pod (terminating or not), or None once it is gone."""

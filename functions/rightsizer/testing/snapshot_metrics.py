@@ -126,7 +126,7 @@ class _Series:
 
 
 _SELECTOR = re.compile(r"^\s*([A-Za-z_:][A-Za-z0-9_:]*)\s*(?:\{(.*)\})?\s*$")
-_MATCHER = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_]*)\s*(=|!=)\s*"((?:[^"\\]|\\.)*)"\s*(?:,|$)')
+_MATCHER = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_]*)\s*(=~|!~|=|!=)\s*"((?:[^"\\]|\\.)*)"\s*(?:,|$)')
 _TIMESTAMP = re.compile(r"^\s*timestamp\s*\((.*)\)\s*$")
 _MAX_OVER_TIME = re.compile(r"^\s*max_over_time\s*\((.*)\[(\d+)ms\]\s*\)\s*$")
 _STDDEV_OVER_TIME = re.compile(r"^\s*stddev_over_time\s*\((.*)\[(\d+)ms\]\s*\)\s*$")
@@ -141,8 +141,17 @@ class _Query:
 
     kind: str
     name: str
-    matchers: list[tuple[str, bool, str]]
+    matchers: list[tuple[str, str, str]]
     range_ms: int = 0
+
+    def selects(self, labels: Mapping[str, str]) -> bool:
+        """Whether every matcher (``=``, ``!=``, ``=~``, ``!~``; regexes anchored, as PromQL's) holds."""
+        for key, op, value in self.matchers:
+            have = labels.get(key, "")
+            hit = re.fullmatch(value, have) is not None if op in ("=~", "!~") else have == value
+            if hit != (op in ("=", "=~")):
+                return False
+        return True
 
 
 def _parse_query(expr: str) -> _Query:
@@ -170,15 +179,15 @@ def _parse_query(expr: str) -> _Query:
     selector = _SELECTOR.match(inner)
     if selector is None:
         raise ValueError(f"unsupported expression {expr!r}: SnapshotMetrics answers plain selectors")
-    matchers: list[tuple[str, bool, str]] = []
+    matchers: list[tuple[str, str, str]] = []
     body = (selector.group(2) or "").strip()
     pos = 0
     while pos < len(body):
         found = _MATCHER.match(body, pos)
         if found is None:
-            raise ValueError(f"unsupported label matcher in {expr!r}: only = and != are answered")
+            raise ValueError(f"unsupported label matcher in {expr!r}: only =, !=, =~ and !~ are answered")
         value = re.sub(r"\\(.)", r"\1", found.group(3))
-        matchers.append((found.group(1), found.group(2) == "=", value))
+        matchers.append((found.group(1), found.group(2), value))
         pos = found.end()
     return _Query(kind, selector.group(1), matchers, range_ms)
 
@@ -188,8 +197,8 @@ class SnapshotMetrics:
 
     Answers what :func:`rightsizer.services.snapshot.observe` asks (``metric_queries``, format 2):
     ``max_over_time``, ``stddev_over_time``, ``avg_over_time`` (``(<sel>[<n>ms])``),
-    ``(sum_over_time(<sel>[<n>ms]) * 0) != 0``, ``timestamp(<sel>)``, and plain selectors, each optionally with ``{label="value"}`` / ``{label!="value"}`` matchers (``job`` in
-    practice). Each snapshot point is one raw sample, scraped ``lag`` before its point (from the
+    ``(sum_over_time(<sel>[<n>ms]) * 0) != 0``, ``timestamp(<sel>)``, and plain selectors, each optionally with ``=``, ``!=``, ``=~`` and ``!~`` label
+    matchers (``job``, and one node's labels for the drain's per-node read), and unions ``<a> or <b>``. Each snapshot point is one raw sample, scraped ``lag`` before its point (from the
     ``timestamp`` files). Evaluation follows Prometheus: a selector shows the newest point at most 5
     minutes old, range functions see the raw samples in (t − n, t], nothing after a target went away
     (stale markers), ``__name__`` dropped by functions. Anything else answers ``status: error``
@@ -275,6 +284,17 @@ class SnapshotMetrics:
             "matrix", "result": [{"metric", "values": [[t, "v"], ...]}]}}``, series ordered by labels;
             ``{"status": "error", "errorType": "bad_data", "error"}`` for an expression it does not answer.
         """
+        if " or " in expr:
+            # ``a or b``: every series of a, then those of b whose label set a did not answer (PromQL).
+            merged: dict[tuple[tuple[str, str], ...], JSON] = {}
+            for part in expr.split(" or "):
+                answer = self.query_range_raw(part, start, end, step)
+                if answer.get("status") != "success":
+                    return answer
+                for item in answer["data"]["result"]:
+                    merged.setdefault(tuple(sorted(item["metric"].items())), item)
+            union = [merged[key] for key in sorted(merged)]
+            return {"status": "success", "data": {"resultType": "matrix", "result": union}}
         try:
             query = _parse_query(expr)
         except ValueError as exc:
@@ -284,12 +304,7 @@ class SnapshotMetrics:
         start_ms, end_ms, step_ms = round(start * 1000), round(end * 1000), round(step * 1000)
         evals = range(start_ms, end_ms + 1, step_ms)
         with self._lock:
-            chosen = [
-                s
-                for s in self._series
-                if s.metric == query.name
-                and all((s.labels.get(k, "") == v) == eq for k, eq, v in query.matchers)
-            ]
+            chosen = [s for s in self._series if s.metric == query.name and query.selects(s.labels)]
         result: list[JSON] = []
         for series in chosen:
             values = [

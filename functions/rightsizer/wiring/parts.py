@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from rightsizer.config import Config
 from rightsizer.domain.errors import ConfigError
@@ -27,9 +27,11 @@ from rightsizer.ports import (
     ClusterWriter,
     InstanceTypeChanger,
     LaunchTemplateVersions,
+    MetricsRangeReader,
     NodeGroupInventory,
     NodeGroupReplacer,
     NodeGroupSizer,
+    NodeReader,
     NodeScaler,
     WorkflowStarter,
 )
@@ -38,8 +40,9 @@ from rightsizer.state import ApprovalStore, LeaseStore, PlanHistory, StateStore
 
 if TYPE_CHECKING:
     from rightsizer.adapters.prometheus import PrometheusClient
+    from rightsizer.domain.join import NodeJoiner
     from rightsizer.services.approval import ApprovalDesk, ApprovalNotifier, TaskCallback
-    from rightsizer.services.assess import PlanningAssessor
+    from rightsizer.services.assess import PlanningAssessor, SnoozeReader
     from rightsizer.services.webhook import DuplicateGuard, WebhookIntake
 
 __all__ = [
@@ -60,6 +63,7 @@ __all__ = [
     "config_from_stack",
     "live_signals",
     "observe_live",
+    "observe_node_live",
     "observe_request",
     "snapshot_from_observation",
     "webhook_token",
@@ -197,12 +201,21 @@ def build_metrics_reader(config: Config) -> PrometheusClient:
 
 
 def live_signals(
-    config: Config, policy: Policy, snapshot: ClusterSnapshot, client: PrometheusClient
+    config: Config,
+    policy: Policy,
+    snapshot: ClusterSnapshot,
+    client: PrometheusClient,
+    *,
+    joiner: NodeJoiner | None = None,
+    scope: tuple[str, ...] = (),
 ) -> ClusterSnapshot:
     """``snapshot`` with ``signals`` read from Prometheus for the window ending at ``taken_at``
     (``collect_live``: the snapshot's queries, a constant number whatever the node count, docs/architecture.md §8).
     With ``prometheus.node_label`` set and more GPU nodes than ``prometheus.shard_nodes``, each DCGM query
     is split into series shards of that many nodes (``series_shards``).
+
+    ``joiner`` (default: one over the snapshot's Nodes and Pods) maps series to nodes; ``scope``, when
+    given, reads only the series its label matchers select (one node's, ``join.node_series_matchers``).
 
     Raises:
         PrometheusUnavailable: ``prometheus.deadline`` passed with queries unanswered.
@@ -216,22 +229,22 @@ def live_signals(
 
     node_label = config.prometheus.node_label
     window = Window.ending(snapshot.meta.taken_at, policy.idle_window, snapshot.meta.step_seconds)
-    joiner = NodeJoiner(snapshot.nodes, snapshot.pods, node_label)
     shards: tuple[SeriesShard, ...] = ()
     per_shard = config.prometheus.shard_nodes
-    if node_label:
+    if node_label and not scope:  # one node's read needs no shards
         catalog = load_catalog()
         gpu_nodes = [n.name for n in snapshot.nodes if is_gpu_node(n, catalog)]
         if len(gpu_nodes) > per_shard:
             shards = series_shards(node_label, gpu_nodes, per_shard)
     signals = collect_live(
         client,
-        joiner,
+        joiner or NodeJoiner(snapshot.nodes, snapshot.pods, node_label),
         window,
         policy,
         node_label,
         job=config.prometheus.job,
         shards=shards,
+        scope=scope,
         deadline_seconds=float(config.prometheus.deadline),
     )
     return dataclasses.replace(snapshot, signals=signals)
@@ -388,14 +401,75 @@ def observe_live(
     return live_signals(config, policy, snapshot_from_observation(observation), observers.metrics)
 
 
-def build_assessor(config: Config, policy: Policy, observers: Observers) -> PlanningAssessor:
-    """The ``Assessor`` of the drain's validate/revalidate steps: a fresh live plan of the cluster."""
+def observe_node_live(
+    config: Config,
+    policy: Policy,
+    observers: Observers,
+    node: str,
+    at: datetime,
+    *,
+    range_metrics: MetricsRangeReader | None = None,
+) -> ClusterSnapshot:
+    """One node's ``ClusterSnapshot`` at ``at``, read without any cluster-wide list or query
+    (``services.node_view``; the drain's validate and revalidate steps, issue 11 item 5).
+
+    Live (``range_metrics`` None), ``at`` is floored to the query step and the node's series are read
+    with ``collect_live(scope=…)``; with ``range_metrics`` (the demo) the node's series are asked as
+    snapshot files. Either way a :class:`~rightsizer.services.node_view.ResolvingJoiner` maps them.
+
+    Raises:
+        PermanentError / TransientError: a Kubernetes or AWS read failed.
+        PrometheusUnavailable: ``prometheus.deadline`` passed with queries unanswered.
+    """
+    from rightsizer.domain.join import node_series_matchers
+    from rightsizer.domain.observation import signals_from_observation
+    from rightsizer.domain.usage import Window
+    from rightsizer.services.node_view import ResolvingJoiner, observe_node
+
+    if range_metrics is None:
+        step = int(config.prometheus.step)
+        epoch = int(at.timestamp())
+        at = datetime.fromtimestamp(epoch - epoch % step, at.tzinfo)
+    reader = cast(NodeReader, observers.cluster)
+    request = observe_request(config, policy, at)
+    snapshot = snapshot_from_observation(
+        observe_node(reader, observers.inventory, range_metrics, request, node)
+    )
+    here = next((n for n in snapshot.nodes if n.name == node), None)
+    if here is None:
+        return snapshot
+    node_label = config.prometheus.node_label
+    joiner = ResolvingJoiner(snapshot.nodes, snapshot.pods, node_label, reader)
+    if range_metrics is not None:
+        files = {"step": snapshot.metrics, "timestamp": snapshot.timestamps, **snapshot.metric_extras}
+        window = Window.ending(snapshot.meta.taken_at, policy.idle_window, snapshot.meta.step_seconds)
+        signals = signals_from_observation(files, joiner, window, float(policy.gpu_activity_max_pct))
+        return dataclasses.replace(snapshot, signals=signals)
+    scope = node_series_matchers(here, snapshot.pods, node_label)
+    return live_signals(config, policy, snapshot, observers.metrics, joiner=joiner, scope=scope)
+
+
+def build_assessor(
+    config: Config,
+    policy: Policy,
+    observers: Observers,
+    *,
+    range_metrics: MetricsRangeReader | None = None,
+    snoozes: SnoozeReader | None = None,
+) -> PlanningAssessor:
+    """The ``Assessor`` of the drain's validate/revalidate steps: a fresh plan of the one node asked about
+    (:func:`observe_node_live`), whose cost does not grow with the cluster; ``snoozes`` protect nodes
+    people snoozed."""
     from rightsizer.services.assess import PlanningAssessor
 
     return PlanningAssessor(
-        lambda now: observe_live(config, policy, observers, now),
+        None,
         policy,
         node_label=config.prometheus.node_label,
+        snoozes=snoozes,
+        observe_node=lambda node, now: observe_node_live(
+            config, policy, observers, node, now, range_metrics=range_metrics
+        ),
     )
 
 

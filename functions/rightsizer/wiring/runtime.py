@@ -269,15 +269,14 @@ class Runtime:
 
     def drain_deps(self, policy: Policy | None = None) -> DrainDeps:
         """The drain workflow's ports around ``policy`` (default: the current one); validate and revalidate
-        always observe afresh."""
-        from rightsizer.services.assess import PlanningAssessor
+        always observe afresh, and only the node they judge (``parts.observe_node_live``)."""
         from rightsizer.services.drain import DrainDeps
 
         if not self._config.cluster.name:
             raise ConfigError("acting needs the EKS cluster name", field="cluster.name")
         policy = policy or self.policy()
-        assessor = PlanningAssessor(
-            self.observe_fresh, policy, node_label=self._config.prometheus.node_label, snoozes=self.approvals
+        assessor = parts.build_assessor(
+            self._config, policy, self.observers, range_metrics=self._range_metrics, snoozes=self.approvals
         )
         asks = policy.approval == "required" or "required" in policy.approval_node_groups.values()
         return DrainDeps(

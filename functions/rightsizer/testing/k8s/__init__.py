@@ -23,6 +23,7 @@ from rightsizer.testing.k8s.selectors import (
     label_selector_matches,
     parse_field_selector,
     parse_label_selector,
+    selected,
 )
 
 __all__ = [
@@ -39,5 +40,6 @@ __all__ = [
     "parse_field_selector",
     "parse_label_selector",
     "rfc3339",
+    "selected",
     "status_body",
 ]

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from rightsizer.testing.k8s.api import _FIELD_ALIASES, JSON, ApiError, _Resource
+from rightsizer.testing.k8s.api import _FIELD_ALIASES, _RESOURCES, JSON, ApiError, _Resource
 
 # --------------------------------------------------------------------------------------------- selectors
 
@@ -115,3 +115,16 @@ def parse_field_selector(selector: str, res: _Resource) -> list[tuple[str, bool,
             raise ApiError(400, f"field label not supported: {m.group(1)}")
         terms.append((m.group(1), m.group(2) != "!=", m.group(3)))
     return terms
+
+
+def selected(obj: JSON, label_selector: str = "", field_selector: str = "", plural: str = "nodes") -> bool:
+    """Whether a list of ``plural`` with these ``labelSelector``/``fieldSelector`` values includes ``obj``.
+
+    Raises:
+        ApiError: 400 for a malformed selector or a field the resource does not support.
+    """
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    if not all(r.matches(labels) for r in parse_label_selector(label_selector)):
+        return False
+    terms = parse_field_selector(field_selector, _RESOURCES[plural])
+    return all((_field_value(obj, path) == value) == equal for path, equal, value in terms)
