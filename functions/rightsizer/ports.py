@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Literal, NamedTuple, Protocol, TypeVar
 
 from rightsizer.domain.model import GroupSizes
 
@@ -35,6 +35,19 @@ class AccessCheck(NamedTuple):
         """Human form for error messages: ``list poddisruptionbudgets.policy``, ``create pods/eviction``."""
         name = f"{self.resource}/{self.subresource}" if self.subresource else self.resource
         return f"{self.verb} {name}.{self.group}" if self.group else f"{self.verb} {name}"
+
+
+ListKind = Literal[
+    "nodes",
+    "pods",
+    "poddisruptionbudgets",
+    "persistentvolumeclaims",
+    "persistentvolumes",
+    "resourceclaims",
+    "resourceslices",
+]
+"""The collections a ``ClusterReader`` lists (Kubernetes resource plurals)."""
+T = TypeVar("T")
 
 
 class ClusterReader(Protocol):
@@ -76,6 +89,11 @@ class ClusterReader(Protocol):
 
     def list_persistent_volumes(self) -> list[JSON]:
         """core/v1 PersistentVolumes (``spec.local``, ``spec.hostPath``, ``spec.nodeAffinity``)."""
+        ...
+
+    def list_projected(self, kind: ListKind, project: Callable[[JSON], T | None]) -> list[T]:
+        """What ``project`` keeps of every object of ``kind`` (None drops it), read page by page so that
+        at most one raw page is held at a time (the assessment's projection, issue 11 item 7)."""
         ...
 
     def served_resource_api(self) -> str | None:

@@ -51,7 +51,7 @@ import logging
 import socket
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from rightsizer.adapters.eks_auth import EksTokenSource
 from rightsizer.adapters.kubernetes_errors import (
@@ -66,7 +66,7 @@ from rightsizer.adapters.kubernetes_transport import DEFAULT_PAGE_SIZE, Kubernet
 from rightsizer.domain.errors import PermanentError, StalePlan
 from rightsizer.domain.model import ANN_CORDONED_AT, ANN_CORDONED_BY
 from rightsizer.domain.names import dns1123_label_problem, dns1123_subdomain_problem
-from rightsizer.ports import JSON, AccessCheck, EvictionOutcome
+from rightsizer.ports import JSON, AccessCheck, EvictionOutcome, ListKind
 
 __all__ = [
     "DEFAULT_PAGE_SIZE",
@@ -114,6 +114,27 @@ EVENT_COMPONENT: Final = "rightsizer"
 #: The API server keeps Event messages short (events.k8s.io ``note``: 1 kB); longer ones are cut here.
 _EVENT_MESSAGE_LIMIT: Final = 1024
 _MERGE_PATCH: Final = "application/merge-patch+json"
+
+
+#: kind → object ``kind`` of its items.
+_KINDS: Final[dict[str, str]] = {
+    "nodes": "Node",
+    "pods": "Pod",
+    "poddisruptionbudgets": "PodDisruptionBudget",
+    "persistentvolumeclaims": "PersistentVolumeClaim",
+    "persistentvolumes": "PersistentVolume",
+    "resourceclaims": "ResourceClaim",
+    "resourceslices": "ResourceSlice",
+}
+#: kind → (API group, version, the client's all-namespaces list method).
+_CORE_LISTS: Final[dict[str, tuple[str, str, str]]] = {
+    "nodes": ("", "v1", "list_node"),
+    "pods": ("", "v1", "list_pod_for_all_namespaces"),
+    "poddisruptionbudgets": ("policy", "v1", "list_pod_disruption_budget_for_all_namespaces"),
+    "persistentvolumeclaims": ("", "v1", "list_persistent_volume_claim_for_all_namespaces"),
+    "persistentvolumes": ("", "v1", "list_persistent_volume"),
+}
+T = TypeVar("T")
 
 
 def _selectors(label_selector: str, field_selector: str) -> dict[str, str]:
@@ -382,6 +403,41 @@ class KubernetesCluster(KubernetesTransport):
             "PersistentVolume",
             "v1",
             lambda api, **page: client_module().CoreV1Api(api).list_persistent_volume(**page),
+        )
+
+    def list_projected(self, kind: ListKind, project: Callable[[JSON], T | None]) -> list[T]:
+        """What ``project`` keeps of every object of ``kind`` in the cluster, read page by page.
+
+        Each page (``page_size`` items) is projected as it arrives and released before the next one is
+        requested (``KubernetesTransport._collect``), so the client never holds more than one raw page:
+        the assessment's memory grows with what it keeps (issue 11 item 7), not with the raw lists.
+        ``project`` gets each item in kubectl form and returns what to keep, or None to drop it.
+        DRA kinds answer ``[]`` when ``resource.k8s.io`` is not served.
+        """
+        if kind in ("resourceclaims", "resourceslices"):
+            group_version = self.served_resource_api()
+            if group_version is None:
+                return []
+            version = group_version.rpartition("/")[2]
+            return self._collect(
+                AccessCheck("list", kind, group=DRA_GROUP),
+                _KINDS[kind],
+                group_version,
+                lambda api, **page: (
+                    client_module()
+                    .CustomObjectsApi(api)
+                    .list_cluster_custom_object(DRA_GROUP, version, kind, **page)
+                ),
+                project,
+            )
+        group, version, method = _CORE_LISTS[kind]
+        api_class = "PolicyV1Api" if group == "policy" else "CoreV1Api"
+        return self._collect(
+            AccessCheck("list", kind, group=group),
+            _KINDS[kind],
+            f"{group}/{version}" if group else version,
+            lambda api, **page: getattr(getattr(client_module(), api_class)(api), method)(**page),
+            project,
         )
 
     def served_resource_api(self) -> str | None:

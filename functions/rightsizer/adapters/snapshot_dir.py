@@ -77,6 +77,10 @@ def _items(path: Path, data: Any) -> list[Any]:
 def _typed_list(path: Path, data: Any, model: type[M]) -> list[M]:
     out: list[M] = []
     for i, item in enumerate(_items(path, data)):
+        if isinstance(item, model):
+            # The live plan's documents already hold the projection (services.snapshot, issue 11 item 7).
+            out.append(item)
+            continue
         try:
             out.append(model.model_validate(item))
         except ValidationError as exc:

@@ -24,8 +24,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
+from rightsizer.domain.catalog import load_catalog
 from rightsizer.domain.errors import ConfigError, PermanentError
-from rightsizer.domain.model import Node
+from rightsizer.domain.gpu import is_gpu_node
+from rightsizer.domain.model import (
+    Node,
+    PersistentVolume,
+    PersistentVolumeClaim,
+    Pod,
+    PodDisruptionBudget,
+)
 from rightsizer.domain.observation import METRICS_FORMAT, observation_queries
 from rightsizer.domain.usage import ACTIVITY_METRICS, DEVICE_METRICS, UP
 from rightsizer.ports import JSON, AccessCheck, ClusterReader, MetricsRangeReader, NodeGroupInventory
@@ -119,7 +127,7 @@ def metric_queries(
     return {q.path: q.expr(step_seconds, window_seconds) for q in observation_queries(job)}
 
 
-def kubectl_list(items: Iterable[JSON]) -> JSON:
+def kubectl_list(items: Iterable[Any]) -> JSON:
     """Wrap objects in the ``List`` document ``kubectl get -o json`` prints for several objects."""
     return {"apiVersion": "v1", "items": list(items), "kind": "List", "metadata": {"resourceVersion": ""}}
 
@@ -136,11 +144,57 @@ def instance_ids(nodes: Sequence[JSON]) -> list[str]:
     return sorted(set(ids))
 
 
+def _pod_projection(gpu_nodes: frozenset[str]) -> Callable[[JSON], Pod]:
+    """What the plan reads of a pod: all of it (as the ``Pod`` model keeps it) when it is bound to a GPU
+    node or not bound at all (pending pods can want a GPU node); otherwise only what the series join
+    reads (namespace, name, node, phase, pod IP)."""
+
+    def project(item: JSON) -> Pod:
+        spec, status = item.get("spec") or {}, item.get("status") or {}
+        node = spec.get("nodeName")
+        if not node or node in gpu_nodes:
+            return Pod.model_validate(item)
+        meta = item.get("metadata") or {}
+        return Pod.model_validate(
+            {
+                "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace")},
+                "spec": {"nodeName": node},
+                "status": {"phase": status.get("phase"), "podIP": status.get("podIP")},
+            }
+        )
+
+    return project
+
+
+def _projected_documents(cluster: ClusterReader) -> tuple[list[Node], dict[str, Any]]:
+    """The Kubernetes documents of a live plan, projected page by page (issue 11 item 7): the typed
+    objects the plan reads instead of the raw lists (``snapshot_dir`` accepts either)."""
+    nodes = cluster.list_projected("nodes", Node.model_validate)
+    catalog = load_catalog()
+    gpu_nodes = frozenset(n.name for n in nodes if is_gpu_node(n, catalog))
+    documents = {
+        "nodes.json": kubectl_list(nodes),
+        "pods.json": kubectl_list(cluster.list_projected("pods", _pod_projection(gpu_nodes))),
+        "pdbs.json": kubectl_list(
+            cluster.list_projected("poddisruptionbudgets", PodDisruptionBudget.model_validate)
+        ),
+        "persistentvolumeclaims.json": kubectl_list(
+            cluster.list_projected("persistentvolumeclaims", PersistentVolumeClaim.model_validate)
+        ),
+        "persistentvolumes.json": kubectl_list(
+            cluster.list_projected("persistentvolumes", PersistentVolume.model_validate)
+        ),
+    }
+    return nodes, documents
+
+
 def observe(
     cluster: ClusterReader,
     inventory: NodeGroupInventory | None,
     metrics: MetricsRangeReader | None,
     request: ObserveRequest,
+    *,
+    project: bool = False,
 ) -> Observation:
     """Read the cluster, its node groups and its DCGM metrics into an :class:`Observation`.
 
@@ -173,7 +227,6 @@ def observe(
             + ": nothing was read and nothing is decided. Remedy: bind the ClusterRole rightsizer-read "
             "(infra/k8s/rbac.yaml) to the identity's group (EKS access entry group rightsizer-read)."
         )
-    nodes = cluster.list_nodes()
     documents: dict[str, Any] = {
         "snapshot.json": {
             "taken_at": rfc3339(request.at),
@@ -182,13 +235,22 @@ def observe(
             "cluster": request.cluster,
             "region": request.region,
             "metrics_format": METRICS_FORMAT,
-        },
-        "nodes.json": kubectl_list(nodes),
-        "pods.json": kubectl_list(cluster.list_pods()),
-        "pdbs.json": kubectl_list(cluster.list_pdbs()),
-        "persistentvolumeclaims.json": kubectl_list(cluster.list_persistent_volume_claims()),
-        "persistentvolumes.json": kubectl_list(cluster.list_persistent_volumes()),
+        }
     }
+    if project:
+        typed, kubernetes = _projected_documents(cluster)
+        ids = sorted({n.instance_id for n in typed if n.instance_id})
+    else:
+        nodes = cluster.list_nodes()
+        ids = instance_ids(nodes)
+        kubernetes = {
+            "nodes.json": kubectl_list(nodes),
+            "pods.json": kubectl_list(cluster.list_pods()),
+            "pdbs.json": kubectl_list(cluster.list_pdbs()),
+            "persistentvolumeclaims.json": kubectl_list(cluster.list_persistent_volume_claims()),
+            "persistentvolumes.json": kubectl_list(cluster.list_persistent_volumes()),
+        }
+    documents.update(kubernetes)
     if request.node_label:
         # Not in the contract's field list; the loader ignores unknown fields, plan --snapshot reads it.
         documents["snapshot.json"]["node_label"] = request.node_label
@@ -196,7 +258,6 @@ def observe(
         documents["resourceclaims.json"] = kubectl_list(cluster.list_resource_claims())
         documents["resourceslices.json"] = kubectl_list(cluster.list_resource_slices())
     if inventory is not None and request.eks_cluster:
-        ids = instance_ids(nodes)
         documents["nodegroups.json"] = inventory.describe(ids, request.eks_cluster)
         documents["instances.json"] = inventory.describe_instances(ids)
     if metrics is not None:

@@ -397,7 +397,8 @@ def observe_live(
         epoch = int(at.timestamp())
         at = datetime.fromtimestamp(epoch - epoch % step, at.tzinfo)
     request = observe_request(config, policy, at)
-    observation = observe(observers.cluster, observers.inventory, None, request)
+    # Page by page, keeping only what the plan reads (issue 11 item 7): nothing here is written to disk.
+    observation = observe(observers.cluster, observers.inventory, None, request, project=True)
     return live_signals(config, policy, snapshot_from_observation(observation), observers.metrics)
 
 

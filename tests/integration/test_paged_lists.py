@@ -1,0 +1,162 @@
+"""Kubernetes lists that scale (issue 11 item 7): the live plan's lists are projected page by page.
+
+GIVEN a cluster in the Kubernetes API double with GPU and CPU nodes, pods on both, pending pods, budgets
+and volumes, read through the real adapter with small pages,
+WHEN the live observation projects each page to what the plan reads (``observe(project=True)``),
+THEN the plan and the series join are exactly those of the raw, unprojected lists (paginated or not),
+AND a projected list never holds more than about one raw page: its peak memory stays a fraction of the
+raw list's, and does not grow with the number of objects listed.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import tracemalloc
+from collections.abc import Callable, Iterator
+from multiprocessing.connection import Connection
+from typing import Any
+
+import pytest
+from botocore.credentials import ReadOnlyCredentials
+
+from rightsizer.adapters.eks_auth import EksTokenSource
+from rightsizer.adapters.kubernetes import KubernetesCluster
+from rightsizer.domain.join import NodeJoiner
+from rightsizer.domain.planner import plan
+from rightsizer.domain.policy import Policy
+from rightsizer.services.snapshot import ObserveRequest, observe
+from rightsizer.testing.k8s import KubernetesDouble
+from rightsizer.wiring.parts import snapshot_from_observation
+from tests.builders import AT, claim_volume, exporter_pod, gpu_node, pdb, pod, pv, pvc
+
+pytestmark = pytest.mark.integration
+
+
+def cpu_node(name: str, ip: str) -> dict[str, Any]:
+    node = gpu_node(name, instance_type="m5.2xlarge", gpus=0, ip=ip)
+    node["metadata"]["labels"].pop("nvidia.com/gpu.present")
+    del node["status"]["capacity"]["nvidia.com/gpu"]
+    del node["status"]["allocatable"]["nvidia.com/gpu"]
+    return node
+
+
+@pytest.fixture(scope="module")
+def double() -> Iterator[KubernetesDouble]:
+    with KubernetesDouble(seed=5, resource_api_versions=None) as d:
+        for i in range(12):
+            d.add_node(gpu_node(f"gpu-{i:02d}", instance_type="g5.2xlarge", gpus=1, ip=f"10.0.0.{i + 1}"))
+            d.add_pod(exporter_pod(f"gpu-{i:02d}", f"10.1.0.{i + 1}", name=f"dcgm-{i:02d}"))
+            d.add_pod(pod(f"train-{i}", f"gpu-{i:02d}", namespace=f"ml-{i % 2}", gpus=1 if i % 3 else 0))
+        for i in range(30):
+            d.add_node(cpu_node(f"cpu-{i:02d}", f"10.2.0.{i + 1}"))
+            for k in range(4):
+                d.add_pod(pod(f"web-{i}-{k}", f"cpu-{i:02d}", namespace="web", pod_ip=f"10.3.{i}.{k + 1}"))
+        d.add_pod(pod("waiting", None, namespace="ml-0", gpus=1, phase="Pending"))
+        d.add_pdb(pdb("train", "ml-1", {"app": "train"}, 0), managed_status=False)
+        d.add_pdb(pdb("web", "web", {"app": "web"}, 1))
+        d.add_pod(
+            pod("db-0", "gpu-05", owner=("StatefulSet", "apps/v1"), volumes=[claim_volume("data-db-0")])
+        )
+        d.add_pvc(pvc("data-db-0", "local-1"))
+        d.add_pv(pv("local-1", local_path="/mnt/nvme", affinity={"kubernetes.io/hostname": ["gpu-05"]}))
+        yield d
+
+
+def reader(double: KubernetesDouble, page_size: int) -> KubernetesCluster:
+    return KubernetesCluster.for_eks(
+        double.base_url,
+        EksTokenSource("prod", "us-east-1", lambda: ReadOnlyCredentials("AKID", "s", None)),
+        page_size=page_size,
+    )
+
+
+REQUEST = ObserveRequest(at=AT, window_seconds=1800, step_seconds=60, cluster="prod", region="us-east-1")
+
+
+@pytest.mark.parametrize("page_size", [1, 7, 5000])
+def test_the_projected_plan_is_the_plan_of_the_raw_lists(double: KubernetesDouble, page_size: int) -> None:
+    raw = snapshot_from_observation(observe(reader(double, 5000), None, None, REQUEST))
+    projected = snapshot_from_observation(
+        observe(reader(double, page_size), None, None, REQUEST, project=True)
+    )
+    policy = Policy()
+    expected, got = plan(raw, policy, AT), plan(projected, policy, AT)
+    assert got.model_dump(mode="json") == expected.model_dump(mode="json")
+    # the cases are there: a pending GPU pod, a budget with no disruptions left, node-local data
+    reasons = {r.split(":")[0] for n in got.nodes for r in n.reasons}
+    assert {"pending_gpu_pods", "pdb_blocks", "local_storage"} <= reasons, reasons
+    # the pods of CPU nodes are kept only as the join reads them, and join the same series to the same nodes
+    assert [p.metadata.name for p in projected.pods] == [p.metadata.name for p in raw.pods]
+    full, lean = NodeJoiner(raw.nodes, raw.pods), NodeJoiner(projected.nodes, projected.pods)
+    labels = [{"instance": f"{p.status.podIP}:9400"} for p in raw.pods if p.status.podIP]
+    labels += [{"namespace": p.metadata.namespace, "pod": p.metadata.name, "Hostname": "x"} for p in raw.pods]
+    labels += [{"instance": f"{ip}:9400", "Hostname": n.name} for n in raw.nodes for ip in n.internal_ips]
+    assert [lean.join(x) for x in labels] == [full.join(x) for x in labels]
+    web = next(p for p in projected.pods if p.metadata.name == "web-0-0")
+    assert web.spec.containers == [] and web.status.podIP == "10.3.0.1"
+
+
+def peak_bytes(run: Callable[[], Any]) -> int:
+    tracemalloc.start()
+    try:
+        run()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def _serve(pods: int, conn: Connection) -> None:
+    """Child process (its memory is not ours): a double with ``pods`` pods on 10 nodes, until told."""
+    with KubernetesDouble(seed=5, resource_api_versions=None) as d:
+        for i in range(10):
+            d.add_node(cpu_node(f"cpu-{i}", f"10.2.0.{i + 1}"))
+        for k in range(pods):
+            d.add_pod(
+                pod(f"web-{k}", f"cpu-{k % 10}", namespace="web", pod_ip=f"10.3.{k // 250}.{k % 250 + 1}")
+            )
+        conn.send(d.base_url)
+        conn.recv()
+
+
+@pytest.fixture
+def remote() -> Iterator[Callable[[int], str]]:
+    ctx = multiprocessing.get_context("fork")
+    started: list[tuple[Any, Any]] = []
+
+    def start(pods: int) -> str:
+        parent, child = ctx.Pipe()
+        process = ctx.Process(target=_serve, args=(pods, child), daemon=True)
+        process.start()
+        started.append((process, parent))
+        return str(parent.recv())
+
+    yield start
+    for process, conn in started:
+        conn.send("stop")
+        process.join(timeout=30)
+
+
+def test_a_projected_list_holds_about_one_raw_page(remote: Callable[[int], str]) -> None:
+    peaks: dict[int, tuple[int, int]] = {}
+    for pods in (200, 800):
+        cluster = KubernetesCluster.for_eks(
+            remote(pods),
+            EksTokenSource("prod", "us-east-1", lambda: ReadOnlyCredentials("AKID", "s", None)),
+            page_size=20,
+        )
+        cluster.list_nodes()  # connection and imports are not what is measured
+        counted: list[int] = []
+
+        def keep_nothing(item: dict[str, Any], counted: list[int] = counted) -> None:
+            counted.append(1)
+            return None
+
+        raw = peak_bytes(cluster.list_pods)
+        lean = peak_bytes(lambda cluster=cluster, keep=keep_nothing: cluster.list_projected("pods", keep))
+        assert len(counted) == pods
+        peaks[pods] = (raw, lean)
+    # THEN the raw list grows with the pods, the projected one stays at about one page of 20
+    (raw_small, lean_small), (raw_large, lean_large) = peaks[200], peaks[800]
+    assert raw_large > 3 * raw_small, peaks
+    assert lean_large < 1.5 * lean_small, peaks
+    assert lean_large * 10 < raw_large, peaks
