@@ -27,6 +27,7 @@ from rightsizer.backtest.report import (
 from rightsizer.backtest.sources import packaged_trace, read_snapshot_series, read_trace
 from rightsizer.cli import main
 from rightsizer.domain.catalog import load_catalog
+from rightsizer.domain.errors import ConfigError
 from rightsizer.domain.model import SIGNAL_ACTIVITY, MetricData, Node, Pod, Series
 from rightsizer.domain.planner import plan
 from rightsizer.domain.policy import Policy
@@ -334,6 +335,26 @@ def test_snapshot_series_replays_full_dcgm_snapshots(tmp_path: Path) -> None:
     f = bt.run_policy(bt.prepare(h), Policy(), "default")
     assert [(r.node, r.at) for r in f.log] == [("n-idle", AT.timestamp())]
     assert f.gpu_hours_saved == pytest.approx(4 * 1.0)  # 4 GPUs, removed for the last hour
+
+
+@pytest.mark.parametrize("position", [0, 2])
+def test_a_snapshot_series_with_a_format_2_snapshot_is_refused_with_the_reason(
+    tmp_path: Path, position: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # format-2 snapshots keep window facts, not raw samples: merging them would misjudge nodes
+    for k in range(3):
+        when = AT + timedelta(minutes=30 * k)
+        directory = tmp_path / when.isoformat().replace("+00:00", "Z")
+        write_snapshot_dir(directory, [gpu_node("n-idle")], [], node_devices("n-idle"), at=when)
+        if k == position:
+            meta = json.loads((directory / "snapshot.json").read_text())
+            (directory / "snapshot.json").write_text(json.dumps({**meta, "metrics_format": 2}))
+    with pytest.raises(ConfigError) as refused:
+        read_snapshot_series(tmp_path)
+    assert refused.value.field == "metrics_format"
+    assert "cannot be re-windowed" in str(refused.value) and "--prometheus" in str(refused.value)
+    assert main(["backtest", "--snapshot-series", str(tmp_path)]) == 2
+    assert "metrics_format" in capsys.readouterr().err
 
 
 def test_snapshot_series_needs_rfc3339_names(tmp_path: Path) -> None:

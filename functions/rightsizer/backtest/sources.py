@@ -231,6 +231,28 @@ def _parse_name(name: str) -> datetime | None:
     return value if value.tzinfo is not None else None
 
 
+def _load_format_1(path: Path) -> ClusterSnapshot:
+    """The snapshot at ``path``, when its metrics are raw samples (format 1).
+
+    Raises:
+        ConfigError: a format-2 snapshot (``field`` ``metrics_format``), with the alternatives.
+    """
+    snap = load_snapshot(path, node_label=_recorded_node_label(path))
+    if snap.meta.metrics_format >= 2:
+        # Format 2 keeps facts over the snapshot's own window (per-step maxima, window maxima, spreads,
+        # non-finite flags), not raw samples: windows of other lengths or positions cannot be
+        # recomputed from them, and replaying them with the raw-sample rules would misjudge nodes.
+        raise ConfigError(
+            f"metrics format {snap.meta.metrics_format} snapshots (what `rightsizer snapshot` writes "
+            "now) record facts over their own idle window, not raw samples, so a series of them "
+            "cannot be re-windowed into one history; judge each with `rightsizer plan --snapshot "
+            "DIR`, or backtest from the server with `--prometheus --config FILE --from --to`",
+            source=str(path / "snapshot.json"),
+            field="metrics_format",
+        )
+    return snap
+
+
 def read_snapshot_series(directory: str | Path) -> Source:
     """Read a directory of snapshot directories (docs/architecture.md §5) named by their RFC 3339 time.
 
@@ -239,9 +261,13 @@ def read_snapshot_series(directory: str | Path) -> Source:
     spans from the first snapshot's window start to the last snapshot. Time between snapshots that no
     window covers has no samples: nodes are ``unknown`` there and never removed.
 
+    Only metrics format 1 snapshots (raw samples per step) can be merged: a format-2 snapshot is refused
+    with the reason and the alternatives (``plan --snapshot`` per snapshot, ``--prometheus``).
+
     Raises:
         ConfigError: not a directory, no snapshots, a sub-directory name that is not RFC 3339 with an
-            offset, or snapshots with different step seconds.
+            offset, snapshots with different step seconds, or a metrics format 2 snapshot
+            (``field`` ``metrics_format``).
         SnapshotError: a snapshot directory that does not load (names the file and the field).
     """
     root = Path(directory)
@@ -263,7 +289,7 @@ def read_snapshot_series(directory: str | Path) -> Source:
     entries.sort()
     snaps: list[ClusterSnapshot] = []
     for _, path in entries:
-        snaps.append(load_snapshot(path, node_label=_recorded_node_label(path)))
+        snaps.append(_load_format_1(path))
     steps = {s.meta.step_seconds for s in snaps}
     if len(steps) != 1:
         raise ConfigError(f"snapshots use different step seconds {sorted(steps)}", source=str(root))
