@@ -361,6 +361,9 @@ def drain_flow(deployed: Deployed) -> list[Call]:
     """A whole drain of gpu-idle (a DaemonSet pod stays, a pod on a network volume is evicted) and a late
     rollback of it; returns the AWS calls."""
     double = deployed.base.double
+    # The drained node runs on spot: validate judges that node alone (issue 11 item 5), and pricing it
+    # is what needs ec2:DescribeSpotPriceHistory in the drain role.
+    seed_instance(deployed.base.cluster.nodegroups["gpu-a10g"].instance_ids[0], lifecycle="spot")
     exporter = pod("dcgm-exporter-x", "gpu-idle", namespace="monitoring", owner=("DaemonSet", "apps/v1"))
     double.add_daemonset(
         {

@@ -446,7 +446,7 @@ def test_series_shards_merge_exactly_into_the_unsharded_facts(fleets: Any, step:
         sharded = collect_live(client, joiner, window, policy, "node", split_seconds=600, shards=shards)
         asked = client.stats.queries - before
     subs = -(-WINDOW // 600)
-    assert asked == subs + (6 + 6 * subs) * len(shards)  # up per sub-window; per shard 6 whole + 6 split
+    assert asked == subs + (8 + 6 * subs) * len(shards)  # up per sub-window; per shard 8 whole + 6 split
     assert sharded.devices == whole.devices
     assert sharded.up_coverage == whole.up_coverage
     assert sharded.unmapped == whole.unmapped

@@ -221,7 +221,9 @@ def test_any_one_signal_above_its_threshold_is_busy(override: dict[str, Any], co
 
 def test_busy_on_one_step_of_one_device_of_eight_is_busy() -> None:
     node = gpu_node("one", instance_type="p4d.24xlarge", gpus=8)
-    metrics = node_devices("one", 8, per_gpu={6: {"util": lambda i: 80.0 if i == 17 else 0.0}})
+    metrics = node_devices(  # A100 40 GB: the driver reports 40,536 MiB used + free
+        "one", 8, fb_total=40536, per_gpu={6: {"util": lambda i: 80.0 if i == 17 else 0.0}}
+    )
     report = plan(snapshot([node], [], metrics), Policy()).node("one")
     assert report.verdict in ("busy", "underutilized")
 

@@ -416,9 +416,9 @@ def test_sigv4_signs_exactly_what_reaches_the_server(
 def test_plan_queries_split_the_window_exactly_and_do_not_depend_on_the_fleet() -> None:
     window = Window(end=1793613600.0, seconds=1800, step=60)
     tasks = plan_queries(window, split_seconds=900)
-    assert len(tasks) == 6 + 7 * 2
+    assert len(tasks) == 8 + 7 * 2
     assert len(plan_queries(window, job="dcgm", split_seconds=900)) == len(tasks)
-    assert len(plan_queries(window, split_seconds=1800)) == 13
+    assert len(plan_queries(window, split_seconds=1800)) == 15
     # every step point of (end − W, end] is asked exactly once per per-step query
     util = [t for t in tasks if t.query.path == f"metrics/{GPU_UTIL}.json"]
     points = sorted(p for t in util for p in range(int(t.span(60)[0]), int(t.span(60)[1]) + 1, 60))
@@ -452,7 +452,7 @@ def test_plan_queries_repeat_every_dcgm_query_per_shard_but_not_up() -> None:
     tasks = plan_queries(window, split_seconds=900, shards=shards)
     up = [t for t in tasks if t.query.metric == UP]
     assert [t.shard for t in up] == [None, None]  # the 2 sub-windows, unsharded
-    assert len(tasks) == 2 + (6 + 6 * 2) * 3
+    assert len(tasks) == 2 + (8 + 6 * 2) * 3
     util = [t for t in tasks if t.query.path == f"metrics/{GPU_UTIL}.json"]
     assert {t.shard for t in util} == set(shards)
     assert util[0].expr(60) == 'max_over_time(DCGM_FI_DEV_GPU_UTIL{node=~"n0|n1"}[59999ms])'
@@ -529,7 +529,7 @@ def test_healthy_answers_make_an_idle_node(prom: tuple[str, Script], sleeps: lis
     signals, p = run_plan(url, sleeps, script.by_query)
     assert signals.problems == ()
     assert [(n.verdict, n.reasons) for n in p.nodes] == [("idle", ["idle_window_clean"])]
-    assert len(script.seen) == 13
+    assert len(script.seen) == 15
     assert {s.path for s in script.seen} == {"/api/v1/query_range"}
 
 

@@ -71,8 +71,11 @@ def test_peak_70_gib_on_an_h100_fits_no_smaller_h100_and_no_slower_model() -> No
 
 def test_eight_gpus_requested_by_one_pod_means_no_smaller_type() -> None:
     node = gpu_node("p4", instance_type="p4d.24xlarge", gpus=8, nodegroup="p4d")
-    metrics = node_devices(
-        "p4", 8, per_gpu={0: {"util": const(90), "fb_used": const(30000), "power": const(300)}}
+    metrics = node_devices(  # A100 40 GB: the driver reports 40,536 MiB used + free
+        "p4",
+        8,
+        fb_total=40536,
+        per_gpu={0: {"util": const(90), "fb_used": const(30000), "power": const(300)}},
     )
     trainer = pod("train-0", "p4", gpus=8, cpu="90", memory="1000Gi")
     result = plan(snapshot([node], [trainer], metrics), Policy())

@@ -553,7 +553,7 @@ def plan_queries(
     the spreads (``stddev_over_time`` does not merge), which read each sample of their family once, like
     the floor, and the instant ``timestamp``/latest-value queries, which read one sample per series.
     Without ``shards`` the count depends on W, the step and the split, never on the number of nodes:
-    6 + 7 × ⌈W / split⌉.
+    8 + 7 × ⌈W / split⌉.
 
     With ``shards`` (large fleets, ``series_shards``) every DCGM request is repeated per shard, each
     reading only its nodes' series; ``up`` (one series per exporter, not per GPU) stays whole, since its

@@ -210,7 +210,7 @@ def assess_gpus(
         reasons.append("stale_metrics:no_sample")
     elif used:
         age = at.timestamp() - min(t for t in newest if t is not None)
-        if age > policy.max_sample_age:
+        if age > freshness_bound(policy.max_sample_age, used, window.step):
             reasons.append(f"stale_metrics:{int(age)}s")
 
     if SIGNAL_LIVENESS in signal_set:
@@ -221,7 +221,8 @@ def assess_gpus(
             reasons.append("no_liveness_signal")
     bad = sorted({m for d in used for m in d.non_finite})
     reasons.extend(f"non_finite:{m}" for m in bad)
-    implausible = sorted({r for d in used if (r := _fb_implausible(d))})
+    catalog_mib = row.gpu_memory_mib if row else None
+    implausible = sorted({r for d in used if (r := _fb_implausible(d, catalog_mib))})
     reasons.extend(f"fb_implausible:{r}" for r in implausible)
 
     model = row.gpu_model if row else None
@@ -263,16 +264,52 @@ def assess_gpus(
     return a
 
 
-def _fb_implausible(device: DeviceSignals) -> str | None:
+#: The freshness bound when the scrape interval is not measured (a snapshot without ``.count`` files, a
+#: format-1 source), and the loosest automatic one: Prometheus' own lookback.
+FRESHNESS_FALLBACK_S = 300.0
+
+
+def freshness_bound(configured: float | None, devices: Sequence[DeviceSignals], step: float) -> float:
+    """The oldest the newest raw sample may be (s): ``max_sample_age`` when configured, else two measured
+    scrape intervals (the slowest device's, from its sample count over the window) plus one query step
+    (a live decision instant is floored to the step), at most ``FRESHNESS_FALLBACK_S``.
+
+    A 15 s scrape at the 60 s step allows 90 s, where a fixed 5 minutes let an exporter that stopped four
+    minutes ago still count as fresh.
+    """
+    if configured is not None:
+        return float(configured)
+    intervals = [d.sample_interval_s for d in devices]
+    if not intervals or any(i is None for i in intervals):
+        return FRESHNESS_FALLBACK_S
+    slowest = max(i for i in intervals if i is not None)
+    return min(FRESHNESS_FALLBACK_S, 2 * slowest + step)
+
+
+#: A device's framebuffer total (used + free, MiB) must lie within this share of the catalog's memory for
+#: its GPU model: drivers report 92–100 % of the nominal size (A10G 22,731 of 24,576 MiB, T4 15,360 of
+#: 16,384, H100 81,559 of 81,920); a total outside is another device's reading, or a broken exporter's.
+FB_TOTAL_CATALOG_SHARE = (0.80, 1.05)
+
+
+def _fb_implausible(device: DeviceSignals, catalog_mib: int | None = None) -> str | None:
     """Why a device's framebuffer readings cannot be true, or None (issue 11: such a device is unknown).
 
-    Negative used memory, or used + free (``DCGM_FI_DEV_FB_USED`` + ``DCGM_FI_DEV_FB_FREE``, MiB) of zero
-    or less: an exporter that lost the GPU reports zeros, and zeros would read as an idle framebuffer.
+    Negative used memory; used + free (``DCGM_FI_DEV_FB_USED`` + ``DCGM_FI_DEV_FB_FREE``, MiB) of zero or
+    less (an exporter that lost the GPU reports zeros, and zeros would read as an idle framebuffer); or,
+    for a whole GPU (not a MIG instance, whose memory is a slice) of an instance type the catalog knows
+    (``catalog_mib``: ``ec2-gpu-instances.csv`` ``gpu_memory_mib_per_gpu``), a total outside
+    ``FB_TOTAL_CATALOG_SHARE`` of it.
     """
     if not device.has_fb:
         return None
     if device.fb_used_max_mib is not None and device.fb_used_max_mib < 0:
         return "negative_used"
-    if device.fb_total_mib is not None and device.fb_total_mib <= 0:
+    total = device.fb_total_mib
+    if total is not None and total <= 0:
         return "used_plus_free_not_positive"
+    if total is not None and catalog_mib and not device.is_mig:
+        low, high = FB_TOTAL_CATALOG_SHARE
+        if not low * catalog_mib <= total <= high * catalog_mib:
+            return f"total_{total:.0f}MiB_not_{catalog_mib}MiB"
     return None

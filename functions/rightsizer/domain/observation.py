@@ -18,7 +18,9 @@ Fidelity contract: every fact covers *all raw samples* of its interval, whatever
   NaN/±Inf exactly when a sample is.
 - Non-finite activity samples: ``(sum_over_time(m[W − 1ms]) * 0) != 0`` keeps only the series with a
   NaN/±Inf sample (a sum is non-finite exactly then), with no self-join.
-- Freshness: ``timestamp(m)`` at the end, the newest raw sample's own time.
+- Freshness: ``timestamp(m)`` at the end, the newest raw sample's own time; the scrape interval it is
+  judged against: ``count_over_time(m[W − 1ms])`` of the activity metrics, W ÷ samples (``.count`` files;
+  a format-2 snapshot without them falls back to the fixed bound).
 
 Every query reads raw samples straight from the TSDB with no aggregation or join, each family at most
 twice, so the engine stays near the floor of reading each sample once; no fact comes from Prometheus'
@@ -63,7 +65,7 @@ __all__ = [
 #: Observation format ``rightsizer snapshot`` writes (``snapshot.json`` ``metrics_format``; absent = 1).
 METRICS_FORMAT = 2
 
-Kind = Literal["step", "max", "stddev", "avg", "timestamp", "nonfinite"]
+Kind = Literal["step", "max", "stddev", "avg", "timestamp", "nonfinite", "count"]
 #: Metrics whose ``metrics/<M>.json`` is a per-step matrix (the others' is one point at the end).
 STEP_METRICS = (GPU_UTIL, PROF_ACTIVE, UP)
 #: kind → (file suffix, metrics asked).
@@ -74,6 +76,7 @@ KINDS: Mapping[Kind, tuple[str, tuple[str, ...]]] = {
     "avg": (".avg", (FB_USED, FB_FREE)),
     "timestamp": (".timestamp", ACTIVITY_METRICS),
     "nonfinite": (".nonfinite", ACTIVITY_METRICS),
+    "count": (".count", ACTIVITY_METRICS),
 }
 #: File suffix → kind (``metrics/<M><suffix>.json``); "" holds both per-step and window maxima.
 SUFFIX_KINDS = {suffix: kind for kind, (suffix, _) in KINDS.items() if kind != "max"}
@@ -164,11 +167,13 @@ class MetricQuery:
             return f"{self.kind}_over_time({sel}{_open_range(range_seconds)})"
         if self.kind == "timestamp":
             return f"timestamp({sel})"
+        if self.kind == "count":
+            return f"count_over_time({sel}{_open_range(range_seconds)})"
         return f"(sum_over_time({sel}{_open_range(range_seconds)}) * 0) != 0"
 
 
 def observation_queries(job: str | None = None, scope: tuple[str, ...] = ()) -> tuple[MetricQuery, ...]:
-    """Every query of an observation, in snapshot file order; their number is a constant (13).
+    """Every query of an observation, in snapshot file order; their number is a constant (15).
 
     ``scope``: label matchers selecting one node's series (``MetricQuery.scope``), () for every series.
     """

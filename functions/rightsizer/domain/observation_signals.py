@@ -142,6 +142,7 @@ class ObservationReducer:
         self._stamps: dict[DeviceKey, list[float]] = {}
         self._stamped: dict[str, set[DeviceKey]] = {m: set() for m in ACTIVITY_METRICS}
         self._nonfinite: dict[str, set[DeviceKey]] = {m: set() for m in ACTIVITY_METRICS}
+        self._counts: dict[DeviceKey, float] = {}
         self._labels: dict[DeviceKey, tuple[int, LabelKey]] = {}
         self._unmapped: dict[tuple[str, LabelKey], UnmappedSeries] = {}
         self._answered: set[tuple[str, str]] = set()
@@ -174,7 +175,7 @@ class ObservationReducer:
         ident = key if key is not None else tuple(labels.items())
         joined = self._joined.get(ident)
         if joined is None:
-            # One label set shows up in up to 13 answers: join it and name its device once.
+            # One label set shows up in up to 15 answers: join it and name its device once.
             result = self._joiner.join(labels)
             if result.node is None:
                 joined = result
@@ -206,6 +207,11 @@ class ObservationReducer:
             self._stamps.setdefault(dev, []).extend(values)
         elif kind == "nonfinite":
             self._nonfinite[metric].add(dev)
+        elif kind == "count":
+            # raw samples in the window; the best-sampled activity metric of the device sets its interval
+            finite = [v for v in values if _isfinite(v)]
+            if finite:
+                self._counts[dev] = max(self._counts.get(dev, 0.0), max(finite))
 
     def _add_step(
         self,
@@ -334,6 +340,10 @@ class ObservationReducer:
             bad.extend(f"timestamp({n})" for n in ACTIVITY_METRICS if key in self._stamped[n])
         finite_times = [t for t in times if _isfinite(t) and t <= window.end]
         sig.newest_sample = max(finite_times) if finite_times else None
+        samples = self._counts.get(key, 0.0)
+        if samples >= 2:
+            # Over-estimates when the series began inside the window: the bound is then looser, never tighter.
+            sig.sample_interval_s = window.seconds / samples
 
     def _memory_and_power(self, sig: DeviceSignals, key: DeviceKey, bad: list[str]) -> None:
         """Framebuffer (the instance's own, else its GPU's), power and liveness (the GPU's)."""

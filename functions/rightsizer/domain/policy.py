@@ -117,7 +117,12 @@ class Policy(BaseModel):
     min_coverage: float = Field(
         0.9, ge=0, le=1, description="Share of window steps that must hold a finite sample (0..1)."
     )
-    max_sample_age: Seconds = Field(300, ge=0, description="Newest raw sample may be at most this old (s).")
+    max_sample_age: Seconds | None = Field(
+        None,
+        ge=0,
+        description="Newest raw sample may be at most this old (s); default: two measured scrape "
+        "intervals plus one query step, at most 300 s (300 s when the interval is not measured).",
+    )
     node_selector: dict[str, str] = Field(
         default_factory=dict, description="Only nodes carrying all these labels are considered."
     )

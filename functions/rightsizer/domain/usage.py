@@ -91,6 +91,7 @@ class DeviceSignals:
     fb_total_mib: float | None = None
     power_max_w: float | None = None
     newest_sample: float | None = None
+    sample_interval_s: float | None = None
     liveness: str = "absent"
     non_finite: tuple[str, ...] = ()
     signals_disagree: bool = False

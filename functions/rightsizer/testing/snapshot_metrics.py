@@ -131,6 +131,7 @@ _TIMESTAMP = re.compile(r"^\s*timestamp\s*\((.*)\)\s*$")
 _MAX_OVER_TIME = re.compile(r"^\s*max_over_time\s*\((.*)\[(\d+)ms\]\s*\)\s*$")
 _STDDEV_OVER_TIME = re.compile(r"^\s*stddev_over_time\s*\((.*)\[(\d+)ms\]\s*\)\s*$")
 _AVG_OVER_TIME = re.compile(r"^\s*avg_over_time\s*\((.*)\[(\d+)ms\]\s*\)\s*$")
+_COUNT_OVER_TIME = re.compile(r"^\s*count_over_time\s*\((.*)\[(\d+)ms\]\s*\)\s*$")
 _NONFINITE = re.compile(r"^\s*\(\s*sum_over_time\s*\((.*)\[(\d+)ms\]\s*\)\s*\*\s*0\s*\)\s*!=\s*0\s*$")
 
 
@@ -168,6 +169,7 @@ def _parse_query(expr: str) -> _Query:
         (_MAX_OVER_TIME, "max"),
         (_STDDEV_OVER_TIME, "stddev"),
         (_AVG_OVER_TIME, "avg"),
+        (_COUNT_OVER_TIME, "count"),
         (_NONFINITE, "nonfinite"),
     )
     for pattern, name in patterns:
@@ -196,7 +198,7 @@ class SnapshotMetrics:
     """A ``MetricsRangeReader`` over a snapshot directory's ``metrics/*.json``, moved to the present.
 
     Answers what :func:`rightsizer.services.snapshot.observe` asks (``metric_queries``, format 2):
-    ``max_over_time``, ``stddev_over_time``, ``avg_over_time`` (``(<sel>[<n>ms])``),
+    ``max_over_time``, ``stddev_over_time``, ``avg_over_time``, ``count_over_time`` (``(<sel>[<n>ms])``),
     ``(sum_over_time(<sel>[<n>ms]) * 0) != 0``, ``timestamp(<sel>)``, and plain selectors, each optionally with ``=``, ``!=``, ``=~`` and ``!~`` label
     matchers (``job``, and one node's labels for the drain's per-node read), and unions ``<a> or <b>``. Each snapshot point is one raw sample, scraped ``lag`` before its point (from the
     ``timestamp`` files). Evaluation follows Prometheus: a selector shows the newest point at most 5
@@ -440,6 +442,8 @@ def _evaluate(series: _Series, query: _Query, at: int) -> str | None:
         return _format_value(top)
     if query.kind == "avg":
         return _format_value(sum(samples) / len(samples))
+    if query.kind == "count":
+        return _format_value(float(len(samples)))
     if query.kind == "stddev":
         mean = sum(samples) / len(samples)
         return _format_value(math.sqrt(sum((v - mean) ** 2 for v in samples) / len(samples)))

@@ -1,0 +1,175 @@
+"""Evidence that cannot fool us (issue 11 item 6): the freshness bound follows the measured scrape interval,
+and a framebuffer total far from the catalog's memory for the GPU makes the device unknown.
+
+Pure: format-2 snapshot directories written to ``tmp_path`` and decoded by the real loader, and
+``assess_gpus`` on hand-made device signals.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from rightsizer.domain.catalog import load_catalog
+from rightsizer.domain.gpu import FRESHNESS_FALLBACK_S, assess_gpus, freshness_bound
+from rightsizer.domain.model import Node
+from rightsizer.domain.policy import Policy
+from rightsizer.domain.usage import GPU_UTIL, PROF_ACTIVE, DeviceSignals, Window
+from tests.builders import AT, STEP, WINDOW, gpu_node
+from tests.unit.test_observation import END, decide, idle_files, matrix, write
+
+
+def with_interval(scrape: float, age: float, **extra: dict[str, object]) -> dict[str, dict[str, object]]:
+    """Idle files whose activity was scraped every ``scrape`` s, the newest sample ``age`` s old."""
+    return idle_files(
+        **{
+            f"metrics/{GPU_UTIL}.count.json": matrix([(END, str(WINDOW // scrape))]),
+            f"metrics/{GPU_UTIL}.timestamp.json": matrix([(END, str(END - age))]),
+            **extra,
+        }
+    )
+
+
+@pytest.mark.parametrize("scrape", [10, 15, 30, 60])
+def test_the_default_freshness_bound_is_two_measured_intervals_plus_a_step(
+    tmp_path: Path, scrape: int
+) -> None:
+    bound = 2 * scrape + STEP
+    fresh = decide(write(tmp_path / "fresh", with_interval(scrape, bound - 1)))
+    stale = decide(write(tmp_path / "stale", with_interval(scrape, bound + 1)))
+    assert not [r for r in fresh.reasons if r.startswith("stale_metrics")], fresh.reasons
+    assert f"stale_metrics:{bound + 1}s" in stale.reasons and stale.verdict == "unknown"
+
+
+def test_an_exporter_silent_for_four_minutes_is_stale_where_five_minutes_let_it_pass(tmp_path: Path) -> None:
+    report = decide(write(tmp_path, with_interval(15, 240)))
+    assert "stale_metrics:240s" in report.reasons
+
+
+def test_the_best_sampled_activity_metric_sets_the_interval_of_a_device(tmp_path: Path) -> None:
+    # GPU_UTIL every 15 s, the profiling metric every 60 s: a sample 100 s old is fresh for the latter
+    files = with_interval(
+        15,
+        100,
+        **{f"metrics/{PROF_ACTIVE}.count.json": matrix([(END, str(WINDOW // 60))])},
+    )
+    # the count of a device is its best-sampled metric: 2 × 15 s + 60 s = 90 s < 100 s
+    assert "stale_metrics:100s" in decide(write(tmp_path, files)).reasons
+
+
+def test_a_configured_bound_wins_and_no_measurement_falls_back(tmp_path: Path) -> None:
+    loaded = write(tmp_path / "a", with_interval(15, 200))
+    from rightsizer.adapters.snapshot_dir import load_snapshot
+    from rightsizer.domain.planner import plan
+
+    configured = plan(load_snapshot(loaded), Policy(max_sample_age=600)).nodes[0]
+    assert not [r for r in configured.reasons if r.startswith("stale_metrics")]
+    # a format-2 snapshot written before the .count files: the previous fixed bound
+    old = decide(
+        write(
+            tmp_path / "b",
+            idle_files(**{f"metrics/{GPU_UTIL}.timestamp.json": matrix([(END, str(END - 200))])}),
+        )
+    )
+    assert not [r for r in old.reasons if r.startswith("stale_metrics")]
+    old_stale = decide(
+        write(
+            tmp_path / "c",
+            idle_files(**{f"metrics/{GPU_UTIL}.timestamp.json": matrix([(END, str(END - 301))])}),
+        )
+    )
+    assert "stale_metrics:301s" in old_stale.reasons
+
+
+def test_freshness_bound_of_several_devices() -> None:
+    fast, slow = (
+        DeviceSignals("n", "a", sample_interval_s=15.0),
+        DeviceSignals("n", "b", sample_interval_s=45.0),
+    )
+    assert freshness_bound(None, [fast, slow], 60) == 150
+    assert freshness_bound(None, [fast, DeviceSignals("n", "c")], 60) == FRESHNESS_FALLBACK_S
+    assert (
+        freshness_bound(None, [DeviceSignals("n", "d", sample_interval_s=200.0)], 60) == FRESHNESS_FALLBACK_S
+    )
+    assert freshness_bound(120, [fast], 60) == 120
+
+
+# ----------------------------------------------------------------------------- framebuffer vs catalog
+
+
+def device(total: float | None, *, mig: bool = False, used: float = 300.0) -> DeviceSignals:
+    return DeviceSignals(
+        "n",
+        "GPU-0",
+        gpu_instance="1" if mig else "",
+        activity_max_pct=0.0,
+        coverage=1.0,
+        fb_used_max_mib=used,
+        fb_total_mib=total,
+        power_max_w=27.0,
+        newest_sample=END - 10,
+        sample_interval_s=15.0,
+        liveness="moving",
+        has_fb=True,
+        has_power=True,
+    )
+
+
+def fb_reasons(instance_type: str, dev: DeviceSignals) -> list[str]:
+    catalog = load_catalog()
+    node = Node.model_validate(
+        gpu_node("n", instance_type=instance_type, gpus=1, created=AT - timedelta(days=2))
+    )
+    assessment = assess_gpus(
+        node,
+        catalog.get(instance_type),
+        [dev],
+        policy=Policy(),
+        power_ceilings=catalog.idle_power_w,
+        window=Window.ending(AT, WINDOW, STEP),
+        at=AT,
+        up_coverage=None,
+        problems=(),
+        present=frozenset(
+            {GPU_UTIL, "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_POWER_USAGE"}
+        ),
+        exporter=None,
+    )
+    return [r for r in assessment.reasons if r.startswith("fb_implausible")]
+
+
+@pytest.mark.parametrize(
+    ("instance_type", "total"),
+    [
+        ("g5.xlarge", 22731),  # A10G: 24,576 MiB nominal, the driver reports 22,731 used + free
+        ("g4dn.xlarge", 15360),  # T4 16 GiB
+        ("p4d.24xlarge", 40536),  # A100 40 GB
+        ("p5.48xlarge", 81559),  # H100 80 GB
+        ("g6.xlarge", 23034),  # L4
+    ],
+)
+def test_real_framebuffer_totals_are_plausible(instance_type: str, total: float) -> None:
+    assert fb_reasons(instance_type, device(total)) == []
+
+
+@pytest.mark.parametrize(
+    ("instance_type", "total"),
+    [
+        ("p4d.24xlarge", 22731),  # an A10G's reading on an A100 node
+        ("g5.xlarge", 40536),  # an A100's reading on an A10G node
+        ("g4dn.xlarge", 8192),  # half the memory missing
+        ("p5.48xlarge", 1.0),  # a nearly-zero total
+    ],
+)
+def test_a_total_far_from_the_catalog_memory_makes_the_device_unknown(
+    instance_type: str, total: float
+) -> None:
+    reasons = fb_reasons(instance_type, device(total))
+    assert len(reasons) == 1 and reasons[0].startswith("fb_implausible:total_"), reasons
+
+
+def test_mig_slices_and_uncatalogued_types_are_not_compared() -> None:
+    assert fb_reasons("p4d.24xlarge", device(4864, mig=True)) == []  # a 1g.5gb slice
+    assert fb_reasons("x9.unknown", device(22731)) == []
