@@ -21,13 +21,11 @@ is stated in docs/architecture.md §4 (the cooldown sees this node's and the gro
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from rightsizer.domain.join import JoinResult, NodeJoiner, node_series_matchers
 from rightsizer.domain.model import Node, NodeSelector, PersistentVolume, PersistentVolumeClaim, Pod
-from rightsizer.domain.observation import METRICS_FORMAT, observation_queries
 from rightsizer.domain.volumes import VolumeFacts, affine_volumes, claim_names, other_node_searches
 from rightsizer.ports import JSON, MetricsRangeReader, NodeGroupInventory, NodeReader
 from rightsizer.services.snapshot import (
@@ -35,7 +33,8 @@ from rightsizer.services.snapshot import (
     ObserveRequest,
     instance_ids,
     kubectl_list,
-    rfc3339,
+    metric_documents,
+    snapshot_meta,
 )
 
 __all__ = ["ResolvingJoiner", "VolumeReads", "node_local_volume_facts", "observe_node"]
@@ -192,23 +191,13 @@ def observe_node(
     claims, volumes, witnesses = _volume_documents(reader, pods)
     nodes = ([found] if found is not None else []) + [w for w in witnesses if _name(w) != node]
     documents: dict[str, Any] = {
-        "snapshot.json": {
-            "taken_at": rfc3339(request.at),
-            "window_seconds": request.window_seconds,
-            "step_seconds": request.step_seconds,
-            "cluster": request.cluster,
-            "region": request.region,
-            "metrics_format": METRICS_FORMAT,
-            "scope": {"node": node},
-        },
+        "snapshot.json": {**snapshot_meta(request), "scope": {"node": node}},
         "nodes.json": kubectl_list(nodes),
         "pods.json": kubectl_list([*on_node, *pending]),
         "pdbs.json": kubectl_list(p for ns in namespaces for p in reader.list_pdbs(ns)),
         "persistentvolumeclaims.json": kubectl_list(claims),
         "persistentvolumes.json": kubectl_list(volumes),
     }
-    if request.node_label:
-        documents["snapshot.json"]["node_label"] = request.node_label
     if reader.served_resource_api():
         claiming = sorted({p.metadata.namespace for p in pods if p.spec.resourceClaims})
         documents["resourceclaims.json"] = kubectl_list(
@@ -223,12 +212,7 @@ def observe_node(
         documents["instances.json"] = inventory.describe_instances(ids)
     if metrics is not None and found is not None:
         scope = node_series_matchers(Node.model_validate(found), pods, request.node_label)
-        end = float(int(request.at.timestamp()))
-        for query in observation_queries(request.job, scope):
-            start, stop = query.span(end, request.window_seconds, request.step_seconds)
-            expr = query.expr(request.step_seconds, request.window_seconds)
-            answer = metrics.query_range_raw(expr, start, stop, float(request.step_seconds))
-            documents[query.path] = json.loads(answer) if isinstance(answer, bytes | bytearray) else answer
+        documents.update(metric_documents(metrics, request, scope))
     return Observation(documents)
 
 

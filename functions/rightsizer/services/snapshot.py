@@ -47,9 +47,11 @@ __all__ = [
     "ObserveRequest",
     "instance_ids",
     "kubectl_list",
+    "metric_documents",
     "metric_queries",
     "observe",
     "rfc3339",
+    "snapshot_meta",
     "write_snapshot",
 ]
 
@@ -188,6 +190,37 @@ def _projected_documents(cluster: ClusterReader) -> tuple[list[Node], dict[str, 
     return nodes, documents
 
 
+def snapshot_meta(request: ObserveRequest) -> JSON:
+    """The ``snapshot.json`` document of an observation made for ``request`` (docs/architecture.md §5)."""
+    meta: JSON = {
+        "taken_at": rfc3339(request.at),
+        "window_seconds": request.window_seconds,
+        "step_seconds": request.step_seconds,
+        "cluster": request.cluster,
+        "region": request.region,
+        "metrics_format": METRICS_FORMAT,
+    }
+    if request.node_label:
+        # Not in the contract's field list; the loader ignores unknown fields, plan --snapshot reads it.
+        meta["node_label"] = request.node_label
+    return meta
+
+
+def metric_documents(
+    metrics: MetricsRangeReader, request: ObserveRequest, scope: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """The format-2 metrics files: each ``observation_queries`` answer (``scope``: one node's series,
+    ``join.node_series_matchers``) over (at − W, at] at the request's step, by relative path."""
+    documents: dict[str, Any] = {}
+    end = float(int(request.at.timestamp()))
+    for query in observation_queries(request.job, scope):
+        start, stop = query.span(end, request.window_seconds, request.step_seconds)
+        expr = query.expr(request.step_seconds, request.window_seconds)
+        answer = metrics.query_range_raw(expr, start, stop, float(request.step_seconds))
+        documents[query.path] = json.loads(answer) if isinstance(answer, bytes | bytearray) else answer
+    return documents
+
+
 def observe(
     cluster: ClusterReader,
     inventory: NodeGroupInventory | None,
@@ -227,16 +260,7 @@ def observe(
             + ": nothing was read and nothing is decided. Remedy: bind the ClusterRole rightsizer-read "
             "(infra/k8s/rbac.yaml) to the identity's group (EKS access entry group rightsizer-read)."
         )
-    documents: dict[str, Any] = {
-        "snapshot.json": {
-            "taken_at": rfc3339(request.at),
-            "window_seconds": request.window_seconds,
-            "step_seconds": request.step_seconds,
-            "cluster": request.cluster,
-            "region": request.region,
-            "metrics_format": METRICS_FORMAT,
-        }
-    }
+    documents: dict[str, Any] = {"snapshot.json": snapshot_meta(request)}
     if project:
         typed, kubernetes = _projected_documents(cluster)
         ids = sorted({n.instance_id for n in typed if n.instance_id})
@@ -251,9 +275,6 @@ def observe(
             "persistentvolumes.json": kubectl_list(cluster.list_persistent_volumes()),
         }
     documents.update(kubernetes)
-    if request.node_label:
-        # Not in the contract's field list; the loader ignores unknown fields, plan --snapshot reads it.
-        documents["snapshot.json"]["node_label"] = request.node_label
     if dra:
         documents["resourceclaims.json"] = kubectl_list(cluster.list_resource_claims())
         documents["resourceslices.json"] = kubectl_list(cluster.list_resource_slices())
@@ -261,12 +282,7 @@ def observe(
         documents["nodegroups.json"] = inventory.describe(ids, request.eks_cluster)
         documents["instances.json"] = inventory.describe_instances(ids)
     if metrics is not None:
-        end = float(int(request.at.timestamp()))
-        for query in observation_queries(request.job):
-            start, stop = query.span(end, request.window_seconds, request.step_seconds)
-            expr = query.expr(request.step_seconds, request.window_seconds)
-            answer = metrics.query_range_raw(expr, start, stop, float(request.step_seconds))
-            documents[query.path] = json.loads(answer) if isinstance(answer, bytes | bytearray) else answer
+        documents.update(metric_documents(metrics, request))
     return Observation(documents)
 
 
