@@ -173,6 +173,10 @@ class ClusterWriter(Protocol):
         """The Node named exactly ``name`` (uncached GET), or None when it does not exist."""
         ...
 
+    def list_nodes(self) -> list[JSON]:
+        """core/v1 Nodes (uncached): the members of a node group being replaced."""
+        ...
+
     def find_node(
         self, accept: Callable[[JSON], bool], *, label_selector: str = "", field_selector: str = ""
     ) -> JSON | None:
