@@ -250,6 +250,21 @@ def _deployed_config(args: argparse.Namespace) -> Config:
     return load_config(args.config)
 
 
+def count_arg(text: str) -> int:
+    """argparse type for a count of rows (``--failures``, ``--limit``): an integer ≥ 0.
+
+    Raises:
+        argparse.ArgumentTypeError: for anything else (argparse then exits 2 naming the option).
+    """
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative; give a count of 0 or more")
+    return value
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     """``rightsizer status --stack NAME | --config FILE [--json]``: the latest assessment's decision
     records, drains in flight with their step, off-hours groups with saved sizes, realized savings (per
@@ -675,11 +690,13 @@ def build_parser() -> argparse.ArgumentParser:
         c.add_argument("--json", action="store_true", help="print one JSON document")
         if name == "status":
             c.add_argument(
-                "--failures", type=int, default=10, metavar="N", help="last N failures (default 10)"
+                "--failures", type=count_arg, default=10, metavar="N", help="last N failures (default 10)"
             )
         else:
             c.add_argument("--node", metavar="NODE", help="only this node's entries")
-            c.add_argument("--limit", type=int, default=50, metavar="N", help="newest N entries (default 50)")
+            c.add_argument(
+                "--limit", type=count_arg, default=50, metavar="N", help="newest N entries (default 50)"
+            )
         c.set_defaults(func=func)
 
     for action, helptext in (
