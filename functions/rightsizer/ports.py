@@ -196,6 +196,12 @@ class ClusterWriter(Protocol):
         """Pods bound to ``node`` (``fieldSelector=spec.nodeName=<node>``, uncached, all namespaces)."""
         ...
 
+    def get_controller(self, namespace: str, group: str, kind: str, name: str) -> JSON | None:
+        """The controller a pod names (uncached GET), or None on 404; (``group``, ``kind``) is one of
+        ``rightsizer.domain.pods.READABLE_CONTROLLERS`` (ReplicaSet, StatefulSet, DaemonSet in ``apps``,
+        Job in ``batch``, ReplicationController in core), anything else raises ``ValueError``."""
+        ...
+
     def list_pdbs(self, namespace: str | None = None) -> list[JSON]:
         """policy/v1 PodDisruptionBudgets of ``namespace`` (uncached; None: of all namespaces)."""
         ...

@@ -1,6 +1,7 @@
 """The drain workflow against the Kubernetes API double over real HTTP, authorized by exactly the
 ClusterRole ``rightsizer`` of ``infra/k8s/rbac.yaml`` (issue 12): node-local data found through
-PersistentVolumeClaim → PersistentVolume reads protects the node; a network volume does not."""
+PersistentVolumeClaim → PersistentVolume reads protects the node; a network volume does not; a pod whose
+controller object is gone (read back by GET) is a bare pod and keeps the node."""
 
 from __future__ import annotations
 
@@ -60,6 +61,15 @@ def double(clock: FakeClock) -> Iterator[KubernetesDouble]:
 def drain(
     double: KubernetesDouble, clock: FakeClock, scaler: Any = None, *, cluster_name: str = "prod"
 ) -> tuple[str, Any]:
+    """Run one drain of gpu-1 to its end; returns (final status, the node scaler)."""
+    status, scaler, _ = drain_with_reason(double, clock, scaler, cluster_name=cluster_name)
+    return status, scaler
+
+
+def drain_with_reason(
+    double: KubernetesDouble, clock: FakeClock, scaler: Any = None, *, cluster_name: str = "prod"
+) -> tuple[str, Any, str]:
+    """Like :func:`drain`, plus the reason of the drain's last ledger entry."""
     cluster = KubernetesCluster.for_eks(
         double.base_url, EksTokenSource("prod", "us-east-1", lambda: ReadOnlyCredentials("AKID", "s", None))
     )
@@ -91,7 +101,104 @@ def drain(
     InProcessRunner(workflow, sleep=sleep).start(DrainRequest("gpu-1", "exec-1"))
     record = deps.state.load("exec-1")
     assert record is not None
-    return record.status, scaler
+    entries = deps.state.entries("exec-1")  # type: ignore[attr-defined]
+    return record.status, scaler, entries[-1].reason if entries else ""
+
+
+# (owner kind, apiVersion, resource plural, API path segment) of every controller the drain reads back.
+CONTROLLERS = [
+    ("ReplicaSet", "apps/v1", "replicasets", "/apis/apps/v1/namespaces/ml/replicasets/"),
+    ("StatefulSet", "apps/v1", "statefulsets", "/apis/apps/v1/namespaces/ml/statefulsets/"),
+    ("DaemonSet", "apps/v1", "daemonsets", "/apis/apps/v1/namespaces/ml/daemonsets/"),
+    ("Job", "batch/v1", "jobs", "/apis/batch/v1/namespaces/ml/jobs/"),
+    (
+        "ReplicationController",
+        "v1",
+        "replicationcontrollers",
+        "/api/v1/namespaces/ml/replicationcontrollers/",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("kind", "api_version", "plural", "path"), CONTROLLERS, ids=[c[0] for c in CONTROLLERS]
+)
+def test_a_pod_whose_controller_is_gone_is_a_bare_pod_and_keeps_its_node(
+    double: KubernetesDouble, clock: FakeClock, kind: str, api_version: str, plural: str, path: str
+) -> None:
+    # GIVEN a pod whose controller was deleted with its pods orphaned (kubectl delete --cascade=orphan),
+    # beside a healthy pod of a live ReplicaSet
+    double.add_pod(pod("serve-1", "gpu-1", namespace="ml", owner=("ReplicaSet", "apps/v1")))
+    double.add_pod(pod("orphan-1", "gpu-1", namespace="ml", owner=(kind, api_version)))
+    assert double.delete_controller("ml", plural, "orphan-1-owner")
+    # WHEN the drain runs
+    status, scaler, reason = drain_with_reason(double, clock)
+    # THEN it stops before the cordon: nothing recreates that pod (Cluster Autoscaler: ControllerNotFound)
+    assert status == "abandoned", reason
+    assert "bare_pod:ml/orphan-1" in reason and "serve-1" not in reason
+    assert scaler.terminated == []
+    assert double.get_node("gpu-1")["spec"]["unschedulable"] is False
+    assert double.get_pod("ml", "orphan-1") is not None
+    reads = {(r.path, r.status) for r in double.requests if r.method == "GET" and r.path.startswith(path)}
+    assert (path + "orphan-1-owner", 404) in reads
+    assert [r for r in double.requests if r.status == 403] == []
+
+
+@pytest.mark.parametrize(
+    ("kind", "api_version", "plural", "path"), CONTROLLERS, ids=[c[0] for c in CONTROLLERS]
+)
+def test_with_every_controller_alive_the_node_is_drained(
+    double: KubernetesDouble, clock: FakeClock, kind: str, api_version: str, plural: str, path: str
+) -> None:
+    annotations = {"cluster-autoscaler.kubernetes.io/safe-to-evict": "true"} if kind == "Job" else {}
+    double.add_pod(
+        pod("worker-1", "gpu-1", namespace="ml", owner=(kind, api_version), annotations=annotations)
+    )
+    status, scaler, reason = drain_with_reason(double, clock)
+    assert status == "succeeded", reason
+    assert scaler.terminated == ["i-1"]
+    assert (path + "worker-1-owner", 200) in {(r.path, r.status) for r in double.requests}
+    assert [r for r in double.requests if r.status == 403] == []
+
+
+def test_a_controller_deleted_after_the_cordon_rolls_the_drain_back(
+    double: KubernetesDouble, clock: FakeClock
+) -> None:
+    # GIVEN a StatefulSet pod whose StatefulSet is deleted (orphaning it) right after our cordon
+    double.add_pod(pod("db-0", "gpu-1", namespace="ml", owner=("StatefulSet", "apps/v1")))
+
+    def orphan_after_cordon(request: Any) -> None:
+        if request.method == "PATCH" and request.path == "/api/v1/nodes/gpu-1":
+            double.delete_controller("ml", "statefulsets", "db-0-owner")
+
+    double.on_request(orphan_after_cordon)
+    status, scaler, reason = drain_with_reason(double, clock)
+    # THEN the revalidation finds the bare pod and rolls back: uncordoned, nothing evicted or terminated
+    assert status == "rolled_back", reason
+    assert "bare_pod:ml/db-0" in reason
+    assert scaler.terminated == []
+    assert double.get_node("gpu-1")["spec"]["unschedulable"] is False
+    assert double.get_pod("ml", "db-0") is not None
+    assert not [r for r in double.requests if r.path.endswith("/eviction")]
+
+
+def test_without_the_controller_grants_the_drain_fails_closed(
+    double: KubernetesDouble, clock: FakeClock
+) -> None:
+    role = cluster_role("rightsizer")
+    role["rules"] = [r for r in role["rules"] if "jobs" not in r["resources"]]
+    double.bind_cluster_role(role)
+    double.add_pod(
+        pod(
+            "warm-1",
+            "gpu-1",
+            owner=("Job", "batch/v1"),
+            annotations={"cluster-autoscaler.kubernetes.io/safe-to-evict": "true"},
+        )
+    )
+    status, scaler, reason = drain_with_reason(double, clock)
+    assert status == "failed" and "get jobs.batch" in reason, reason
+    assert scaler.terminated == [] and double.get_node("gpu-1")["spec"]["unschedulable"] is False
 
 
 def test_a_pod_on_a_local_persistent_volume_keeps_its_node(

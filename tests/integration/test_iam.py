@@ -358,8 +358,9 @@ def approval_links(deployed: Deployed, webhook: Any) -> list[dict[str, Any]]:
 
 
 def drain_flow(deployed: Deployed) -> list[Call]:
-    """A whole drain of gpu-idle (a DaemonSet pod stays, a pod on a network volume is evicted) and a late
-    rollback of it; returns the AWS calls."""
+    """A whole drain of gpu-idle (a DaemonSet pod stays; pods of a StatefulSet on a network volume, of a
+    ReplicaSet, of a ReplicationController and of a Job opted in with safe-to-evict are evicted, each
+    controller read back first) and a late rollback of it; returns the AWS calls."""
     double = deployed.base.double
     # The drained node runs on spot: validate judges that node alone (issue 11 item 5), and pricing it
     # is what needs ec2:DescribeSpotPriceHistory in the drain role.
@@ -386,6 +387,12 @@ def drain_flow(deployed: Deployed) -> list[Call]:
             grace=0,
         )
     )
+    for name, owner, extra in (
+        ("web-1", ("ReplicaSet", "apps/v1"), {}),
+        ("legacy-1", ("ReplicationController", "v1"), {}),
+        ("warmup-1", ("Job", "batch/v1"), {"cluster-autoscaler.kubernetes.io/safe-to-evict": "true"}),
+    ):
+        double.add_pod(pod(name, "gpu-idle", namespace="web", owner=owner, annotations=extra, grace=0))
     asg = deployed.base.cluster.nodegroups["gpu-a10g"].asg_name
     autoscaling = deployed.session.client("autoscaling", endpoint_url=deployed.endpoint_url)
 

@@ -60,6 +60,9 @@ class FakeWorld:
     def add_pod(self, obj: JSON) -> None:
         self.fake.add_pod(obj)
 
+    def delete_controller(self, namespace: str, plural: str, name: str) -> bool:
+        return self.fake.delete_controller(namespace, plural, name)
+
     def add_pdb(self, obj: JSON) -> None:
         self.fake.add_pdb(obj)
 
@@ -109,6 +112,9 @@ class RealWorld:
 
     def add_pod(self, obj: JSON) -> None:
         self.double.add_pod(obj)
+
+    def delete_controller(self, namespace: str, plural: str, name: str) -> bool:
+        return self.double.delete_controller(namespace, plural, name)
 
     def add_pdb(self, obj: JSON) -> None:
         self.double.add_pdb(obj, managed_status=False)
@@ -260,6 +266,42 @@ def test_get_pod_and_list_pdbs(world: World) -> None:
         ("PodDisruptionBudget", "policy/v1", "triton-pdb")
     ]
     assert pdbs[0]["status"]["disruptionsAllowed"] == 0
+
+
+@pytest.mark.parametrize(
+    ("group", "kind", "api_version", "plural"),
+    [
+        ("apps", "ReplicaSet", "apps/v1", "replicasets"),
+        ("apps", "StatefulSet", "apps/v1", "statefulsets"),
+        ("apps", "DaemonSet", "apps/v1", "daemonsets"),
+        ("batch", "Job", "batch/v1", "jobs"),
+        ("", "ReplicationController", "v1", "replicationcontrollers"),
+    ],
+)
+def test_get_controller_reads_the_owner_back_and_a_deleted_one_is_none(
+    world: World, group: str, kind: str, api_version: str, plural: str
+) -> None:
+    world.add_node(node_obj())
+    world.add_pod(pod("w-0", NODE, namespace="ml", owner=(kind, api_version)))
+    found = world.writer.get_controller("ml", group, kind, "w-0-owner")
+    assert found is not None
+    assert (found["kind"], found["metadata"]["name"], found["metadata"]["namespace"]) == (
+        kind,
+        "w-0-owner",
+        "ml",
+    )
+    assert world.delete_controller("ml", plural, "w-0-owner")
+    assert world.writer.get_controller("ml", group, kind, "w-0-owner") is None
+    with pytest.raises(ValueError, match="CloneSet"):
+        world.writer.get_controller("ml", "apps.kruise.io", "CloneSet", "w-0-owner")
+
+
+def test_get_controller_refused_by_rbac_is_permanent_and_names_the_verb(world: World) -> None:
+    world.add_node(node_obj())
+    world.add_pod(pod("w-0", NODE, namespace="ml", owner=("Job", "batch/v1")))
+    world.deny("get", "jobs", group="batch")
+    with pytest.raises(PermanentError, match=r"get jobs\.batch"):
+        world.writer.get_controller("ml", "batch", "Job", "w-0-owner")
 
 
 # ------------------------------------------------------------------------------------------ cordon

@@ -144,6 +144,9 @@ class FakeCluster:
     def list_pdbs(self, namespace: str | None = None) -> list[JSON]:
         return []
 
+    def get_controller(self, namespace: str, group: str, kind: str, name: str) -> JSON | None:
+        return {"metadata": {"name": name, "namespace": namespace}}  # every controller here is alive
+
     def get_pod(self, namespace: str, name: str) -> JSON | None:
         found = self.pods.get((namespace, name))
         return copy.deepcopy(found) if found is not None else None

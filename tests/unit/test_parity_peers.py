@@ -12,6 +12,9 @@ Sources (repository, path, commit):
   125e9c10dcaaad55de968aa12ac91012592e8d02, and the rules ``mirror``, ``daemonset``, ``safetoevict``,
   ``terminal``, ``replicated``, ``system``, ``notsafetoevict``, ``pdb`` (``rules.go`` order,
   084264c152c9fcf4cf06bc3204c51ff76253d914);
+- kubernetes/autoscaler ``cluster-autoscaler/simulator/drainability/rules/replicacount/rule_test.go``
+  (TestDrainable: controllers read back, "... with missing reference"),
+  25af21c51501d4f8d893017c12decce8ccdc5f2e, rule ``replicacount/rule.go`` 292bf72fffc42edfa204a0e6bb035e06a4bdb801;
 - kubernetes-sigs/karpenter ``pkg/utils/pod/scheduling.go`` (IsDoNotDisruptActive, IsEvictable,
   IsDisruptable, ToleratesDisruptedNoScheduleTaint), 2266468104f36373ed002241afaee2d3bbc26078.
 """
@@ -25,7 +28,7 @@ from typing import Any
 import pytest
 
 from rightsizer.domain.model import Pod, PodDisruptionBudget
-from rightsizer.domain.pods import PodContext, classify_pod
+from rightsizer.domain.pods import PodContext, classify_pod, controllers_to_check
 from rightsizer.domain.policy import Policy
 from tests.builders import AT, pdb, pod, rfc
 
@@ -55,6 +58,8 @@ class Case:
     meta: dict[str, Any] = field(default_factory=dict)
     status: dict[str, Any] = field(default_factory=dict)
     spec: dict[str, Any] = field(default_factory=dict)
+    owner_gone: bool = False
+    """The controller object named by the pod does not exist (the drain's GET answers 404)."""
 
 
 def outcome(case: Case) -> str:
@@ -73,10 +78,17 @@ def outcome(case: Case) -> str:
     for key in [k for k, v in case.status.items() if v is None]:
         del obj["status"][key]
     obj["spec"].update(case.spec)
+    parsed = Pod.model_validate(obj)
+    # As the drain does: read back only the controllers it knows how to read; those answer 404 here.
+    gone = frozenset(controllers_to_check([parsed])) if case.owner_gone else frozenset()
     ctx = PodContext(
-        Policy(**case.policy), [PodDisruptionBudget.model_validate(p) for p in case.pdbs], {}, AT
+        Policy(**case.policy),
+        [PodDisruptionBudget.model_validate(p) for p in case.pdbs],
+        {},
+        AT,
+        gone_controllers=gone,
     )
-    result = classify_pod(Pod.model_validate(obj), ctx)
+    result = classify_pod(parsed, ctx)
     if result.findings:
         return "block:" + ",".join(sorted({f.code for f in result.findings}))
     return "skip" if result.ignored else "evict"
@@ -252,6 +264,81 @@ CLUSTER_AUTOSCALER = [
 ]
 
 
+# Cluster Autoscaler replicacount TestDrainable: every controller is read back; a missing one blocks
+# (ControllerNotFound), ours as a bare pod. CA's RC references use apiVersion "core/v1"; the API server
+# writes "v1" (the core group is ""), which is what a real pod carries. Job rows set evict_running_jobs:
+# without it a running Job pod is protected anyway (README parity table, "running batch pods").
+CA_DS_POD = {"cluster-autoscaler.kubernetes.io/daemonset-pod": "true"}
+CLUSTER_AUTOSCALER_CONTROLLERS = [
+    Case("RC-managed pod", "evict", owner=RC),
+    Case("RC-managed pod with missing reference", "block:bare_pod", owner=RC, owner_gone=True),
+    Case("DS-managed pod", "skip", owner=DS),
+    Case("DS-managed pod with missing reference", "block:bare_pod", owner=DS, owner_gone=True),
+    Case("DS-managed pod by a custom API Group", "skip", owner=("DaemonSet", "crd/v1")),
+    Case(
+        "DS-managed pod by a custom API Group with missing reference",
+        "skip",
+        owner=("DaemonSet", "crd/v1"),
+        owner_gone=True,
+    ),
+    Case(
+        "DS-managed pod by a custom Daemonset",
+        "skip",
+        owner=("CustomDaemonSet", "crd/v1"),
+        annotations=CA_DS_POD,
+    ),
+    Case(
+        "DS-managed pod by a custom Daemonset with missing reference",
+        "skip",
+        owner=("CustomDaemonSet", "crd/v1"),
+        annotations=CA_DS_POD,
+        owner_gone=True,
+    ),
+    Case("Job-managed pod", "evict", owner=JOB, policy={"evict_running_jobs": True}),
+    Case(
+        "Job-managed pod with missing reference",
+        "block:bare_pod",
+        owner=JOB,
+        policy={"evict_running_jobs": True},
+        owner_gone=True,
+    ),
+    Case("SS-managed pod", "evict", owner=SS),
+    Case("SS-managed pod with missing reference", "block:bare_pod", owner=SS, owner_gone=True),
+    Case("SS-managed pod by a custom API Group", "evict", owner=("StatefulSet", "kruise/v1")),
+    Case(
+        "SS-managed pod by a custom API Group with missing reference",
+        "evict",
+        owner=("StatefulSet", "kruise/v1"),
+        owner_gone=True,
+    ),
+    Case("RS-managed pod", "evict", owner=RS),
+    Case(
+        "RS-managed pod that is being deleted",
+        "skip",
+        owner=RS,
+        meta={"deletionTimestamp": rfc(AT - timedelta(hours=1))},
+        owner_gone=True,
+    ),
+    Case("RS-managed pod with missing reference", "block:bare_pod", owner=RS, owner_gone=True),
+    # ours: a pod without a live controller is a bare pod, with a bare pod's opt-ins (CA's customcontroller
+    # rule runs before safe-to-evict and still blocks; kubectl --force and safe-to-evict evict bare pods).
+    Case(
+        "RS-managed pod with missing reference, safe-to-evict",
+        "evict",
+        owner=RS,
+        annotations={SAFE: "true"},
+        owner_gone=True,
+    ),
+    Case(
+        "DS-managed pod with missing reference, allow_bare_pods (kubectl --force)",
+        "evict",
+        owner=DS,
+        policy={"allow_bare_pods": True},
+        owner_gone=True,
+    ),
+]
+
+
 def _started(minutes: int | None) -> dict[str, Any]:
     return {"startTime": None if minutes is None else rfc(AT - timedelta(minutes=minutes))}
 
@@ -387,6 +474,11 @@ def test_kubectl_drain_table(case: Case) -> None:
 
 @pytest.mark.parametrize("case", CLUSTER_AUTOSCALER, ids=lambda c: c.name)
 def test_cluster_autoscaler_drainability_table(case: Case) -> None:
+    assert outcome(case) == case.want
+
+
+@pytest.mark.parametrize("case", CLUSTER_AUTOSCALER_CONTROLLERS, ids=lambda c: c.name)
+def test_cluster_autoscaler_controller_table(case: Case) -> None:
     assert outcome(case) == case.want
 
 

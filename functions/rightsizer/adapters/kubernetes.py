@@ -35,6 +35,9 @@ Acting (``ClusterWriter``; ClusterRole ``rightsizer``, the drain and off-hours f
 - ``list`` on ``poddisruptionbudgets.policy``;
 - ``list`` on ``nodes`` and ``get`` on ``persistentvolumeclaims``, ``persistentvolumes`` (node-local data is
   re-checked before the cordon and at every eviction round);
+- ``get`` on ``replicasets``, ``statefulsets``, ``daemonsets`` (``apps``), ``jobs`` (``batch``) and
+  ``replicationcontrollers``: the controllers the node's pods name, read back at the same moments (a pod
+  whose controller is gone is a bare pod);
 - ``create`` on ``events`` (core/v1, namespace ``default``, where node Events live).
 
 Writes and 401: a 401 is answered before authorization and admission, so the request had no effect
@@ -66,6 +69,7 @@ from rightsizer.adapters.kubernetes_transport import DEFAULT_PAGE_SIZE, Kubernet
 from rightsizer.domain.errors import PermanentError, StalePlan
 from rightsizer.domain.model import ANN_CORDONED_AT, ANN_CORDONED_BY
 from rightsizer.domain.names import dns1123_label_problem, dns1123_subdomain_problem
+from rightsizer.domain.pods import READABLE_CONTROLLERS
 from rightsizer.ports import JSON, AccessCheck, EvictionOutcome, ListKind
 
 __all__ = [
@@ -106,6 +110,14 @@ DRA_VERSIONS: Final = ("v1", "v1beta2", "v1beta1")
 #: Nodes per page of :meth:`KubernetesCluster.find_node` (a search usually ends on its first page).
 FIND_PAGE_SIZE: Final = 20
 
+#: How each readable controller is read: resource plural -> (client API class, read method).
+_CONTROLLER_READS: Final = {
+    "replicasets": ("AppsV1Api", "read_namespaced_replica_set"),
+    "statefulsets": ("AppsV1Api", "read_namespaced_stateful_set"),
+    "daemonsets": ("AppsV1Api", "read_namespaced_daemon_set"),
+    "jobs": ("BatchV1Api", "read_namespaced_job"),
+    "replicationcontrollers": ("CoreV1Api", "read_namespaced_replication_controller"),
+}
 #: Node Events live in ``default``: the API server accepts an Event about a cluster-scoped object only
 #: in ``default`` (or ``kube-system``), and ``kubectl describe node`` looks there.
 EVENT_NAMESPACE: Final = "default"
@@ -542,6 +554,27 @@ class KubernetesCluster(KubernetesTransport):
                 client_module().CoreV1Api(api).list_pod_for_all_namespaces(field_selector=selector, **page)
             ),
         )
+
+    def get_controller(self, namespace: str, group: str, kind: str, name: str) -> JSON | None:
+        """The controller a pod names (``GET /apis/apps/v1/namespaces/{ns}/replicasets/{name}`` and the like,
+        uncached), or None on 404. (``group``, ``kind``) must be in ``READABLE_CONTROLLERS``.
+
+        Raises:
+            ValueError: a kind this adapter does not read (no RBAC is granted for it).
+        """
+        resource = READABLE_CONTROLLERS.get((group, kind))
+        if resource is None:
+            raise ValueError(f"cannot read controller kind {kind}.{group or 'core'}")
+        _checked(name, namespace=namespace)
+        api_class, method = _CONTROLLER_READS[resource]
+        answer = self._call(
+            AccessCheck("get", resource, group=group),
+            lambda api: getattr(getattr(client_module(), api_class)(api), method)(
+                name, namespace, _preload_content=False, _request_timeout=self._timeout
+            ),
+            answered=frozenset({404}),
+        )
+        return None if answer.status == 404 else answer.body
 
     def get_pod(self, namespace: str, name: str) -> JSON | None:
         """The Pod (``GET /api/v1/namespaces/{ns}/pods/{name}``, uncached), or None on 404.

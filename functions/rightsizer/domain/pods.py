@@ -10,16 +10,19 @@ agree (their public test tables are ported in ``tests/unit/test_parity_*.py``; R
   are not evicted — but a do-not-disrupt annotation or a PodDisruptionBudget on them still blocks
   (Karpenter ``IsDisruptable``);
 - a pod without a controller of a kind that recreates pods is a bare pod (Cluster Autoscaler
-  ``replicated``: unknown custom kinds block unless their group is in ``replicated_owner_groups``);
+  ``replicated``: unknown custom kinds block unless their group is in ``replicated_owner_groups``), and so
+  is a pod whose controller object no longer exists (Cluster Autoscaler ``replicacount``/``customcontroller``:
+  the drain reads each owner back, :func:`controllers_to_check`), a DaemonSet pod included;
 - ``cluster-autoscaler.kubernetes.io/safe-to-evict: "true"`` opts a pod in past the bare-pod, system-pod,
   batch and local-data (not node-pinned) rules; ``safe-to-evict-local-volumes`` names disposable volumes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any, NamedTuple
 
 from rightsizer.domain.go_duration import parse_go_duration
 from rightsizer.domain.model import (
@@ -37,10 +40,23 @@ MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 KARPENTER_DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
 CA_SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
 CA_SAFE_TO_EVICT_LOCAL_VOLUMES = "cluster-autoscaler.kubernetes.io/safe-to-evict-local-volumes"
+#: A custom controller's pod that is to be treated as a DaemonSet pod (Cluster Autoscaler ``IsDaemonSetPod``).
+CA_DAEMONSET_POD = "cluster-autoscaler.kubernetes.io/daemonset-pod"
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 #: Controller kinds that recreate a pod elsewhere, matched by kind as Cluster Autoscaler's ``replicated``
 #: rule does; batch and other custom owners are recognised by API group from the policy.
 REPLICATING_KINDS = frozenset({"ReplicaSet", "StatefulSet", "ReplicationController", "Job", "DaemonSet"})
+#: Controllers whose existence the drain checks (uncached GET of the ownerReference target), by (API group,
+#: kind) → resource plural; the RBAC verb is ``get`` on each (``infra/k8s/rbac.yaml``, ClusterRole
+#: ``rightsizer``). Custom controllers (``replicated_owner_groups``) are trusted as declared: reading them
+#: would need RBAC on resources we cannot know in advance.
+READABLE_CONTROLLERS: Mapping[tuple[str, str], str] = {
+    ("apps", "ReplicaSet"): "replicasets",
+    ("apps", "StatefulSet"): "statefulsets",
+    ("apps", "DaemonSet"): "daemonsets",
+    ("batch", "Job"): "jobs",
+    ("", "ReplicationController"): "replicationcontrollers",
+}
 NVIDIA_VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 _NO_DEVICES = frozenset({"", "void", "none"})
 
@@ -90,6 +106,61 @@ class PodContext:
     claims_on_node: Mapping[str, ResourceClaim]
     at: datetime
     volumes: VolumeFacts = UNKNOWN_VOLUMES
+    gone_controllers: frozenset[ControllerRef] = frozenset()
+    """Controllers read back and found missing (404, or another object under the name): their pods are
+    bare. Empty when not read (the planner's snapshot): a controller named by a pod is then presumed live."""
+
+
+class ControllerRef(NamedTuple):
+    """The controller a pod names (``metadata.ownerReferences[controller=true]``), in the pod's namespace."""
+
+    namespace: str
+    group: str
+    kind: str
+    name: str
+    uid: str
+
+    @property
+    def resource(self) -> str:
+        """The resource plural to GET (``replicasets``), from :data:`READABLE_CONTROLLERS`."""
+        return READABLE_CONTROLLERS[(self.group, self.kind)]
+
+    def gone(self, found: Mapping[str, Any] | None) -> bool:
+        """Whether the object read back (None: 404) is not this controller any more: absent, or a new
+        object under the same name (another UID, as the garbage collector compares owners)."""
+        if found is None:
+            return True
+        uid = (found.get("metadata") or {}).get("uid")
+        return bool(self.uid and uid and uid != self.uid)
+
+
+def controller_of(pod: Pod) -> ControllerRef | None:
+    """The pod's controller as a :class:`ControllerRef`, or None without one."""
+    ref = pod.controller
+    if ref is None:
+        return None
+    return ControllerRef(pod.metadata.namespace, ref.group, ref.kind, ref.name, ref.uid)
+
+
+def controllers_to_check(pods: Iterable[Pod]) -> list[ControllerRef]:
+    """The distinct controllers of :data:`READABLE_CONTROLLERS` kinds the drain must read back: those of
+    pods that are neither finished nor terminating (only they are evicted or block), sorted."""
+    refs = set()
+    for pod in pods:
+        ref = controller_of(pod)
+        if (
+            ref is not None
+            and (ref.group, ref.kind) in READABLE_CONTROLLERS
+            and pod.status.phase not in ("Succeeded", "Failed")
+            and pod.metadata.deletionTimestamp is None
+        ):
+            refs.add(ref)
+    return sorted(refs)
+
+
+def _gone(pod: Pod, ctx: PodContext) -> ControllerRef | None:
+    ref = controller_of(pod)
+    return ref if ref is not None and ref in ctx.gone_controllers else None
 
 
 IgnoreFilter = Callable[[Pod], str | None]
@@ -106,7 +177,11 @@ def _mirror(pod: Pod) -> str | None:
 
 def _daemonset(pod: Pod) -> str | None:
     ref = pod.controller
-    return "daemonset_pod" if ref is not None and ref.kind == "DaemonSet" else None
+    if ref is not None and (
+        ref.kind == "DaemonSet" or pod.metadata.annotations.get(CA_DAEMONSET_POD) == "true"
+    ):
+        return "daemonset_pod"
+    return None
 
 
 def _terminating(pod: Pod) -> str | None:
@@ -137,7 +212,7 @@ def _safe_to_evict(pod: Pod) -> bool:
 
 def _replicated(pod: Pod, ctx: PodContext) -> bool:
     ref = pod.controller
-    if ref is None:
+    if ref is None or _gone(pod, ctx) is not None:
         return False
     return (
         ref.kind in REPLICATING_KINDS
@@ -149,9 +224,11 @@ def _replicated(pod: Pod, ctx: PodContext) -> bool:
 def _bare(pod: Pod, ctx: PodContext) -> Finding | None:
     if ctx.policy.allow_bare_pods or _safe_to_evict(pod) or _replicated(pod, ctx):
         return None
-    ref = pod.controller
+    ref, gone = pod.controller, _gone(pod, ctx)
     if ref is None:
         why = "no controller will recreate it"
+    elif gone is not None:
+        why = f"its controller {gone.kind} {gone.name} no longer exists, so nothing will recreate it"
     else:
         why = (
             f"its controller {ref.kind}.{ref.group or 'core'} {ref.name} is not known to recreate pods "
@@ -370,6 +447,8 @@ def classify_pod(pod: Pod, ctx: PodContext) -> PodClassification:
     """Run the filter chain on one pod; every blocking filter is evaluated so every reason is reported."""
     for ignore in IGNORE_FILTERS:
         why = ignore(pod)
+        if why == "daemonset_pod" and _gone(pod, ctx) is not None:
+            continue  # its DaemonSet is gone: nothing recreates it here or elsewhere, it is a bare pod
         if why:
             if why in ("terminal_phase", "terminating"):
                 return PodClassification(pod, why, (), None)

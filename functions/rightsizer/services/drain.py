@@ -27,7 +27,7 @@ from rightsizer.domain.model import (
 )
 from rightsizer.domain.names import dns1123_subdomain_problem
 from rightsizer.domain.plan import NodeReport
-from rightsizer.domain.pods import PodContext, classify_pods
+from rightsizer.domain.pods import ControllerRef, PodContext, classify_pods, controllers_to_check
 from rightsizer.domain.policy import Policy
 from rightsizer.domain.verdicts import blocking_reasons
 from rightsizer.domain.volumes import UNKNOWN_VOLUMES, VolumeFacts
@@ -228,25 +228,36 @@ class DrainWorkflow:
         """Whether pods holding an idle GPU block this workflow (a hook: a resize moves busy holders)."""
         return not self.deps.policy.evict_idle_gpu_holders
 
+    def _gone_controllers(self, pods: Sequence[Pod]) -> frozenset[ControllerRef]:
+        """The controllers the pods name that no longer exist (one uncached GET per distinct controller of
+        a ReplicaSet, StatefulSet, DaemonSet, Job or ReplicationController kind): their pods are bare."""
+        cluster = self.deps.cluster
+        return frozenset(
+            ref
+            for ref in controllers_to_check(pods)
+            if ref.gone(cluster.get_controller(ref.namespace, ref.group, ref.kind, ref.name))
+        )
+
     def _classify(
         self,
         pods: Sequence[dict[str, Any]],
         pdbs: Sequence[dict[str, Any]],
         record: WorkflowRecord,
         *,
-        volumes: bool = True,
+        live: bool = True,
     ) -> tuple[list[Pod], list[str]]:
         """Pods to evict and the reasons that block the drain (the same filter chain as the planner).
 
-        ``volumes`` False skips the PersistentVolume reads where only the pods to evict matter (the
-        blocking reasons are then not complete)."""
+        ``live`` reads back the claims, volumes and controllers behind the pods; False skips those reads
+        where only the pods to evict matter (the blocking reasons are then not complete)."""
         parsed = [Pod.model_validate(p) for p in pods]
         ctx = PodContext(
             self.deps.policy,
             [PodDisruptionBudget.model_validate(p) for p in pdbs],
             {},
             self._now(),
-            self._volumes(parsed) if volumes else UNKNOWN_VOLUMES,
+            self._volumes(parsed) if live else UNKNOWN_VOLUMES,
+            self._gone_controllers(parsed) if live else frozenset(),
         )
         to_evict: list[Pod] = []
         blocking: list[str] = []
@@ -704,7 +715,7 @@ class DrainWorkflow:
             return self._next(
                 record, "wait", "wait", wait=wait, message=f"waiting for {len(remaining)} pod(s) to terminate"
             )
-        pods, _ = self._classify(list(listed.values()), [], record, volumes=False)
+        pods, _ = self._classify(list(listed.values()), [], record, live=False)
         evicted_uids = {p.uid for p in record.evicted}
         if [p for p in pods if p.metadata.uid not in evicted_uids]:
             return self._next(record, "wait", "evict", message="pods left to evict")
@@ -718,7 +729,7 @@ class DrainWorkflow:
             node = Node.model_validate(node_obj)
             if node.metadata.annotations.get(ANN_CORDONED_BY) != record.execution_id:
                 raise StalePlan("our cordon is gone; refusing to remove the node")
-            pods, _ = self._classify(deps.cluster.list_pods_on_node(record.node), [], record, volumes=False)
+            pods, _ = self._classify(deps.cluster.list_pods_on_node(record.node), [], record, live=False)
             if pods:
                 return self._next(record, "remove", "evict", message="pods appeared; evicting again")
         asg = str(record.details["asg"])

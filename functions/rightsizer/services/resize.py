@@ -253,7 +253,7 @@ class ResizeWorkflow(DrainWorkflow):
             node = Node.model_validate(node_obj)
             if node.metadata.annotations.get(ANN_CORDONED_BY) != record.execution_id:
                 return self.rollback(record.execution_id, "our cordon is gone; refusing to stop", step="stop")
-            pods, _ = self._classify(deps.cluster.list_pods_on_node(record.node), [], record, volumes=False)
+            pods, _ = self._classify(deps.cluster.list_pods_on_node(record.node), [], record, live=False)
             if pods:
                 return self._next(record, "stop", "evict", message="pods appeared; evicting again")
         instance = record.instance_id

@@ -12,7 +12,9 @@ two budgets, 429 naming the budget when ``status.disruptionsAllowed`` is 0 (or t
 generation), the unhealthy-pod eviction policy; accepted evictions start a graceful deletion that ends
 when the injectable clock passes ``deletionTimestamp``. PDB status is taken as given and only decremented
 by accepted evictions (like ``KubernetesDouble.add_pdb(..., managed_status=False)``), and no controller
-recreates evicted pods: add the replacement with :meth:`FakeClusterWriter.add_pod` (a new UID).
+recreates evicted pods: add the replacement with :meth:`FakeClusterWriter.add_pod` (a new UID). As in the
+double, ``add_pod`` creates the controller a pod names (ReplicaSet, StatefulSet, DaemonSet, Job,
+ReplicationController) unless told not to, and :meth:`FakeClusterWriter.delete_controller` removes it.
 
 Extras for tests: scripted eviction answers per pod (:meth:`FakeClusterWriter.script_eviction`, like the
 double's ``inject``: they change nothing), a deny-list (403 as RBAC would answer), hooks that run between
@@ -34,8 +36,10 @@ from rightsizer.adapters.aws_errors import ActionRefusedError
 from rightsizer.adapters.kubernetes import EVENT_COMPONENT, EVENT_NAMESPACE, KubernetesAccessError
 from rightsizer.domain.errors import StalePlan, TransientError
 from rightsizer.domain.model import ANN_CORDONED_AT, ANN_CORDONED_BY, GroupSizes, opt_in_refusal
+from rightsizer.domain.pods import READABLE_CONTROLLERS
 from rightsizer.ports import JSON, AccessCheck, EvictionOutcome, ScalingFailure, ScalingGroup, TerminateResult
 from rightsizer.testing.k8s import DEFAULT_GRACE_SECONDS, label_selector_matches, rfc3339, selected
+from rightsizer.testing.k8s.api import controller_object
 
 __all__ = ["FakeClock", "FakeClusterWriter", "FakeNodeScaler"]
 
@@ -99,6 +103,7 @@ class FakeClusterWriter:
         self._pdbs: dict[tuple[str, str], JSON] = {}
         self._pvcs: dict[tuple[str, str], JSON] = {}
         self._pvs: dict[str, JSON] = {}
+        self._controllers: dict[tuple[str, str, str], JSON] = {}  # (plural, namespace, name) -> object
         self._deadlines: dict[str, tuple[float, tuple[str, str]]] = {}  # pod uid -> (gone at, key)
         self._scripts: dict[tuple[str, str], deque[EvictionOutcome | Exception]] = {}
         self._denied: set[tuple[str, str, str, str]] = set()
@@ -121,12 +126,21 @@ class FakeClusterWriter:
             self._nodes[node["metadata"]["name"]] = node
             return copy.deepcopy(node)
 
-    def add_pod(self, obj: JSON) -> JSON:
+    def add_pod(self, obj: JSON, *, controller: bool = True) -> JSON:
         """Store (or replace) a Pod; ``status.phase`` defaults to Running when bound, else Pending.
 
         A pod carrying ``metadata.deletionTimestamp`` is terminating and goes when the clock passes it.
+        With ``controller`` the controller the pod names is created when missing (as in the double).
         """
         with self._lock:
+            owner = controller_object(obj) if controller else None
+            if owner is not None:
+                plural, owner_obj = owner
+                key3 = (plural, owner_obj["metadata"]["namespace"], owner_obj["metadata"]["name"])
+                if key3 not in self._controllers:
+                    self._controllers[key3] = self._prepare(
+                        owner_obj, owner_obj["apiVersion"], owner_obj["kind"]
+                    )
             pod = self._prepare(obj, "v1", "Pod")
             meta = pod["metadata"]
             meta.setdefault("namespace", "default")
@@ -166,6 +180,11 @@ class FakeClusterWriter:
             pv = self._prepare(obj, "v1", "PersistentVolume")
             self._pvs[pv["metadata"]["name"]] = pv
             return copy.deepcopy(pv)
+
+    def delete_controller(self, namespace: str, plural: str, name: str) -> bool:
+        """Delete a controller object (``replicasets``, ``jobs``, ...), its pods orphaned."""
+        with self._lock:
+            return self._controllers.pop((plural, namespace, name), None) is not None
 
     def remove_pod(self, namespace: str, name: str) -> bool:
         """Remove a pod at once (its grace period over); returns whether it existed."""
@@ -278,6 +297,17 @@ class FakeClusterWriter:
                 for (ns, _), pdb in sorted(self._pdbs.items())
                 if namespace is None or ns == namespace
             ]
+
+    def get_controller(self, namespace: str, group: str, kind: str, name: str) -> JSON | None:
+        """The controller object, or None; a kind outside ``READABLE_CONTROLLERS`` is a ValueError."""
+        plural = READABLE_CONTROLLERS.get((group, kind))
+        if plural is None:
+            raise ValueError(f"cannot read controller kind {kind}.{group or 'core'}")
+        with self._lock:
+            self.calls.append(("get_controller", namespace, plural, name))
+            self._authorize(AccessCheck("get", plural, group=group))
+            found = self._controllers.get((plural, namespace, name))
+            return copy.deepcopy(found) if found is not None else None
 
     def get_pod(self, namespace: str, name: str) -> JSON | None:
         """The pod (terminating or not), or None once it is gone."""

@@ -94,6 +94,10 @@ _RESOURCES: dict[str, _Resource] = {
         _Resource("events", "Event", "", True, _WRITE, frozenset(_EVENT_FIELDS.split()), False),
         _Resource("poddisruptionbudgets", "PodDisruptionBudget", "policy", True, _WRITE, frozenset(), True),
         _Resource("daemonsets", "DaemonSet", "apps", True, _READ, frozenset(), True),
+        _Resource("replicasets", "ReplicaSet", "apps", True, _READ, frozenset(), True),
+        _Resource("statefulsets", "StatefulSet", "apps", True, _READ, frozenset(), True),
+        _Resource("jobs", "Job", "batch", True, _READ, frozenset(), True),
+        _Resource("replicationcontrollers", "ReplicationController", "", True, _READ, frozenset(), True),
         _Resource("persistentvolumeclaims", "PersistentVolumeClaim", "", True, _WRITE, frozenset(), True),
         _Resource("persistentvolumes", "PersistentVolume", "", False, _WRITE, frozenset(), True),
         _Resource("resourceclaims", "ResourceClaim", DRA_GROUP, True, _READ, frozenset(), True),
@@ -108,6 +112,30 @@ _RESOURCES: dict[str, _Resource] = {
         ),
     )
 }
+
+
+def controller_object(pod: JSON) -> tuple[str, JSON] | None:
+    """The controller a pod names, as (resource plural, a minimal object of it), when it is a kind the drain
+    reads back (``rightsizer.domain.pods.READABLE_CONTROLLERS``); None otherwise. The object carries the
+    ownerReference's UID when it has one, so the pod's reference matches it."""
+    from rightsizer.domain.pods import READABLE_CONTROLLERS
+
+    meta = pod.get("metadata") or {}
+    for ref in meta.get("ownerReferences") or ():
+        if not ref.get("controller"):
+            continue
+        api_version = str(ref.get("apiVersion") or "")
+        group = api_version.rpartition("/")[0] if "/" in api_version else ""
+        plural = READABLE_CONTROLLERS.get((group, str(ref.get("kind"))))
+        if plural is None:
+            return None
+        owner_meta = {"name": ref.get("name"), "namespace": meta.get("namespace") or "default"}
+        if ref.get("uid"):
+            owner_meta["uid"] = ref["uid"]
+        return plural, {"apiVersion": api_version, "kind": ref["kind"], "metadata": owner_meta, "spec": {}}
+    return None
+
+
 # Status integers Go always serialises (no omitempty); the official client rejects objects without them.
 _STATUS_DEFAULTS: dict[str, JSON] = {
     "poddisruptionbudgets": dict.fromkeys(

@@ -16,6 +16,7 @@ from rightsizer.testing.k8s.api import (
     ApiError,
     _Response,
     _Target,
+    controller_object,
     rfc3339,
 )
 from rightsizer.testing.k8s.selectors import label_selector_matches
@@ -235,6 +236,13 @@ class _Controllers(_Store):
         owner = _controller_of(old)
         if owner is None or owner.get("kind") not in self._recreated_kinds:
             return
+        known = controller_object(old)
+        if (
+            known is not None
+            and (old["metadata"].get("namespace") or "default", owner.get("name"))
+            not in (self._store[known[0]])
+        ):
+            return  # its controller object is gone (orphaned pod): nothing recreates it
         kind = owner["kind"]
         previous_node = (old.get("spec") or {}).get("nodeName")
         if kind == "DaemonSet" and ("", previous_node) not in self._store["nodes"]:

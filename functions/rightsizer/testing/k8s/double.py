@@ -7,7 +7,10 @@ wire: paths, query parameters, content types, status codes and ``Status`` bodies
 Semantics covered (what GPU Rightsizer calls):
 
 - Resources: core/v1 ``nodes`` and ``persistentvolumes`` (cluster-scoped), ``pods``, ``events``,
-  ``persistentvolumeclaims``; policy/v1 ``poddisruptionbudgets``; apps/v1 ``daemonsets`` (get/list); resource.k8s.io ``resourceclaims`` and ``resourceslices`` (get/list)
+  ``persistentvolumeclaims``; policy/v1 ``poddisruptionbudgets``; the controllers apps/v1 ``daemonsets``,
+  ``replicasets``, ``statefulsets``, batch/v1 ``jobs`` and core/v1 ``replicationcontrollers`` (get/list:
+  ``add_pod`` creates the controller a pod names unless told not to, ``delete_controller`` removes it, and
+  only pods whose controller exists are recreated); resource.k8s.io ``resourceclaims`` and ``resourceslices`` (get/list)
   in any configured subset of ``v1``, ``v1beta2``, ``v1beta1`` (or not served at all). DRA objects are
   stored in the v1 shape and converted on the way out for v1beta1 (``devices[].basic`` and
   ``requests[].exactly`` are the only structural differences the product reads).
@@ -86,6 +89,7 @@ from rightsizer.testing.k8s.api import (
     _Injection,
     _Key,
     _PageSnapshot,
+    controller_object,
 )
 from rightsizer.testing.k8s.controllers import _dra_from, first_fit
 from rightsizer.testing.k8s.server import _Server, _Serving
@@ -240,9 +244,30 @@ class KubernetesDouble(_Serving):
         """Store (or replace) a Node; returns the stored copy with uid, resourceVersion and timestamps."""
         return self._add("nodes", obj)
 
-    def add_pod(self, obj: JSON) -> JSON:
-        """Store (or replace) a Pod; ``status.phase`` defaults to Running when scheduled, else Pending."""
-        return self._add("pods", obj)
+    def add_pod(self, obj: JSON, *, controller: bool = True) -> JSON:
+        """Store (or replace) a Pod; ``status.phase`` defaults to Running when scheduled, else Pending.
+
+        With ``controller`` the ReplicaSet, StatefulSet, DaemonSet, Job or ReplicationController the pod
+        names is created too when missing (a pod with a controller exists because its controller made it);
+        without, the pod's controller stays as it is (absent: an orphan).
+        """
+        with self._lock:
+            owner = controller_object(obj) if controller else None
+            if owner is not None:
+                plural, owner_obj = owner
+                key = (owner_obj["metadata"]["namespace"], owner_obj["metadata"]["name"])
+                if key not in self._store[plural]:
+                    self._add(plural, owner_obj)
+            return self._add("pods", obj)
+
+    def delete_controller(self, namespace: str, plural: str, name: str) -> bool:
+        """Delete a controller object (``replicasets``, ``jobs``, ...) with its pods orphaned, as
+        ``kubectl delete --cascade=orphan`` does; returns whether it existed."""
+        with self._lock:
+            gone = self._store[plural].pop((namespace, name), None) is not None
+            if gone:
+                self._touched(_RESOURCES[plural])
+            return gone
 
     def add_pdb(self, obj: JSON, *, managed_status: bool = True) -> JSON:
         """Store (or replace) a policy/v1 PodDisruptionBudget.

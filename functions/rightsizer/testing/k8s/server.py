@@ -140,6 +140,7 @@ class _Serving(_Controllers):
     def _served_groups(self) -> dict[str, tuple[str, ...]]:
         groups: dict[str, tuple[str, ...]] = {
             "apps": ("v1",),
+            "batch": ("v1",),
             "policy": ("v1",),
             "authorization.k8s.io": ("v1",),
         }
