@@ -67,7 +67,12 @@ def drain(
 
 
 def drain_with_reason(
-    double: KubernetesDouble, clock: FakeClock, scaler: Any = None, *, cluster_name: str = "prod"
+    double: KubernetesDouble,
+    clock: FakeClock,
+    scaler: Any = None,
+    *,
+    cluster_name: str = "prod",
+    policy: Policy | None = None,
 ) -> tuple[str, Any, str]:
     """Like :func:`drain`, plus the reason of the drain's last ledger entry."""
     cluster = KubernetesCluster.for_eks(
@@ -82,7 +87,7 @@ def drain_with_reason(
         # Metrics say idle; pods and volumes come from the double (the drain's own reads decide).
         return snapshot(double.list_nodes(), [], metrics, at=AT)
 
-    policy = Policy(dry_run=False)
+    policy = policy or Policy(dry_run=False)
     deps = DrainDeps(
         cluster=cluster,
         scaler=scaler,
@@ -327,3 +332,60 @@ def test_node_local_data_on_moto_auto_scaling(
     else:
         assert status == "succeeded"
         assert desired == 2 and group.instance_ids[0] not in in_service
+
+
+def _kubelet_goes_away(double: KubernetesDouble) -> Any:
+    """A request hook: once the first eviction is accepted, gpu-1's kubelet stops reporting (NotReady)."""
+
+    def hook(request: Any) -> None:
+        if request.method == "POST" and request.path.endswith("/eviction"):
+            node = double.get_node("gpu-1")
+            assert node is not None
+            node["status"]["conditions"] = [
+                {"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown"}
+            ]
+            double.add_node(node)
+
+    return hook
+
+
+@pytest.mark.parametrize("stuck_by", ["finalizer", "NotReady kubelet"])
+def test_a_pod_stuck_terminating_is_skipped_after_the_timeout_not_polled_until_the_deadline(
+    double: KubernetesDouble, clock: FakeClock, stuck_by: str
+) -> None:
+    # GIVEN a pod (grace 20 s) that will never finish terminating, beside one that will
+    stuck = pod("cache-1", "gpu-1", namespace="ml", grace=20)
+    if stuck_by == "finalizer":
+        stuck["metadata"]["finalizers"] = ["example.com/flush"]
+    else:
+        double.on_request(_kubelet_goes_away(double))
+    double.add_pod(stuck)
+    start = clock.now()
+    # WHEN the drain runs with skip_wait_for_delete_timeout 45 s (simulated time)
+    status, scaler, reason = drain_with_reason(
+        double, clock, policy=Policy(dry_run=False, skip_wait_for_delete_timeout=45)
+    )
+    # THEN it stops waiting 45 s after the deletionTimestamp (eviction + 20 s), well before drain_timeout
+    assert status == "succeeded", reason
+    assert scaler.terminated == ["i-1"]
+    took = (clock.now() - start).total_seconds()
+    assert 20 + 45 <= took <= 20 + 45 + 15, took
+    lists = [
+        r for r in double.requests if r.method == "GET" and r.param("fieldSelector") == "spec.nodeName=gpu-1"
+    ]
+    assert len(lists) <= 25  # polled every 5 s, then given up — not until the 600 s deadline
+    events = double.events(involved_name="gpu-1", reason="SkippedStuckPods")
+    assert len(events) == 1 and "ml/cache-1" in events[0]["message"]
+
+
+def test_with_the_skip_disabled_a_stuck_pod_is_waited_for_until_the_drain_timeout(
+    double: KubernetesDouble, clock: FakeClock
+) -> None:
+    stuck = pod("cache-1", "gpu-1", namespace="ml", grace=20)
+    stuck["metadata"]["finalizers"] = ["example.com/flush"]
+    double.add_pod(stuck)
+    status, scaler, reason = drain_with_reason(
+        double, clock, policy=Policy(dry_run=False, skip_wait_for_delete_timeout=0)
+    )
+    assert status == "rolled_back" and reason.startswith("drain_timeout"), reason
+    assert scaler.terminated == [] and double.get_node("gpu-1")["spec"]["unschedulable"] is False

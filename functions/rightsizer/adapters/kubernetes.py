@@ -30,7 +30,8 @@ RBAC verbs needed (docs/architecture.md §5 "Names", ``infra/k8s/rbac.yaml``). R
 Acting (``ClusterWriter``; ClusterRole ``rightsizer``, the drain and off-hours functions):
 
 - ``get``, ``patch`` on ``nodes`` (cordon/uncordon: one JSON merge patch guarded by ``resourceVersion``);
-- ``get``, ``list`` on ``pods`` (``fieldSelector=spec.nodeName=<node>``);
+- ``list`` on ``pods`` (``fieldSelector=spec.nodeName=<node>``; :meth:`KubernetesCluster.get_pod` needs
+  ``get`` and is not called by the drain);
 - ``create`` on ``pods/eviction`` (policy/v1 Eviction; never ``delete`` on ``pods``);
 - ``list`` on ``poddisruptionbudgets.policy``;
 - ``list`` on ``nodes`` and ``get`` on ``persistentvolumeclaims``, ``persistentvolumes`` (node-local data is

@@ -139,6 +139,14 @@ class Policy(BaseModel):
         description="Periods when disruption is allowed (docs/architecture.md §4); empty = always.",
     )
     drain_timeout: Seconds = Field(600, gt=0, description="Seconds from cordon to a drained node.")
+    skip_wait_for_delete_timeout: Seconds = Field(
+        60,
+        ge=0,
+        description="A pod still terminating this many seconds after its deletionTimestamp (the end of its "
+        "grace period: a finalizer, a NotReady kubelet) is no longer waited for (kubectl drain "
+        "--skip-wait-for-delete-timeout; Cluster Autoscaler skips long-terminating pods); 0 waits until "
+        "drain_timeout.",
+    )
     max_decision_age: Seconds = Field(
         300, ge=0, description="Re-read metrics when the decision is older (s)."
     )

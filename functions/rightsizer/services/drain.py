@@ -267,7 +267,8 @@ class DrainWorkflow:
             if c.gpu_holder is not None and self._holders_block(record):
                 blocking.append(c.gpu_holder.reason)
             if c.ignored == "terminating":
-                to_evict.append(c.pod)  # not evicted again, but waited for (adopted by the evict step)
+                if not self._stuck(c.pod):
+                    to_evict.append(c.pod)  # not evicted again, but waited for (adopted by the evict step)
             elif c.ignored is None:
                 to_evict.append(c.pod)
         return to_evict, blocking
@@ -687,10 +688,20 @@ class DrainWorkflow:
         )
 
     def _still_there(self, pod: Pod) -> bool:
-        """The pod with this UID still exists and is not terminating (uncached GET)."""
-        found = self.deps.cluster.get_pod(pod.metadata.namespace, pod.metadata.name)
-        meta = (found or {}).get("metadata") or {}
-        return bool(found) and meta.get("uid") == pod.metadata.uid and not meta.get("deletionTimestamp")
+        """The pod with this UID is still bound to its node and not terminating (the uncached list the drain
+        already has RBAC for: ClusterRole ``rightsizer`` grants ``list`` on pods, not ``get``)."""
+        return any(
+            (found.get("metadata") or {}).get("uid") == pod.metadata.uid
+            and not (found.get("metadata") or {}).get("deletionTimestamp")
+            for found in self.deps.cluster.list_pods_on_node(pod.spec.nodeName)
+        )
+
+    def _stuck(self, pod: Pod) -> bool:
+        """A pod terminating longer than ``skip_wait_for_delete_timeout`` past its ``deletionTimestamp`` (the
+        API server sets it to the end of the grace period): stuck on a finalizer or a NotReady kubelet, it
+        is not waited for (kubectl drain ``skipDeletedFilter``); 0 disables the skip."""
+        limit, deleting = self.deps.policy.skip_wait_for_delete_timeout, pod.metadata.deletionTimestamp
+        return bool(limit) and deleting is not None and (self._now() - deleting).total_seconds() > limit
 
     def _step_wait(self, record: WorkflowRecord) -> StepResult:
         """Drained = every evicted pod UID is gone or finished (BUG-17), and nothing else is left to evict."""
@@ -705,11 +716,24 @@ class DrainWorkflow:
             if pod.uid in listed
             and listed[pod.uid].get("status", {}).get("phase") not in ("Succeeded", "Failed")
         ]
+        stuck = [p for p in remaining if self._stuck(Pod.model_validate(listed[p.uid]))]
+        names = ", ".join(f"{p.namespace}/{p.name}" for p in stuck)
+        if stuck and record.details.get("stuck") != names:
+            record = self._save(record, details={**record.details, "stuck": names})
+            log.warning("%s: not waiting for pods stuck terminating: %s", record.node, names)
+            deps.cluster.emit_event(
+                record.node,
+                "SkippedStuckPods",
+                f"rightsizer no longer waits for pods terminating longer than "
+                f"{deps.policy.skip_wait_for_delete_timeout} s past their deletionTimestamp: {names}",
+                warning=True,
+            )
+        remaining = [p for p in remaining if p not in stuck]
         if remaining:
             if now >= record.deadline:
                 return self._timeout(record)
-            # Wake up when the first grace period ends, but never spin: a pod stuck terminating past its
-            # grace period (a finalizer, a dead kubelet) is polled every POLL_S until the deadline.
+            # Wake up when the first grace period ends, but never spin: a pod still terminating past its
+            # grace period is polled every POLL_S until it is stuck (skip_wait_for_delete_timeout).
             soonest = min((p.grace_deadline - now).total_seconds() for p in remaining)
             wait = POLL_S if soonest <= 0 else min(POLL_S, max(0.5, soonest))
             return self._next(

@@ -568,10 +568,21 @@ class FakeClusterWriter:
         for uid, (deadline, key) in list(self._deadlines.items()):
             if deadline > now:
                 continue
-            del self._deadlines[uid]
             pod = self._pods.get(key)
+            if pod is not None and pod["metadata"]["uid"] == uid and not _kubelet_confirms(pod, self._nodes):
+                continue  # stuck terminating (finalizers, NotReady node), as in the double
+            del self._deadlines[uid]
             if pod is not None and pod["metadata"]["uid"] == uid:
                 del self._pods[key]
+
+
+def _kubelet_confirms(pod: JSON, nodes: Mapping[str, JSON]) -> bool:
+    """A pod past its grace period goes only without finalizers and with its node's kubelet Ready."""
+    if pod["metadata"].get("finalizers"):
+        return False
+    node = nodes.get((pod.get("spec") or {}).get("nodeName") or "")
+    conditions = ((node or {}).get("status") or {}).get("conditions") or []
+    return all(c.get("status") == "True" for c in conditions if c.get("type") == "Ready")
 
 
 def _require_utc(at: str) -> None:

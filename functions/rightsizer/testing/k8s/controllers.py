@@ -317,6 +317,15 @@ class _Controllers(_Store):
             {"type": "Ready", "status": flag, "lastTransitionTime": now},
         ]
 
+    def _kubelet_confirms(self, pod: JSON) -> bool:
+        """Whether a pod past its grace period can go: no finalizers left and its node's kubelet is there to
+        confirm the containers stopped (Ready condition not False/Unknown). Otherwise it stays terminating."""
+        if pod["metadata"].get("finalizers"):
+            return False
+        node = self._store["nodes"].get(("", (pod.get("spec") or {}).get("nodeName") or ""))
+        conditions = ((node or {}).get("status") or {}).get("conditions") or []
+        return all(c.get("status") == "True" for c in conditions if c.get("type") == "Ready")
+
     def _reap_locked(self) -> None:
         now = self.now()
         for uid, (deadline, key) in sorted(self._deadlines.items(), key=lambda item: item[1][0]):
@@ -324,6 +333,8 @@ class _Controllers(_Store):
             if deadline > now:
                 break
             if pod is not None and pod["metadata"]["uid"] == uid:
+                if not self._kubelet_confirms(pod):
+                    continue  # stuck terminating: it stays until its node is deleted (pod GC)
                 self._remove_pod(key)
             else:
                 self._deadlines.pop(uid, None)

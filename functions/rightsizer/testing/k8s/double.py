@@ -30,7 +30,9 @@ Semantics covered (what GPU Rightsizer calls):
   ``metadata.generation``.
 - Pods: graceful deletion (``deletionTimestamp`` = now + grace, ``deletionGracePeriodSeconds``; grace from
   DeleteOptions, else ``spec.terminationGracePeriodSeconds``, else 30 s); unscheduled and terminal pods and
-  a grace of 0 go at once; UID and resourceVersion preconditions.
+  a grace of 0 go at once; UID and resourceVersion preconditions. A pod past its grace period stays
+  terminating while it has ``metadata.finalizers`` or its node is NotReady (no kubelet confirms the stop),
+  until its node is deleted.
 - Eviction (policy/v1): 201 with a Success ``Status``; 404; 409 on a UID precondition mismatch (checked
   before any budget is spent); Pending, terminal and terminating pods skip the budget; 500 InternalError for
   a pod matched by more than one PodDisruptionBudget; 429 TooManyRequests with a ``DisruptionBudget`` cause
@@ -58,7 +60,7 @@ Semantics covered (what GPU Rightsizer calls):
 
 Deliberately not covered: watch (``watch=true`` answers 400), server-side apply, JSON patch and strategic
 merge patch, field managers, admission, validation of object schemas, namespaces as
-objects, finalizers, ``dryRun``, ``propagationPolicy``, consistent reads at a requested ``resourceVersion``,
+objects, finalizer removal by controllers, ``dryRun``, ``propagationPolicy``, consistent reads at a requested ``resourceVersion``,
 protobuf/CBOR, and scheduling by resource requests. Continue tokens expire (410 Expired) only once 64 newer
 paginations have started; inject a 410 to test that path. A PDB with neither ``minAvailable`` nor
 ``maxUnavailable`` desires 0 healthy pods. Authentication (401) is checked before injected responses.
