@@ -1,7 +1,8 @@
 """Hypothesis property (issue 12): whatever Kubernetes and AWS failures are injected during a drain — and
-whenever a pod with node-local data lands on the node — at the end (after the next assessment's heal) no
-node carries our cordon without a live workflow, no pod with node-local data was evicted, and no instance
-was terminated while such a pod was on it."""
+whenever a pod with node-local data lands on the node, or a pod's controller is deleted (orphaning it) —
+at the end (after the next assessment's heal) no node carries our cordon without a live workflow, no pod
+with node-local data was evicted, and no instance was terminated while such a pod, or a running pod
+without a live controller, was on it."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 
 from rightsizer.domain.errors import PermanentError, StalePlan, TransientError
 from rightsizer.domain.model import ANN_CORDONED_BY, Node, PersistentVolume, PersistentVolumeClaim, Pod
+from rightsizer.domain.pods import controllers_to_check
 from rightsizer.domain.volumes import VolumeFacts, claim_names, volume_local_data
 from rightsizer.ports import TerminateResult
 from rightsizer.services.drain import DrainRequest
@@ -29,6 +31,7 @@ WRITER_CALLS = (
     "list_pdbs",
     "get_persistent_volume_claim",
     "get_persistent_volume",
+    "get_controller",
     "cordon",
     "uncordon",
     "evict",
@@ -88,6 +91,23 @@ def _node_local_pods(writer: FakeClusterWriter, node: str) -> list[str]:
     return [p.key for p in pods if any(volume_local_data(p, v, facts) for v in p.spec.volumes)]
 
 
+def _orphans(writer: FakeClusterWriter, node: str) -> list[str]:
+    """Running, non-terminating pods on ``node`` whose ReplicaSet/StatefulSet/Job/... no longer exists."""
+    pods = [Pod.model_validate(p) for p in writer.list_pods_on_node(node)]
+    gone = {
+        r
+        for r in controllers_to_check(pods)
+        if writer.get_controller(r.namespace, r.group, r.kind, r.name) is None
+    }
+    return [
+        p.key
+        for p in pods
+        if p.metadata.deletionTimestamp is None
+        and p.controller is not None
+        and any(r.name == p.controller.name and r.kind == p.controller.kind for r in gone)
+    ]
+
+
 def schedules(names: tuple[str, ...]) -> st.SearchStrategy[dict[str, list[str | None]]]:
     """Per method, which of its successive calls fail and how."""
     kinds = st.none() | st.sampled_from(sorted(ERRORS))
@@ -101,6 +121,7 @@ def schedules(names: tuple[str, ...]) -> st.SearchStrategy[dict[str, list[str | 
     lander=st.none() | st.sampled_from(sorted(LANDERS)),
     land_at=st.integers(min_value=1, max_value=60),
     pdb_at=st.none() | st.integers(min_value=1, max_value=40),
+    orphan_at=st.none() | st.integers(min_value=1, max_value=60),
 )
 def test_no_forgotten_cordon_and_no_terminated_node_local_data(
     writer_faults: dict[str, list[str | None]],
@@ -108,6 +129,7 @@ def test_no_forgotten_cordon_and_no_terminated_node_local_data(
     lander: str | None,
     land_at: int,
     pdb_at: int | None,
+    orphan_at: int | None,
 ) -> None:
     world: World = make_world()
     writer = world.writer
@@ -122,6 +144,8 @@ def test_no_forgotten_cordon_and_no_terminated_node_local_data(
             writer.add_pod(LANDERS[lander]())
         if count == pdb_at:  # a PodDisruptionBudget that never allows a disruption, created mid-drain
             writer.add_pdb(pdb("web", "default", {"app": "web"}, allowed=0))
+        if count == orphan_at:  # kubectl delete replicaset web-2-owner --cascade=orphan
+            writer.delete_controller("default", "replicasets", "web-2-owner")
 
     chaos_writer.on_call = land
     original_terminate = world.scaler.terminate
@@ -133,6 +157,7 @@ def test_no_forgotten_cordon_and_no_terminated_node_local_data(
             if n["spec"]["providerID"].endswith(instance_id)
         )
         violations.extend(_node_local_pods(writer, node))
+        violations.extend(f"orphan {key}" for key in _orphans(writer, node))
         answer = original_terminate(asg, instance_id)
         writer.delete_node(node)  # the cloud node lifecycle controller removes the Node of a gone instance
         return answer
@@ -140,12 +165,24 @@ def test_no_forgotten_cordon_and_no_terminated_node_local_data(
     world.scaler.terminate = guarded_terminate  # type: ignore[method-assign]
     original_evict = writer.evict
 
+    original_get_controller = writer.get_controller
+    seen_gone: set[str] = set()
+
+    def guarded_get_controller(namespace: str, group: str, kind: str, name: str) -> Any:
+        found = original_get_controller(namespace, group, kind, name)
+        if found is None:
+            seen_gone.add(name)  # from now on the drain knows: no pod of it may be evicted
+        return found
+
     def guarded_evict(namespace: str, name: str, uid: str) -> Any:
         if f"{namespace}/{name}" in _node_local_pods(writer, "gpu-1"):
             violations.append(f"evicted {namespace}/{name}")
+        if f"{name}-owner" in seen_gone:
+            violations.append(f"evicted {namespace}/{name}, whose controller the drain saw gone")
         return original_evict(namespace, name, uid)
 
     writer.evict = guarded_evict  # type: ignore[method-assign]
+    writer.get_controller = guarded_get_controller  # type: ignore[method-assign]
     world.writer = chaos_writer  # type: ignore[assignment]
     world.scaler = chaos_scaler  # type: ignore[assignment]
     runner = InProcessRunner(world.workflow(), sleep=world.clock.advance, max_transient_retries=3)
