@@ -107,8 +107,7 @@ class PodContext:
     at: datetime
     volumes: VolumeFacts = UNKNOWN_VOLUMES
     gone_controllers: frozenset[ControllerRef] = frozenset()
-    """Controllers read back and found missing (404, or another object under the name): their pods are
-    bare. Empty when not read (the planner's snapshot): a controller named by a pod is then presumed live."""
+    """Controllers read back and found missing (404): their pods are bare. Empty when not read (the planner's snapshot): a controller named by a pod is then presumed live."""
 
 
 class ControllerRef(NamedTuple):
@@ -126,12 +125,9 @@ class ControllerRef(NamedTuple):
         return READABLE_CONTROLLERS[(self.group, self.kind)]
 
     def gone(self, found: Mapping[str, Any] | None) -> bool:
-        """Whether the object read back (None: 404) is not this controller any more: absent, or a new
-        object under the same name (another UID, as the garbage collector compares owners)."""
-        if found is None:
-            return True
-        uid = (found.get("metadata") or {}).get("uid")
-        return bool(self.uid and uid and uid != self.uid)
+        """Whether the object read back (None: 404) is missing. By name, as Cluster Autoscaler's
+        ``replicacount`` rule checks: a controller recreated under the same name adopts the pods."""
+        return found is None
 
 
 def controller_of(pod: Pod) -> ControllerRef | None:
