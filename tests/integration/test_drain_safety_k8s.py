@@ -73,10 +73,13 @@ def drain_with_reason(
     *,
     cluster_name: str = "prod",
     policy: Policy | None = None,
+    page_size: int = 500,
 ) -> tuple[str, Any, str]:
     """Like :func:`drain`, plus the reason of the drain's last ledger entry."""
     cluster = KubernetesCluster.for_eks(
-        double.base_url, EksTokenSource("prod", "us-east-1", lambda: ReadOnlyCredentials("AKID", "s", None))
+        double.base_url,
+        EksTokenSource("prod", "us-east-1", lambda: ReadOnlyCredentials("AKID", "s", None)),
+        page_size=page_size,
     )
     if scaler is None:
         scaler = FakeNodeScaler()

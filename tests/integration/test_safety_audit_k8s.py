@@ -282,6 +282,34 @@ def test_a_409_on_the_cordon_rereads_and_retries(
     assert patches[:conflicts] == [409] * conflicts and 200 in patches
 
 
+# ------------------------------------------------------- BUG-51: a paginated pod list that expires (410)
+
+
+@pytest.mark.parametrize("expiries", [1, 2])
+def test_an_expired_pod_list_is_restarted_never_read_as_an_empty_node(
+    double: KubernetesDouble, clock: FakeClock, expiries: int
+) -> None:
+    # GIVEN gpu-1's pods listed one per page, the running GPU Job sorting last, and the continue token
+    # expiring (410) on the last page, once or twice in a row
+    for name in ("a-web-1", "b-web-2"):
+        double.add_pod(pod(name, "gpu-1"))
+    double.add_pod(pod("train-llm-0", "gpu-1", namespace="ml", owner=("Job", "batch/v1"), gpus=1))
+    left = [expiries]
+
+    def expire_continue_tokens(request: Any) -> None:
+        if request.path == "/api/v1/pods" and request.param("continue") and left[0] > 0:
+            left[0] -= 1
+            double.inject("GET", r"^/api/v1/pods$", 410, times=1)  # this very request answers 410
+
+    double.on_request(expire_continue_tokens)
+    # WHEN the drain runs
+    status, scaler, reason = drain_with_reason(double, clock, page_size=1)
+    # THEN the list was restarted (or the step retried): the Job is seen and protects the node
+    assert status == "abandoned" and "running_batch_pod:ml/train-llm-0" in reason, reason
+    assert kept(double, scaler)
+    assert [r.status for r in double.requests if r.path == "/api/v1/pods"].count(410) == expiries
+
+
 # ---------------------------------------------------------------------------- what is reported: PDBs
 
 
