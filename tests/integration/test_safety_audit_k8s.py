@@ -14,14 +14,15 @@ from typing import Any
 
 import pytest
 from botocore.credentials import ReadOnlyCredentials
-
 from rightsizer.adapters.asg_scaler import AsgNodeScaler
+
 from rightsizer.adapters.aws import AwsClients, AwsInventory
 from rightsizer.adapters.eks_auth import EksTokenSource
 from rightsizer.adapters.kubernetes import KubernetesCluster
 from rightsizer.adapters.memory_state import MemoryState
 from rightsizer.domain.model import ClusterSnapshot
 from rightsizer.domain.policy import Policy
+from rightsizer.ports import TerminateResult
 from rightsizer.services.assess import PlanningAssessor
 from rightsizer.services.drain import DrainDeps, DrainRequest, DrainWorkflow
 from rightsizer.services.runner import InProcessRunner
@@ -377,7 +378,7 @@ def _drain_on_moto(
     if during_remove is not None:
         original = scaler.terminate
 
-        def terminate(asg_name: str, instance_id: str) -> tuple[int, int, bool]:
+        def terminate(asg_name: str, instance_id: str) -> TerminateResult:
             during_remove(asg_name, instance_id)
             return original(asg_name, instance_id)
 
