@@ -53,6 +53,7 @@ from rightsizer.domain.model import (
 )
 from rightsizer.domain.planner import CA_SCALE_DOWN_DISABLED, KARPENTER_NODEPOOL
 from rightsizer.domain.pods import (
+    CA_DAEMONSET_POD,
     CA_SAFE_TO_EVICT,
     CA_SAFE_TO_EVICT_LOCAL_VOLUMES,
     KARPENTER_DO_NOT_DISRUPT,
@@ -98,10 +99,12 @@ NODE_LABELS: Final = frozenset(
 NODE_ANNOTATIONS: Final = frozenset(
     {ANN_DO_NOT_DISRUPT, KARPENTER_DO_NOT_DISRUPT, CA_SCALE_DOWN_DISABLED, ANN_CORDONED_BY}
 )
-#: Pod annotations the eviction filters read (``domain.pods``: mirror pods, do-not-disrupt, safe-to-evict).
+#: Pod annotations the eviction filters read (``domain.pods``: mirror pods, do-not-disrupt, safe-to-evict,
+#: a custom controller's DaemonSet-like pod).
 POD_ANNOTATIONS: Final = frozenset(
     {
         MIRROR_ANNOTATION,
+        CA_DAEMONSET_POD,
         ANN_DO_NOT_DISRUPT,
         KARPENTER_DO_NOT_DISRUPT,
         CA_SAFE_TO_EVICT,
