@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 from botocore.credentials import ReadOnlyCredentials
-from rightsizer.adapters.asg_scaler import AsgNodeScaler
 
+from rightsizer.adapters.autoscaling import AutoScalingGroups
 from rightsizer.adapters.aws import AwsClients, AwsInventory
 from rightsizer.adapters.eks_auth import EksTokenSource
 from rightsizer.adapters.kubernetes import KubernetesCluster
@@ -374,7 +374,7 @@ def _drain_on_moto(
         return dataclasses.replace(live, meta=idle.meta, metrics=idle.metrics, source="snapshot")
 
     policy = Policy(dry_run=False)
-    scaler = AsgNodeScaler(aws.autoscaling)
+    scaler = AutoScalingGroups(aws.autoscaling)
     if during_remove is not None:
         original = scaler.terminate
 
