@@ -27,13 +27,14 @@ from rightsizer.domain.model import (
 )
 from rightsizer.domain.names import dns1123_subdomain_problem
 from rightsizer.domain.plan import NodeReport
-from rightsizer.domain.pods import ControllerRef, PodContext, classify_pods, controllers_to_check
+from rightsizer.domain.pods import PodContext, classify_pods
 from rightsizer.domain.policy import Policy
 from rightsizer.domain.verdicts import blocking_reasons
 from rightsizer.domain.volumes import UNKNOWN_VOLUMES, VolumeFacts
 from rightsizer.ports import Assessor, ClusterWriter, EvictionOutcome, NodeScaler
 from rightsizer.services.approval import ApprovalGate
 from rightsizer.services.backoff import failure_backoff
+from rightsizer.services.live_reads import gone_controllers
 from rightsizer.services.node_view import node_local_volume_facts
 from rightsizer.state import EvictedPod, LedgerEntry, StateStore, WorkflowRecord, lease_ttl_seconds
 
@@ -228,16 +229,6 @@ class DrainWorkflow:
         """Whether pods holding an idle GPU block this workflow (a hook: a resize moves busy holders)."""
         return not self.deps.policy.evict_idle_gpu_holders
 
-    def _gone_controllers(self, pods: Sequence[Pod]) -> frozenset[ControllerRef]:
-        """The controllers the pods name that no longer exist (one uncached GET per distinct controller of
-        a ReplicaSet, StatefulSet, DaemonSet, Job or ReplicationController kind): their pods are bare."""
-        cluster = self.deps.cluster
-        return frozenset(
-            ref
-            for ref in controllers_to_check(pods)
-            if ref.gone(cluster.get_controller(ref.namespace, ref.group, ref.kind, ref.name))
-        )
-
     def _classify(
         self,
         pods: Sequence[dict[str, Any]],
@@ -257,7 +248,7 @@ class DrainWorkflow:
             {},
             self._now(),
             self._volumes(parsed) if live else UNKNOWN_VOLUMES,
-            self._gone_controllers(parsed) if live else frozenset(),
+            gone_controllers(self.deps.cluster, parsed) if live else frozenset(),
         )
         to_evict: list[Pod] = []
         blocking: list[str] = []
@@ -690,11 +681,8 @@ class DrainWorkflow:
     def _still_there(self, pod: Pod) -> bool:
         """The pod with this UID is still bound to its node and not terminating (the uncached list the drain
         already has RBAC for: ClusterRole ``rightsizer`` grants ``list`` on pods, not ``get``)."""
-        return any(
-            (found.get("metadata") or {}).get("uid") == pod.metadata.uid
-            and not (found.get("metadata") or {}).get("deletionTimestamp")
-            for found in self.deps.cluster.list_pods_on_node(pod.spec.nodeName)
-        )
+        listed = [Pod.model_validate(p) for p in self.deps.cluster.list_pods_on_node(pod.spec.nodeName)]
+        return any(p.metadata.uid == pod.metadata.uid and not p.metadata.deletionTimestamp for p in listed)
 
     def _stuck(self, pod: Pod) -> bool:
         """A pod terminating longer than ``skip_wait_for_delete_timeout`` past its ``deletionTimestamp`` (the
@@ -721,13 +709,9 @@ class DrainWorkflow:
         if stuck and record.details.get("stuck") != names:
             record = self._save(record, details={**record.details, "stuck": names})
             log.warning("%s: not waiting for pods stuck terminating: %s", record.node, names)
-            deps.cluster.emit_event(
-                record.node,
-                "SkippedStuckPods",
-                f"rightsizer no longer waits for pods terminating longer than "
-                f"{deps.policy.skip_wait_for_delete_timeout} s past their deletionTimestamp: {names}",
-                warning=True,
-            )
+            limit = deps.policy.skip_wait_for_delete_timeout
+            deps.cluster.emit_event(record.node, "SkippedStuckPods", f"rightsizer no longer waits for pods "
+                                    f"terminating over {limit} s past their deletionTimestamp: {names}", warning=True)  # fmt: skip
         remaining = [p for p in remaining if p not in stuck]
         if remaining:
             if now >= record.deadline:
