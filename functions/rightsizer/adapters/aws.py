@@ -91,7 +91,7 @@ def make_client(
     *,
     session: boto3.session.Session | None = None,
 ) -> Any:
-    """One boto3 client for ``service`` (``"dynamodb"``, ``"stepfunctions"`` …) with standard retries (5
+    """One AWS SDK client for ``service`` (``"dynamodb"``, ``"stepfunctions"`` …) with standard retries (5
     attempts): the one place every AWS client of the product is built.
 
     Args:

@@ -136,7 +136,7 @@ def inject_error_once(
     that call and standard retries do not replay it. Later calls go to the server unchanged.
 
     Args:
-        client: a boto3 client.
+        client: an AWS SDK (boto3) service client.
         operation: API name, e.g. ``StartInstances``.
         code: AWS error code, e.g. ``InsufficientInstanceCapacity``.
         status: HTTP status of the fake answer.
