@@ -214,6 +214,7 @@ def build_cluster() -> Cluster:
         0,
         "GPU-mig-0",
         model="NVIDIA A100-SXM4-40GB",
+        fb_total=40536.0,  # what DCGM reports for an A100-SXM4-40GB (the catalog: 40,960 MiB)
         util=None,
         power=const(60.0),
         extra={"node": "gpu-mig"},
@@ -240,6 +241,7 @@ def build_cluster() -> Cluster:
             g,
             f"GPU-mig-{g}",
             model="NVIDIA A100-SXM4-40GB",
+            fb_total=40536.0,  # what DCGM reports for an A100-SXM4-40GB (the catalog: 40,960 MiB)
             prof=const(0.002),
             power=const(55.0),
             extra={"node": "gpu-mig"},
