@@ -8,6 +8,7 @@ reason: excluded → unknown → busy/underutilized → protected → idle.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from collections.abc import Set as AbstractSet
 from typing import Literal
 
 Verdict = Literal["excluded", "unknown", "busy", "underutilized", "protected", "idle"]
@@ -120,6 +121,16 @@ def blocking_reasons(reasons: Iterable[str], execution_id: str, *, offhours: boo
     ``OFFHOURS_EXEMPT``). ``in_flight:<id>`` blocks unless ``<id>`` is ``execution_id`` (our own cordon).
     """
     allowed = OFFHOURS_EXEMPT if offhours else BUDGET_ONLY
+    return reasons_blocking(reasons, execution_id, exempt=allowed, busy_blocks=True)
+
+
+def reasons_blocking(
+    reasons: Iterable[str], execution_id: str, *, exempt: AbstractSet[str], busy_blocks: bool
+) -> list[str]:
+    """The one rule every workflow applies to a fresh report (drain, resize, node group replacement):
+    excluded and unknown reasons always block (never act on missing data), busy reasons when
+    ``busy_blocks``, protections unless their code is in ``exempt``; ``in_flight:<id>`` blocks unless
+    ``<id>`` is ``execution_id`` (our own cordon). Returns the blocking reasons, in input order."""
     blocking = []
     for reason in reasons:
         code = code_of(reason)
@@ -129,8 +140,8 @@ def blocking_reasons(reasons: Iterable[str], execution_id: str, *, offhours: boo
         elif (
             code in EXCLUDED_CODES
             or code in UNKNOWN_CODES
-            or code in BUSY_CODES
-            or (code in PROTECTED_CODES and code not in allowed)
+            or (busy_blocks and code in BUSY_CODES)
+            or (code in PROTECTED_CODES and code not in exempt)
         ):
             blocking.append(reason)
     return blocking

@@ -42,7 +42,9 @@ from rightsizer.domain.catalog import Catalog
 from rightsizer.domain.errors import PermanentError, RightsizerError
 from rightsizer.domain.model import ANN_CORDONED_BY, GPU_RESOURCE, TAG_ENABLED, GroupSizes, Node
 from rightsizer.domain.plan import NodeReport, Plan
-from rightsizer.domain.verdicts import EXCLUDED_CODES, PROTECTED_CODES, UNKNOWN_CODES, code_of
+from rightsizer.domain.verdicts import (
+    reasons_blocking,
+)
 from rightsizer.ports import InstanceTypeChanger, LaunchTemplateVersions, ManagedNodeGroup, NodeGroupReplacer
 from rightsizer.services.drain import FINAL_STATUSES, POLL_S, DrainDeps, DrainRequest, StepResult
 from rightsizer.services.resize import ResizeWorkflow
@@ -99,18 +101,7 @@ def child_blockers(report: NodeReport | None, execution_id: str) -> list[str]:
     (never act on missing data) or a protection other than those in ``_CHILD_EXEMPT``; busy is fine."""
     if report is None:
         return ["not_a_gpu_node"]
-    blocking = []
-    for reason in report.reasons:
-        code = code_of(reason)
-        if code == "in_flight":
-            if not reason.endswith(f":{execution_id}"):
-                blocking.append(reason)
-        elif (
-            code in EXCLUDED_CODES
-            or code in UNKNOWN_CODES
-            or (code in PROTECTED_CODES and code not in _CHILD_EXEMPT)
-        ):
-            blocking.append(reason)
+    blocking = reasons_blocking(report.reasons, execution_id, exempt=_CHILD_EXEMPT, busy_blocks=False)
     return blocking
 
 

@@ -25,7 +25,9 @@ from rightsizer.domain.catalog import Catalog, load_catalog
 from rightsizer.domain.errors import PermanentError, RightsizerError, TransientError
 from rightsizer.domain.model import ANN_CORDONED_BY, GPU_RESOURCE, TAG_RESIZE, Node
 from rightsizer.domain.plan import NodeReport
-from rightsizer.domain.verdicts import EXCLUDED_CODES, PROTECTED_CODES, UNKNOWN_CODES, code_of
+from rightsizer.domain.verdicts import (
+    reasons_blocking,
+)
 from rightsizer.ports import InstanceTypeChanger
 from rightsizer.services.drain import POLL_S, DrainDeps, DrainRequest, DrainWorkflow, StepResult
 from rightsizer.state import WorkflowRecord
@@ -56,18 +58,7 @@ def resize_blockers(report: NodeReport | None, execution_id: str) -> list[str]:
     idle GPU holders: on a busy node they are the workload the resize moves (the eviction API still applies)."""
     if report is None:
         return ["not_a_gpu_node"]
-    blocking = []
-    for reason in report.reasons:
-        code = code_of(reason)
-        if code == "in_flight":
-            if not reason.endswith(f":{execution_id}"):
-                blocking.append(reason)
-        elif (
-            code in EXCLUDED_CODES
-            or code in UNKNOWN_CODES
-            or (code in PROTECTED_CODES and code not in _RESIZE_EXEMPT)
-        ):
-            blocking.append(reason)
+    blocking = reasons_blocking(report.reasons, execution_id, exempt=_RESIZE_EXEMPT, busy_blocks=False)
     if not blocking and report.verdict != "underutilized":
         blocking.append(f"no_cheaper_shape:{report.verdict}")
     return blocking
