@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 
+from rightsizer.domain.drivers import DriverMinimum, parse_driver_minimums
 from rightsizer.domain.quantity import parse_cpu_millis, parse_memory_mib
 
 HOURS_PER_MONTH = 730.0
@@ -63,11 +64,13 @@ class GpuPerformance:
 
 @dataclass(frozen=True, slots=True)
 class Catalog:
-    """Instance types by name, idle power ceilings (W) by ``gpu_model``, GPU performance by model and memory."""
+    """Instance types by name, idle power ceilings (W) by ``gpu_model``, GPU performance by model and memory,
+    and the minimum NVIDIA driver per ``gpu_model`` (``gpu-drivers.csv``, the resize preflight)."""
 
     types: dict[str, InstanceType]
     idle_power_w: dict[str, float]
     performance: dict[tuple[str, int], GpuPerformance] = field(default_factory=dict)
+    driver_minimums: dict[str, DriverMinimum] = field(default_factory=dict)
 
     def get(self, name: str | None) -> InstanceType | None:
         """The catalog row for ``name`` (e.g. ``"g5.12xlarge"``), or None."""
@@ -158,4 +161,5 @@ def load_catalog() -> Catalog:
         types=parse_catalog((data / "ec2-gpu-instances.csv").read_text(encoding="utf-8")),
         idle_power_w=parse_idle_power((data / "idle_power.csv").read_text(encoding="utf-8")),
         performance=parse_gpu_models((data / "gpu-models.csv").read_text(encoding="utf-8")),
+        driver_minimums=parse_driver_minimums((data / "gpu-drivers.csv").read_text(encoding="utf-8")),
     )

@@ -11,7 +11,15 @@ import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    ValidationError,
+    field_validator,
+)
 
 from rightsizer.domain.errors import ConfigError
 from rightsizer.domain.periods import Period
@@ -192,6 +200,13 @@ class Policy(BaseModel):
     )
     resize_allow_instance_store_loss: bool = Field(
         False, description="Allow resizing instance-store types (their local NVMe data is lost on stop)."
+    )
+    # Strict: an override that weakens a safety check must be a real boolean, not a truthy string.
+    resize_allow_unknown_driver: StrictBool = Field(
+        False,
+        description="Resize to another GPU model even when the node's installed NVIDIA driver (GPU Feature "
+        "Discovery labels) or the target GPU's minimum driver is unknown. A known driver older than the "
+        "target's minimum is refused whatever this says.",
     )
     allow_replace_node_group: bool = Field(
         False,

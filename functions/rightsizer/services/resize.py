@@ -6,7 +6,8 @@ side effect, and no step waits: the state machine (the same ``drain.asl.json``) 
 waits between them, so EC2's minutes-long stop and start never sit inside one Lambda invocation.
 
 Safety: nothing is cordoned before the compatibility preflight passed (Auto Scaling membership, EBS root,
-spot, instance-store loss, architecture, GPUs and their driver family, ENA, NVMe, EFA) and the instance
+spot, instance-store loss, architecture, GPUs and their driver family, ENA, NVMe, EFA; and the node's
+installed NVIDIA driver against the target GPU's minimum, ``rightsizer.domain.drivers``) and the instance
 carries ``rightsizer.io/resize=allowed`` with policy ``allow_resize: true``. Once the instance was
 stopped, every failure — insufficient capacity or an unsupported type on start, the instance falling back
 to stopped, the Node not Ready with the new type's GPUs allocatable by the deadline — restores: the
@@ -22,6 +23,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from rightsizer.domain.catalog import Catalog, load_catalog
+from rightsizer.domain.drivers import driver_check
 from rightsizer.domain.errors import PermanentError, RightsizerError, TransientError
 from rightsizer.domain.model import ANN_CORDONED_BY, GPU_RESOURCE, TAG_RESIZE, Node
 from rightsizer.domain.plan import NodeReport
@@ -190,6 +192,19 @@ class ResizeWorkflow(DrainWorkflow):
         current_row, target_row = self.catalog.get(facts.instance_type), self.catalog.get(target)
         if target_row is None or target_row.gpu_count < 1:
             return self._end(record, "abandoned", f"unknown_target_type:{target}", step="validate")
+        # Before any EC2 call or cordon: the AMI's driver must drive the target's GPU (issue 17).
+        driver = driver_check(
+            current_row.gpu_model if current_row else None,
+            target_row.gpu_model,
+            target_row.gpu_manufacturer,
+            node.labels,
+            self.catalog.driver_minimums,
+            allow_unknown=policy.resize_allow_unknown_driver,
+        )
+        if not driver.ok:
+            return self._end(
+                record, "abandoned", f"preflight:{driver.code}: {driver.detail}", step="validate"
+            )
         try:
             self.changer.preflight(
                 node.instance_id, target, allow_instance_store_loss=policy.resize_allow_instance_store_loss
@@ -226,6 +241,7 @@ class ResizeWorkflow(DrainWorkflow):
             "want_type": target,
             "validated_pods": sorted(p.metadata.uid for p in pods),
             "hourly_savings_usd": hourly,
+            "driver_check": f"{driver.code}: {driver.detail}",
         }
         record = self._save(record, details=details)
         if record.details.get("dry_run"):
