@@ -559,3 +559,8 @@ class LaunchTemplateVersions(Protocol):
         """A new version: ``source_version`` with only ``InstanceType`` changed (EC2
         ``CreateLaunchTemplateVersion``); returns its version number."""
         ...
+
+    def delete_version(self, template_id: str, version: str) -> bool:
+        """Delete one version (EC2 ``DeleteLaunchTemplateVersions``): True when deleted now, False when it
+        was already gone."""
+        ...

@@ -14,6 +14,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from dataclasses import asdict
+from typing import Any
 
 import boto3
 import pytest
@@ -44,6 +45,7 @@ REPLACE_SIDS = (
     "ReplaceOptedInNodegroups",
     "ReplacePassNodeRole",
     "ReplaceLaunchTemplateVersions",
+    "ReplaceDeleteOwnLaunchTemplateVersions",
     "ReplaceReadLaunchTemplates",
 )
 
@@ -65,18 +67,28 @@ def drain_role(cluster: str, role_arn: str) -> RolePolicy:
     return RolePolicy(resolver, "DrainRole")
 
 
+#: Used only by a rollback: the launch template version made for the new group is deleted with it.
+ROLLBACK_ONLY = {"ReplaceDeleteOwnLaunchTemplateVersions"}
+
+
 @pytest.fixture
 def world(aws_clients: AwsClients) -> Iterator[World]:
     yield from make_world(aws_clients)
 
 
-def test_the_drain_role_holds_exactly_what_a_node_group_replacement_calls(
-    world: World, moto_server: MotoServer, boto_session: boto3.session.Session
-) -> None:
+@pytest.fixture
+def no_capacity(aws_clients: AwsClients) -> Iterator[World]:
+    yield from make_world(aws_clients, no_capacity=frozenset({"g5.xlarge"}))
+
+
+def _run_recorded(
+    world: World, moto_server: MotoServer, boto_session: boto3.session.Session, **policy: Any
+) -> tuple[str, Any, Lookup]:
+    """The replacement through the drain handler and the ASL, every AWS call recorded."""
     world.clock = NudgingClock(AT)
     groups = world.observed.groups()
     world.observed.groups = lambda: groups  # type: ignore[method-assign]  # the test's reads are not the function's
-    workflow = world.workflow(replace_delete_old_after=60)
+    workflow = world.workflow(**policy)
     handler, context = drain_handler(), LambdaContext()
     lookup = Lookup(boto_session, moto_server.endpoint_url)
     use_drain_workflow(workflow)
@@ -88,8 +100,11 @@ def test_the_drain_role_holds_exactly_what_a_node_group_replacement_calls(
             run = interpreter.run(asdict(world.request()), EXECUTION)
     finally:
         use_drain_workflow(None)
-    assert run.status == "SUCCEEDED", (run.error, run.cause)
+    return run.status, recorder, lookup
 
+
+def _judged(recorder: Any, lookup: Lookup) -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
+    """Holds the recorded calls to the template: returns the replacement grants and those a call used."""
     policy = drain_role("prod-eks", NODE_ROLE)
     undeclared, missing, used = set(), [], set()
     for call in recorder.calls:
@@ -106,7 +121,38 @@ def test_the_drain_role_holds_exactly_what_a_node_group_replacement_calls(
     assert not missing, f"denied by template.yaml: {missing}"
     replacement = {(w, a) for w, a in policy.grants() if w.rpartition("/")[2] in REPLACE_SIDS}
     assert {w.rpartition("/")[2] for w, _ in replacement} == set(REPLACE_SIDS)
-    assert not replacement - used, f"replacement grants never used: {sorted(replacement - used)}"
+    return replacement, used
+
+
+def test_the_drain_role_holds_exactly_what_a_node_group_replacement_calls(
+    world: World, moto_server: MotoServer, boto_session: boto3.session.Session
+) -> None:
+    status, recorder, lookup = _run_recorded(world, moto_server, boto_session, replace_delete_old_after=60)
+    assert status == "SUCCEEDED"
+    replacement, used = _judged(recorder, lookup)
+    unused = {(w, a) for w, a in replacement - used if w.rpartition("/")[2] not in ROLLBACK_ONLY}
+    assert not unused, f"replacement grants never used: {sorted(unused)}"
+    # a replacement that went through keeps its launch template version: the new group runs it
+    assert not {(w, a) for w, a in used if w.rpartition("/")[2] in ROLLBACK_ONLY}
+
+
+def test_a_rollback_deletes_its_launch_template_version_with_the_grant_it_holds(
+    no_capacity: World, moto_server: MotoServer, boto_session: boto3.session.Session
+) -> None:
+    status, recorder, lookup = _run_recorded(no_capacity, moto_server, boto_session)
+    assert status == "FAILED"  # the state machine fails an execution whose workflow rolled back
+    record = no_capacity.state.load(EXECUTION)
+    assert record is not None and record.status == "rolled_back", record
+    replacement, used = _judged(recorder, lookup)
+    rollback = {(w, a) for w, a in replacement if w.rpartition("/")[2] in ROLLBACK_ONLY}
+    assert rollback and rollback <= used, f"rollback grants never used: {sorted(rollback - used)}"
+    deletes = [c for c in recorder.calls if c.action == "ec2:DeleteLaunchTemplateVersions"]
+    assert [(c.params["Versions"], c.owner) for c in deletes] == [
+        (["2"], "rightsizer.adapters.launch_templates")
+    ]
+    template = deletes[0].params["LaunchTemplateId"]
+    left = no_capacity.clients.ec2.describe_launch_template_versions(LaunchTemplateId=template)
+    assert [v["VersionNumber"] for v in left["LaunchTemplateVersions"]] == [1]  # the old group's own
 
 
 def test_without_the_node_role_the_drain_role_cannot_replace_node_groups() -> None:
@@ -117,4 +163,6 @@ def test_without_the_node_role_the_drain_role_cannot_replace_node_groups() -> No
         "eks:CreateNodegroup",
         "eks:DeleteNodegroup",
         "iam:PassRole",
+        "ec2:CreateLaunchTemplateVersion",
+        "ec2:DeleteLaunchTemplateVersions",
     }

@@ -215,6 +215,27 @@ def test_no_capacity_for_the_new_type_rolls_back(no_capacity: World) -> None:
     assert sorted(n["metadata"]["name"] for n in no_capacity.double.list_nodes()) == no_capacity.old_nodes
     assert no_capacity.cordoned() == [] and no_capacity.double.list_pods(no_capacity.old_nodes[0])
     assert no_capacity.state.get(lease_key(OLD)) is None
+    # the launch template version made for the new group went with it; the old group's own stays
+    template = (no_capacity.nodegroup(OLD) or {})["launchTemplate"]
+    assert "launch template" in result.message and "v2 deleted" in result.message, result.message
+    left = no_capacity.clients.ec2.describe_launch_template_versions(LaunchTemplateId=template["id"])
+    assert [v["VersionNumber"] for v in left["LaunchTemplateVersions"]] == [1]
+
+
+def test_a_dry_run_creates_nothing_not_even_a_launch_template_version(world: World) -> None:
+    workflow = world.workflow()
+    workflow.deps.dry_run = True
+    runner = InProcessRunner(workflow, sleep=world.advance)
+    runner.start(world.request())
+    result = runner.results[EXECUTION]
+
+    assert result.status == "dry_run", result.message
+    assert "would create node group gpu-a10g-g5-xlarge" in result.message, result.message
+    assert "a new version of launch template" in result.message, result.message
+    template = (world.nodegroup(OLD) or {})["launchTemplate"]
+    left = world.clients.ec2.describe_launch_template_versions(LaunchTemplateId=template["id"])
+    assert [v["VersionNumber"] for v in left["LaunchTemplateVersions"]] == [1]
+    assert world.nodegroup(NEW) is None and world.state.get(lease_key(OLD)) is None
 
 
 @pytest.fixture

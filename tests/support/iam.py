@@ -253,7 +253,7 @@ def _eks(call: Call, lookup: Lookup, table: str) -> list[Request]:
 
 def _ec2(call: Call, lookup: Lookup, table: str) -> list[Request]:
     p = call.params
-    if call.action == "ec2:CreateLaunchTemplateVersion":
+    if call.action in ("ec2:CreateLaunchTemplateVersion", "ec2:DeleteLaunchTemplateVersions"):
         return [Request(call.action, _arn("ec2", f"launch-template/{p['LaunchTemplateId']}"), {}, call.owner)]
     if call.action not in ("ec2:StopInstances", "ec2:StartInstances", "ec2:ModifyInstanceAttribute"):
         return [Request(call.action, "*", {}, call.owner)]  # Describe*: no resource-level permissions

@@ -4,7 +4,11 @@ A managed node group whose launch template names an instance type cannot be give
 ``CreateNodegroup`` (EKS refuses ``instanceTypes`` beside it): the replacement gets a new version of the same
 template with only ``InstanceType`` changed.
 
-IAM actions (:data:`IAM_ACTIONS`): ``ec2:DescribeLaunchTemplateVersions``, ``ec2:CreateLaunchTemplateVersion``.
+A replacement that rolls back deletes the version it created (``DeleteLaunchTemplateVersions``): the old group
+still runs its own version, and nothing else was given ours.
+
+IAM actions (:data:`IAM_ACTIONS`): ``ec2:DescribeLaunchTemplateVersions``, ``ec2:CreateLaunchTemplateVersion``,
+``ec2:DeleteLaunchTemplateVersions``.
 """
 
 from __future__ import annotations
@@ -20,7 +24,15 @@ if TYPE_CHECKING:
 __all__ = ["IAM_ACTIONS", "LaunchTemplates"]
 
 #: The AWS actions this module calls (IAM ``service:Action``); ``tests/integration/test_iam_replace.py`` checks it.
-IAM_ACTIONS: Final = frozenset({"ec2:DescribeLaunchTemplateVersions", "ec2:CreateLaunchTemplateVersion"})
+IAM_ACTIONS: Final = frozenset(
+    {
+        "ec2:DescribeLaunchTemplateVersions",
+        "ec2:CreateLaunchTemplateVersion",
+        "ec2:DeleteLaunchTemplateVersions",
+    }
+)
+#: DeleteLaunchTemplateVersions error codes that mean the version is already gone (a retried rollback).
+_GONE: Final = frozenset({"launchTemplateVersionDoesNotExist", "launchTemplateIdDoesNotExist"})
 
 
 class LaunchTemplates:
@@ -60,3 +72,29 @@ class LaunchTemplates:
                 LaunchTemplateData={"InstanceType": instance_type},  # type: ignore[typeddict-item]
             )
         return str(answer["LaunchTemplateVersion"]["VersionNumber"])
+
+    def delete_version(self, template_id: str, version: str) -> bool:
+        """EC2 ``DeleteLaunchTemplateVersions`` of one version (one a rolled-back replacement created).
+
+        Returns:
+            True when deleted now; False when it was already gone (a retried rollback).
+
+        Raises:
+            PermanentError: EC2 refused it for another reason (the default version is never deleted, and ours
+                never is the default; a malformed id); access denied.
+        """
+        with aws_errors("DeleteLaunchTemplateVersions"):
+            answer = self._ec2.delete_launch_template_versions(
+                LaunchTemplateId=template_id, Versions=[version]
+            )
+        if answer.get("SuccessfullyDeletedLaunchTemplateVersions"):
+            return True
+        for failure in answer.get("UnsuccessfullyDeletedLaunchTemplateVersions") or []:
+            code = str((failure.get("ResponseError") or {}).get("Code", ""))
+            if code in _GONE:
+                return False
+            raise PermanentError(
+                f"launch template {template_id} version {version} not deleted: {code} "
+                f"{(failure.get('ResponseError') or {}).get('Message', '')}".rstrip()
+            )
+        return False

@@ -25,8 +25,10 @@ as one workflow per group:
   per node, for the nodes that left). ``replace_delete_old_after`` (seconds, optional) deletes the old
   group after that grace period; by default it is kept at size 0.
 - **rollback** (before the point of no return): uncordon every node our children cordoned, restore the old
-  group's sizes if they were changed, delete the new group. Nothing is lost: the old nodes were never
-  removed before the new ones served.
+  group's sizes if they were changed, delete the new group and the launch template version made for it
+  (``DeleteLaunchTemplateVersions``; the old group runs its own version). Nothing is lost: the old nodes
+  were never removed before the new ones served. After the point of no return the new group serves with
+  that version, so it is kept; deleting the old group (``ng_delete_old``) touches no version of ours.
 """
 
 from __future__ import annotations
@@ -204,7 +206,7 @@ class ReplaceWorkflow(ResizeWorkflow):
         self, execution_id: str, reason: str, *, status: str = "rolled_back", step: str = "rollback"
     ) -> StepResult:
         """A replacement before its point of no return: uncordon what its children cordoned, restore the old
-        group's sizes if changed, delete the new group; after it (the old group already scaling to 0) the
+        group's sizes if changed, delete the new group and the launch template version validate made; after it (the old group already scaling to 0) the
         workflow ends ``failed`` with the reason. Other records: the drain's / resize's rollback."""
         record = self.deps.state.load(execution_id)
         if record is None or self._kind(record) != KIND:
@@ -233,6 +235,11 @@ class ReplaceWorkflow(ResizeWorkflow):
         if details.get("creating"):
             gone = not self._replacer().delete_nodegroup(cluster, str(details["new_nodegroup"]))
             deleted = f"; new node group {details['new_nodegroup']} {'already gone' if gone else 'deleted'}"
+        made = details.get("template_version_created")
+        if made and self.templates is not None:
+            # Ours alone: the old group runs its own version and the new group is being deleted.
+            now_gone = self.templates.delete_version(str(made["id"]), str(made["version"]))
+            deleted += f"; launch template {made['id']} v{made['version']} {'deleted' if now_gone else 'already gone'}"
         log.warning("replacement %s of %s rolled back: %s", execution_id, details.get("nodegroup"), reason)
         return self._end(record, status, reason + deleted, step=step)
 
@@ -274,7 +281,7 @@ class ReplaceWorkflow(ResizeWorkflow):
         old_nodes = self._group_nodes(old)
         if not old_nodes:
             return self._end(record, "abandoned", "no_nodes_to_replace", step="ng_validate")
-        spec, template_note = self._new_spec(record, group, pinned, target)
+        spec, template_note, record = self._new_spec(record, group, pinned, target)
         old_row, new_row = self.catalog.get(current), self.catalog.get(target)
         per_node = (
             old_row.hourly_usd - new_row.hourly_usd
@@ -322,21 +329,39 @@ class ReplaceWorkflow(ResizeWorkflow):
 
     def _new_spec(
         self, record: WorkflowRecord, group: ManagedNodeGroup, pinned: str | None, target: str
-    ) -> tuple[ManagedNodeGroup, str]:
-        """The replacement's spec and how its launch template was handled (a new version when the old one
-        pins an instance type, ``pinned``)."""
+    ) -> tuple[ManagedNodeGroup, str, WorkflowRecord]:
+        """The replacement's spec, how its launch template was handled (a new version when the old one pins
+        an instance type, ``pinned``) and the record.
+
+        The version made is saved in the record (``template_version_created``) at once, so a validate run
+        again after a crash reuses it and a rollback deletes it; a dry run makes none. (A crash between
+        EC2's answer and that save leaves one unused version: the call returns nothing to find it by first.)
+        """
         template, note = group.launch_template, "no launch template"
         instance_types: tuple[str, ...] = (target,)
         if template is not None:
             if pinned is None:
                 note = f"launch template {template['id']} v{template['version']} as is"
             else:
-                # A validate re-run after a crash here makes one more (unused) version; nothing else.
                 assert self.templates is not None  # checked by validate
-                made = self.templates.new_version(template["id"], template["version"], target)
-                template = {"id": template["id"], "version": made}
+                made = record.details.get("template_version_created")
+                if record.details.get("dry_run"):
+                    version = "(new)"
+                elif made is not None:
+                    version = str(made["version"])
+                else:
+                    version = self.templates.new_version(template["id"], template["version"], target)
+                    created = {"id": template["id"], "version": version}
+                    record = self._save(
+                        record, details={**record.details, "template_version_created": created}
+                    )
+                note = (
+                    f"launch template {template['id']} v{version} (v{template['version']} pinned {pinned})"
+                    if not record.details.get("dry_run")
+                    else f"a new version of launch template {template['id']} (v{template['version']} pins {pinned})"
+                )
+                template = {"id": template["id"], "version": version}
                 instance_types = ()  # EKS refuses instanceTypes beside a template that names one
-                note = f"launch template {template['id']} v{made} (v{group.launch_template['version']} pinned {pinned})"  # type: ignore[index]
         tags = {
             **{k: v for k, v in group.tags.items() if not k.startswith("aws:")},
             TAG_ENABLED: "true",
@@ -352,7 +377,7 @@ class ReplaceWorkflow(ResizeWorkflow):
             asg_name=None,
             health_issues=(),
         )
-        return spec, note
+        return spec, note, record
 
     def _step_ng_create(self, record: WorkflowRecord) -> StepResult:
         self._renew(record)

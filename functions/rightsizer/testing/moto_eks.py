@@ -13,7 +13,11 @@ Other moto gaps bridged here, so that the adapter's checks run against realistic
 - a terminate with ``ShouldDecrementDesiredCapacity`` ignores ``MinSize`` and drops the instance from
   the group at once (no ``Terminating`` state); a second terminate of the same instance answers 500;
 - faults such as ``InsufficientInstanceCapacity`` are injected with :func:`inject_error_once`, a
-  botocore ``before-call`` hook: the client and the server stay real.
+  botocore ``before-call`` hook: the client and the server stay real;
+- ``DeleteLaunchTemplateVersions`` is not implemented (moto 5.2.5); :func:`start_moto_server` adds it with
+  EC2's semantics (a deleted version is gone from describe; the default version is refused, an unknown one
+  reported ``launchTemplateVersionDoesNotExist``; the other versions keep their numbers), see
+  ``rightsizer.testing.moto_gaps``.
 """
 
 from __future__ import annotations
@@ -78,6 +82,9 @@ def start_moto_server() -> MotoServer:
     """Start ``ThreadedMotoServer`` on 127.0.0.1 with an OS-chosen port and return its endpoint URL."""
     from moto.server import ThreadedMotoServer
 
+    from rightsizer.testing.moto_gaps import install
+
+    install()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     # The constructor's port 0 is only a request; the bound port is on the werkzeug server.
