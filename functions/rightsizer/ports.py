@@ -232,6 +232,14 @@ class ClusterWriter(Protocol):
         ...
 
 
+class SnoozeReader(Protocol):
+    """Running snoozes (``ApprovalStore.snoozes``): node → snoozed until (aware)."""
+
+    def snoozes(self, now: datetime) -> dict[str, datetime]:
+        """Snoozes running at ``now`` (one read of the cluster's snoozes)."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class ScalingGroup:
     """An Auto Scaling group as ``DescribeAutoScalingGroups`` shows it now, reduced to what we act on.

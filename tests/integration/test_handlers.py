@@ -16,7 +16,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -421,3 +421,69 @@ def test_one_observation_per_offhours_tick_on_the_cli_path(
     # THEN it observed the cluster exactly once for the whole group
     assert code == 0
     assert len(seen) == 1
+
+
+def test_offhours_starts_no_drain_of_a_snoozed_or_backed_off_node(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN node group gpu-a10g inside its off-hours schedule at the assess tick (fresh DCGM series), its
+    # busy node gone: the two idle members gpu-idle and gpu-idle-2 are what a scale-down would drain
+    from rightsizer.adapters.dynamodb_approvals import DynamoDbApprovals
+    from rightsizer.adapters.dynamodb_state import DynamoDbState
+    from rightsizer.state import LedgerEntry
+
+    monkeypatch.setenv("RIGHTSIZER_OFFHOURS", json.dumps(OFFHOURS_A10G))
+    clear_lambda_runtime()
+    # (its pods stay bound to it: a controller recreating the trainer would place it on an idle node)
+    assert deployment.double.delete_node("gpu-busy", delete_pods=False)
+    tick = event("assess-tick")
+    at = datetime.fromisoformat(tick["scheduled_time"])
+    cluster = deployment.cluster.cluster
+    approvals = DynamoDbApprovals(deployment.dynamodb, TABLE, cluster)
+    ledger = DynamoDbState(deployment.dynamodb, TABLE, cluster)
+
+    def failed_drain(node: str, ago: timedelta) -> None:
+        ledger.record(
+            LedgerEntry(f"drain-{node}-{ago.seconds}", node, None, "gpu-a10g", "scale_in", "rollback",
+                        "rolled_back", "eviction_timeout", None, None, at - ago)
+        )  # fmt: skip
+
+    # AND holds that have ended: a snooze until 1 s before the tick, a drain that failed 2 h before it
+    approvals.snooze("gpu-idle", at - timedelta(seconds=1), by="cli:ops", now=at - timedelta(hours=8))
+    failed_drain("gpu-idle-2", timedelta(hours=2))
+
+    # WHEN the off-hours handler runs (dry run)
+    report = handler("offhours")({**tick}, LambdaContext(function_name="rightsizer-offhours"))
+
+    # THEN it would drain both members: nothing else holds them
+    (group,) = [g for g in report["groups"] if g["node_group"] == "gpu-a10g"]
+    assert group["requested"][-1]["action"] == "drain_then_scale_down", group
+    assert group["requested"][-1]["drain"] == ["gpu-idle", "gpu-idle-2"]
+
+    # GIVEN now a running snooze of gpu-idle (until 8 h after the tick) and a drain of gpu-idle-2 that
+    # rolled back 1 min before it (default back-off 30 min), and the functions acting (dry run off)
+    approvals.snooze("gpu-idle", at + timedelta(hours=8), by="cli:ops", now=at - timedelta(minutes=5))
+    failed_drain("gpu-idle-2", timedelta(minutes=1))
+    monkeypatch.setenv("RIGHTSIZER_DRY_RUN", "false")
+    monkeypatch.setenv("RIGHTSIZER_POLICY_INLINE", POLICY + "dry_run: false\n")
+    clear_lambda_runtime()
+
+    # WHEN the off-hours handler runs again
+    report = handler("offhours")({**tick}, LambdaContext(function_name="rightsizer-offhours"))
+
+    # THEN it skips the group, naming each hold as the planner and the assessment do, and starts nothing
+    assert report["dry_run"] is False
+    (group,) = [g for g in report["groups"] if g["node_group"] == "gpu-a10g"]
+    assert group["outcome"] == "skipped", group
+    assert group["node_reasons"] == {
+        "gpu-idle": ["verdict:protected", "snoozed:until:2026-11-02T18:00:00Z"],
+        "gpu-idle-2": ["verdict:idle", "drain_failure_backoff:until:2026-11-02T10:29:00Z:rolled_back"],
+    }
+    assert group["actions"] == [] and group["drains"] == []
+    assert executions(deployment) == []
+    autoscaling = boto3.session.Session(region_name="us-east-1").client(
+        "autoscaling", endpoint_url=deployment.sfn.meta.endpoint_url
+    )
+    asg = deployment.cluster.nodegroups["gpu-a10g"].asg_name
+    sizes = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[asg])["AutoScalingGroups"][0]
+    assert (sizes["MinSize"], sizes["DesiredCapacity"]) == (1, 3)

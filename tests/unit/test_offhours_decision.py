@@ -1,9 +1,9 @@
 """The off-hours decision (``rightsizer.domain.offhours.decide``), without ports: tables and properties.
 
-Every action, the force/protected/unknown rules, in-flight drains, MinSize, the restore target and its
-deadline, DST instants (the direction comes from ``domain.periods``); then hypothesis properties:
-restore target == saved sizes, desired never lowered by a restore, unknown/protected nodes never drained,
-the same facts give the same decision.
+Every action, the force/protected/unknown rules, snoozes and failure back-offs (running or ended),
+in-flight drains, MinSize, the restore target and its deadline, DST instants (the direction comes from
+``domain.periods``); then hypothesis properties: restore target == saved sizes, desired never lowered by a
+restore, unknown/protected/snoozed/backed-off nodes never drained, the same facts give the same decision.
 """
 
 from __future__ import annotations
@@ -82,6 +82,8 @@ def down(
     verdicts: Mapping[str, NodeReport | None] | None = None,
     in_flight: tuple[str, ...] = (),
     saved_sizes: SavedSizes | None = None,
+    snoozed: Mapping[str, datetime] | None = None,
+    failed_drains: Mapping[str, tuple[datetime, str]] | None = None,
 ) -> GroupFacts:
     return GroupFacts(
         direction="down",
@@ -92,6 +94,8 @@ def down(
         members=members,
         in_flight=in_flight,
         verdicts=idle(*members) if verdicts is None else verdicts,
+        snoozed=snoozed or {},
+        failed_drains=failed_drains or {},
     )
 
 
@@ -230,6 +234,65 @@ def test_a_member_not_assessed_or_not_a_gpu_node_blocks() -> None:
     }
 
 
+# Snoozes and failure back-offs: holds that no verdict shows (docs/architecture.md §4, domain.holds). The
+# planner makes a snoozed node protected (snoozed:until:<t>); the assessment skips a backed-off node with
+# drain_failure_backoff:until:<t>:<result>. Off-hours must not start those drains (validate would abandon
+# each one), for any member, forced or not; an ended hold changes nothing. Policy default back-off: 30 min.
+BACKOFF = POLICY.drain_failure_backoff
+SNOOZE_UNTIL = "snoozed:until:2024-05-18T19:00:00Z"
+
+
+@pytest.mark.parametrize(
+    ("snoozed", "failed", "verdict", "force", "blocked_by"),
+    [
+        # snooze running (8 h left, 1 s left) / ended (exactly now, 1 s ago)
+        ({"n-b": NOW + timedelta(hours=8)}, {}, IDLE, False, ("verdict:protected", SNOOZE_UNTIL)),
+        ({"n-b": NOW + timedelta(seconds=1)}, {}, IDLE, False, ("verdict:protected", "snoozed:until:2024-05-18T11:00:01Z")),
+        ({"n-b": NOW}, {}, IDLE, False, None),
+        ({"n-b": NOW - timedelta(seconds=1)}, {}, IDLE, False, None),
+        # force lifts busy verdicts, never a snooze; the assessed verdict stays shown when it is not idle
+        ({"n-b": NOW + timedelta(hours=8)}, {}, [BUSY], True, ("verdict:busy", SNOOZE_UNTIL)),
+        # a snooze the assessment already saw is named once
+        ({"n-b": NOW + timedelta(hours=8)}, {}, [SNOOZE_UNTIL], False, ("verdict:protected", SNOOZE_UNTIL)),
+        # back-off running (failed 1 min ago, rolled back 29 min 59 s ago) / ended (exactly 30 min, 2 h ago)
+        ({}, {"n-b": (NOW - timedelta(minutes=1), "failed")}, IDLE, False,
+         ("verdict:idle", "drain_failure_backoff:until:2024-05-18T11:29:00Z:failed")),
+        ({}, {"n-b": (NOW - timedelta(seconds=BACKOFF - 1), "rolled_back")}, IDLE, True,
+         ("verdict:idle", "drain_failure_backoff:until:2024-05-18T11:00:01Z:rolled_back")),
+        ({}, {"n-b": (NOW - timedelta(seconds=BACKOFF), "failed")}, IDLE, False, None),
+        ({}, {"n-b": (NOW - timedelta(hours=2), "failed")}, IDLE, False, None),
+        # both at once: the snooze first, then the back-off
+        ({"n-b": NOW + timedelta(hours=8)}, {"n-b": (NOW - timedelta(minutes=1), "failed")}, IDLE, False,
+         ("verdict:protected", SNOOZE_UNTIL, "drain_failure_backoff:until:2024-05-18T11:29:00Z:failed")),
+        # a hold on a node that is not a member of the group changes nothing
+        ({"elsewhere": NOW + timedelta(hours=8)}, {"elsewhere": (NOW, "failed")}, IDLE, False, None),
+    ],
+)  # fmt: skip
+def test_snoozed_or_backed_off_members_are_not_drained_until_the_hold_ends(
+    snoozed: dict[str, datetime],
+    failed: dict[str, tuple[datetime, str]],
+    verdict: list[str],
+    force: bool,
+    blocked_by: tuple[str, ...] | None,
+) -> None:
+    verdicts = {**idle(*NODES), "n-b": report("n-b", verdict)}
+    decision = decide(down(verdicts=verdicts, snoozed=snoozed, failed_drains=failed), POLICY, force=force)
+    if blocked_by is None:
+        assert decision.action is OffhoursAction.DRAIN_THEN_SCALE_DOWN
+        assert decision.drain == NODES and decision.node_reasons == {}
+    else:
+        assert decision.action is OffhoursAction.SKIP and decision.outcome == "skipped"
+        assert decision.reasons == ("nodes_not_drainable:n-b",)
+        assert decision.node_reasons == {"n-b": blocked_by}
+        assert decision.save is None and decision.resize is None and decision.drain == ()
+
+
+def test_a_back_off_of_zero_never_holds() -> None:
+    facts = down(failed_drains={"n-a": (NOW, "failed")})
+    assert decide(facts, Policy(drain_failure_backoff=0), force=False).drain == NODES
+    assert decide(facts, POLICY, force=False).drain == ()
+
+
 @pytest.mark.parametrize(
     ("direction", "members", "in_flight", "wanted"),
     [
@@ -359,6 +422,9 @@ codes = st.sampled_from((*REASON_CODES, "in_flight"))
 reason_lists = st.lists(codes, max_size=4).map(lambda cs: [f"{c}:x" if c == "in_flight" else c for c in cs])
 
 
+offsets = st.integers(-7200, 7200)  # seconds either side of NOW: holds running and ended
+
+
 @st.composite
 def group_facts(draw: st.DrawFn) -> GroupFacts:
     members = tuple(f"n-{i}" for i in range(draw(st.integers(0, 4))))
@@ -386,7 +452,23 @@ def group_facts(draw: st.DrawFn) -> GroupFacts:
         failed_activity_codes=tuple(
             draw(st.lists(st.none() | st.sampled_from(["InsufficientInstanceCapacity"])))
         ),
+        snoozed={
+            n: NOW + timedelta(seconds=draw(offsets))
+            for n in draw(st.sets(st.sampled_from(members or ("n-x",))))
+        },
+        failed_drains={
+            n: (NOW - timedelta(seconds=draw(offsets)), draw(st.sampled_from(["failed", "rolled_back"])))
+            for n in draw(st.sets(st.sampled_from(members or ("n-x",))))
+        },
     )
+
+
+def _held(facts: GroupFacts, name: str) -> bool:
+    """A running snooze or failure back-off, by the instants alone (not through domain.holds)."""
+    until = facts.snoozed.get(name)
+    failed = facts.failed_drains.get(name)
+    backoff = timedelta(seconds=POLICY.drain_failure_backoff)
+    return (until is not None and until > NOW) or (failed is not None and failed[0] + backoff > NOW)
 
 
 def _never_drainable(reasons: Sequence[str]) -> bool:
@@ -403,7 +485,9 @@ def test_same_facts_same_decision(facts: GroupFacts, force: bool) -> None:
 
 @settings(max_examples=200, deadline=None)
 @given(group_facts(), st.booleans())
-def test_unknown_protected_or_unassessed_nodes_are_never_drained(facts: GroupFacts, force: bool) -> None:
+def test_unknown_protected_unassessed_snoozed_or_backed_off_nodes_are_never_drained(
+    facts: GroupFacts, force: bool
+) -> None:
     decision = decide(facts, POLICY, force=force)
     for name in decision.drain:
         assessed = facts.verdicts.get(name)
@@ -411,11 +495,13 @@ def test_unknown_protected_or_unassessed_nodes_are_never_drained(facts: GroupFac
         assert not _never_drainable(assessed.reasons), assessed.reasons
         if not force:
             assert not {code_of(r) for r in assessed.reasons} & BUSY_CODES
+        assert not _held(facts, name), name
     # A group with one such member is skipped whole, forced or not.
     if any(
         name not in facts.verdicts
         or facts.verdicts[name] is None
         or _never_drainable(facts.verdicts[name].reasons)  # type: ignore[union-attr]
+        or _held(facts, name)
         for name in facts.members
     ):
         assert decision.drain == ()

@@ -2,7 +2,8 @@
 
 The shape of AWS Instance Scheduler: a pure function from the facts one tick read about a node group —
 what its schedule says at ``now``, the saved and current sizes, its member nodes, drains in flight, Ready
-GPU nodes, each member's verdict, the failed scaling activities, the policy and ``force`` — to a typed,
+GPU nodes, each member's verdict, snooze and last failed drain, the failed scaling activities, the policy
+and ``force`` — to a typed,
 frozen :class:`OffhoursDecision` with its reasons. ``services.offhours`` reads the facts, calls
 :func:`decide`, and applies the decision (or, in a dry run, only reports it).
 
@@ -18,6 +19,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any, Literal
 
+from rightsizer.domain.holds import backoff_reason, snooze_reason
 from rightsizer.domain.model import GroupSizes
 from rightsizer.domain.plan import NodeReport
 from rightsizer.domain.policy import Policy
@@ -98,6 +100,9 @@ class GroupFacts:
             member without an entry is never drained.
         failed_activity_codes: error codes of the ASG's failed scaling activities since the restore
             began (``DescribeScalingActivities``; None for an activity without a code).
+        snoozed: member → the aware instant a person snoozed its removal until (``ApprovalStore.snoozes``).
+        failed_drains: member → (aware instant, ledger result) of its last failed or rolled-back drain
+            (``services.backoff.last_failures``); ``policy.drain_failure_backoff`` decides how long it holds.
     """
 
     direction: Direction
@@ -110,6 +115,18 @@ class GroupFacts:
     ready_nodes: int = 0
     verdicts: Mapping[str, NodeReport | None] = field(default_factory=dict)
     failed_activity_codes: tuple[str | None, ...] = ()
+    snoozed: Mapping[str, datetime] = field(default_factory=dict)
+    failed_drains: Mapping[str, tuple[datetime, str]] = field(default_factory=dict)
+
+    def holds(self, name: str, policy: Policy) -> tuple[str, ...]:
+        """The holds on member ``name`` at ``now`` that no verdict shows: a running snooze
+        (``snoozed:until:<t>``) and a failure back-off (``drain_failure_backoff:until:<t>:<result>``) —
+        the same rules (``domain.holds``) the planner, the assessment and the drain's validate apply."""
+        found = (
+            snooze_reason(self.snoozed.get(name), self.now),
+            backoff_reason(self.failed_drains.get(name), self.now, policy.drain_failure_backoff),
+        )
+        return tuple(reason for reason in found if reason is not None)
 
 
 @dataclass(frozen=True)
@@ -182,13 +199,20 @@ def force_report(report: NodeReport | None) -> NodeReport | None:
 
 
 def drain_blockers(
-    members: tuple[str, ...], verdicts: Mapping[str, NodeReport | None], *, force: bool
+    members: tuple[str, ...],
+    verdicts: Mapping[str, NodeReport | None],
+    *,
+    force: bool,
+    holds: Mapping[str, tuple[str, ...]] | None = None,
 ) -> dict[str, tuple[str, ...]]:
-    """Per member that may not be drained by off-hours now: ``verdict:<assessed>`` and the blocking reasons.
+    """Per member that may not be drained by off-hours now: ``verdict:<v>`` and the blocking reasons.
 
     Off-hours drains are exempt from ``cooldown``, disruption windows and MinSize (the schedule is the
-    operator's window); ``force`` lifts the busy reasons only. The verdict shown is the assessed one, so a
-    forced busy node reads ``verdict:busy``. A member that was not assessed blocks (``not_assessed``).
+    operator's window); ``force`` lifts the busy reasons only — never a hold (``holds``: a member's running
+    snooze or failure back-off, :meth:`GroupFacts.holds`), which blocks after the verdict's reasons. The
+    verdict shown is the assessed one, so a forced busy node reads ``verdict:busy``; as in a plan, a
+    snoozed node that would otherwise be idle reads ``verdict:protected``. A member that was not assessed
+    blocks (``not_assessed``).
     """
     blockers: dict[str, tuple[str, ...]] = {}
     for name in members:
@@ -202,8 +226,11 @@ def drain_blockers(
         checked = force_report(assessed) if force else assessed
         assert checked is not None
         blocking = blocking_reasons(checked.reasons, "", offhours=True)
-        if blocking:
-            blockers[name] = (f"verdict:{assessed.verdict}", *blocking)
+        held = [r for r in (holds or {}).get(name, ()) if r not in blocking]
+        if blocking or held:
+            snoozed = any(code_of(r) == "snoozed" for r in held)
+            verdict = "protected" if snoozed and assessed.verdict == "idle" else assessed.verdict
+            blockers[name] = (f"verdict:{verdict}", *blocking, *held)
     return blockers
 
 
@@ -220,15 +247,15 @@ def decide(facts: GroupFacts, policy: Policy, *, force: bool = False) -> Offhour
 
     Args:
         facts: everything the tick read about the group.
-        policy: ``restore_deadline`` (seconds) is used.
-        force: lift busy/underutilized verdicts (never unknown, protected or excluded).
+        policy: ``restore_deadline`` and ``drain_failure_backoff`` (seconds) are used.
+        force: lift busy/underutilized verdicts (never unknown, protected, excluded, snoozed or backed off).
 
     Returns:
         The :class:`OffhoursDecision`. Same facts, same decision; dry run is not an input (the executor
         decides whether to apply it).
     """
     if facts.direction == "down":
-        return _going_down(facts, force=force)
+        return _going_down(facts, policy, force=force)
     return _coming_up(facts, policy)
 
 
@@ -241,7 +268,7 @@ def _save(facts: GroupFacts) -> tuple[GroupSizes | None, bool, tuple[str, ...]]:
     return None, False, ()
 
 
-def _going_down(facts: GroupFacts, *, force: bool) -> OffhoursDecision:
+def _going_down(facts: GroupFacts, policy: Policy, *, force: bool) -> OffhoursDecision:
     current = facts.current
     if facts.in_flight:
         # One node per group at a time: the drain's own workflow finishes it, the next tick goes on.
@@ -262,7 +289,8 @@ def _going_down(facts: GroupFacts, *, force: bool) -> OffhoursDecision:
             resize=Resize("desired_zero", GroupSizes(0, 0, current.max), "set desired 0"),
             reasons=save_reasons,
         )
-    blockers = drain_blockers(facts.members, facts.verdicts, force=force)
+    holds = {name: facts.holds(name, policy) for name in facts.members}
+    blockers = drain_blockers(facts.members, facts.verdicts, force=force, holds=holds)
     if blockers:
         return OffhoursDecision(
             OffhoursAction.SKIP,

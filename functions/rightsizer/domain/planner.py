@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 
 from rightsizer.domain.catalog import CATALOG_REGION, HOURS_PER_MONTH, Catalog, InstanceType, load_catalog
 from rightsizer.domain.gpu import GpuAssessment, assess_gpus, is_gpu_node
+from rightsizer.domain.holds import snooze_reason
 from rightsizer.domain.join import NodeJoiner
 from rightsizer.domain.model import (
     ANN_CORDONED_BY,
@@ -284,9 +285,9 @@ def plan(
         if wanted:
             reasons.append(f"pending_gpu_pods:{wanted}")
         reasons.extend(_node_protections(node))
-        until = (snoozed or {}).get(node.name)
-        if until is not None and until > at:
-            reasons.append("snoozed:until:" + until.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
+        snooze = snooze_reason((snoozed or {}).get(node.name), at)
+        if snooze is not None:
+            reasons.append(snooze)
         ec2 = inventory.instances.get(instance or "") if inventory.instances is not None else None
         hourly, price_reasons = _price(node, row, snapshot.meta.region, ec2, inventory.spot_prices)
         decision = NodeDecision(node, group, standalone, row, assessment, classified, reasons, hourly)

@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 from rightsizer.domain.decisions import (
     DecisionRecord,
@@ -24,7 +24,7 @@ from rightsizer.domain.model import ClusterSnapshot
 from rightsizer.domain.plan import Action, NodeReport
 from rightsizer.domain.planner import plan
 from rightsizer.domain.policy import Policy
-from rightsizer.ports import ClusterWriter, WorkflowStarter
+from rightsizer.ports import ClusterWriter, SnoozeReader, WorkflowStarter
 from rightsizer.services.backoff import failure_backoff
 from rightsizer.services.drain import DrainRequest
 from rightsizer.services.healing import heal_expired_leases, heal_stale_cordons, stale_cordons
@@ -44,14 +44,6 @@ def _workflow_key(action: Action) -> str | None:
     if action.kind == REPLACE_KIND:
         return lease_key(action.node_group) if action.node_group else None
     return action.node
-
-
-class SnoozeReader(Protocol):
-    """Running snoozes (``ApprovalStore.snoozes``): node → snoozed until (aware)."""
-
-    def snoozes(self, now: datetime) -> dict[str, datetime]:
-        """Snoozes running at ``now``."""
-        ...
 
 
 class PlanningAssessor:

@@ -7,8 +7,9 @@ and the weekday is always read in the schedule's own zone (BUG-28).
 
 The executor of :func:`rightsizer.domain.offhours.decide` (the decision, its actions and its rules are
 documented there): per group and round it **reads** the facts once — saved sizes, the Auto Scaling group's
-sizes and members, drains in flight, Ready GPU nodes, failed scaling activities, and a verdict per member
-only when the decision will look at them (one assessment per node per tick, on one observation) —
+sizes and members, drains in flight, Ready GPU nodes, failed scaling activities, and a verdict, snooze and
+last failed drain per member only when the decision will look at them (one assessment per node per tick,
+on one observation; the snoozes and the ledger read once per tick) —
 **decides**, and **applies** the decision in :meth:`_Tick._apply`:
 
 - save the sizes once per cycle (write-once store, no TTL), or restart the cycle of an interrupted restore;
@@ -75,8 +76,10 @@ from rightsizer.ports import (
     NodeGroupSizer,
     NodeScaler,
     ScalingFailure,
+    SnoozeReader,
     WorkflowStarter,
 )
+from rightsizer.services.backoff import last_failures
 from rightsizer.services.drain import FINAL_STATUSES, DrainDeps, DrainRequest, DrainWorkflow
 from rightsizer.services.offhours_report import GroupReport, OffhoursReport, rfc3339_or_none
 from rightsizer.services.runner import InProcessRunner, Progress
@@ -143,6 +146,8 @@ class OffhoursDeps:
         forced_starter: starts drains whose validate/revalidate ignore busy verdicts (``--force``), e.g.
             built by :func:`in_process_starters`; None = force is not available here.
         dry_run: True = change nothing; the policy's ``dry_run`` also turns it on.
+        snoozes: the snoozes people set through approval requests (a snoozed member is not drained);
+            None = none.
     """
 
     cluster: str
@@ -156,6 +161,7 @@ class OffhoursDeps:
     starter: WorkflowStarter | None = None
     forced_starter: WorkflowStarter | None = None
     dry_run: bool = True
+    snoozes: SnoozeReader | None = None
 
     @property
     def acting(self) -> bool:
@@ -334,6 +340,9 @@ class _Tick:
         self.report = OffhoursReport(deps.cluster, self.now, not self.acting, force, only)
         # One assessment per node per tick: the blocker check and the drain's savings (USD/h) share it.
         self._verdicts: dict[str, NodeReport | None] = {}
+        # Holds that no verdict shows (domain.holds), read once per tick when a decision looks at members.
+        self._snoozed: dict[str, datetime] | None = None
+        self._failed_drains: dict[str, tuple[datetime, str]] | None = None
 
     # ------------------------------------------------------------------------------ per group
 
@@ -438,6 +447,7 @@ class _Tick:
             for name in members:
                 if name not in self._verdicts:
                     self._verdicts[name] = self.deps.assessor.assess_node(name, self.now)
+            self._read_holds()
         facts = GroupFacts(
             direction=report.state,
             now=self.now,
@@ -449,8 +459,19 @@ class _Tick:
             ready_nodes=report.ready_nodes or 0,
             verdicts={name: self._verdicts[name] for name in members if name in self._verdicts},
             failed_activity_codes=tuple(f.code for f in failures),
+            snoozed={n: t for n, t in (self._snoozed or {}).items() if n in members},
+            failed_drains={n: f for n, f in (self._failed_drains or {}).items() if n in members},
         )
         return _Read(facts, failures)
+
+    def _read_holds(self) -> None:
+        """The cluster's running snoozes and every node's last failed drain, once per tick: a member
+        snoozed or backed off is not drained (the drain's validate would abandon it anyway)."""
+        if self._snoozed is None:
+            self._snoozed = self.deps.snoozes.snoozes(self.now) if self.deps.snoozes is not None else {}
+        if self._failed_drains is None:
+            held = self.deps.policy.drain_failure_backoff > 0
+            self._failed_drains = last_failures(self.deps.state) if held else {}
 
     def _in_flight(self, asg: str, nodes: Sequence[Node]) -> list[str]:
         """Nodes of the group being drained now: a budget slot held on the ASG, or our cordon with a live

@@ -11,15 +11,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any
 
+from rightsizer.domain.holds import FAILED_RESULTS  # the results the failure back-off counts, too
 from rightsizer.services.realized import realized_savings
 from rightsizer.state import LedgerEntry, PlanHistory, StateStore
 
 __all__ = ["FAILED_RESULTS", "StatusReport", "history_rows", "read_status"]
-
-#: Ledger results shown as failures.
-FAILED_RESULTS: Final = frozenset({"failed", "rolled_back"})
 
 
 def _iso(value: datetime | None) -> str | None:

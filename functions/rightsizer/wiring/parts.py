@@ -33,6 +33,7 @@ from rightsizer.ports import (
     NodeGroupSizer,
     NodeReader,
     NodeScaler,
+    SnoozeReader,
     WorkflowStarter,
 )
 from rightsizer.services.snapshot import Observation, ObserveRequest
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
     from rightsizer.adapters.prometheus import PrometheusClient
     from rightsizer.domain.join import NodeJoiner
     from rightsizer.services.approval import ApprovalDesk, ApprovalNotifier, TaskCallback
-    from rightsizer.services.assess import PlanningAssessor, SnoozeReader
+    from rightsizer.services.assess import PlanningAssessor
     from rightsizer.services.webhook import DuplicateGuard, WebhookIntake
 
 __all__ = [

@@ -388,13 +388,13 @@ class Runtime:
             nodes=cast(ClusterReader, self.cluster),
             sizer=self.nodegroups,
             scaler=self.scaler,
-            assessor=PlanningAssessor(
-                self.observe, policy, node_label=self._config.prometheus.node_label, snoozes=self.approvals
-            ),
+            # Snoozes are the decision's facts (read once per tick), not a reason of each assessment.
+            assessor=PlanningAssessor(self.observe, policy, node_label=self._config.prometheus.node_label),
             state=self.state,
             starter=normal,
             forced_starter=forced,
             dry_run=self.effective_dry_run(policy),
+            snoozes=self.approvals,
         )
 
     def webhook_intake(
