@@ -178,7 +178,11 @@ def _unix(t: float | datetime) -> str:
 class ClientStats:
     """Counters of one client: HTTP requests sent (retries included), queries answered, response bytes,
     the Prometheus engine time reported with ``stats=all`` (``data.stats.timings.evalTotalTime``, s:
-    summed, and the largest of one query), and the longest single request (s, wall clock)."""
+    summed, and the largest of one query), and the longest single request (s, wall clock).
+
+    ``collect_live`` sends from several threads at once; every update goes through one lock, so the
+    counts are exact (``x += 1`` on an attribute is a read and a write another thread can come between).
+    """
 
     requests: int = 0
     queries: int = 0
@@ -186,6 +190,26 @@ class ClientStats:
     engine_seconds: float = 0.0
     slowest_engine_seconds: float = 0.0
     slowest_request_seconds: float = 0.0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def sent(self) -> None:
+        """One HTTP request is about to be sent."""
+        with self._lock:
+            self.requests += 1
+
+    def received(self, seconds: float, size: int | None) -> None:
+        """A request came back after ``seconds`` (wall clock) with ``size`` bytes (None: no answer)."""
+        with self._lock:
+            self.slowest_request_seconds = max(self.slowest_request_seconds, seconds)
+            if size is not None:
+                self.response_bytes += size
+
+    def answered(self, engine_seconds: float) -> None:
+        """A query was answered with success, its engine time ``engine_seconds`` (0 without stats)."""
+        with self._lock:
+            self.queries += 1
+            self.engine_seconds += engine_seconds
+            self.slowest_engine_seconds = max(self.slowest_engine_seconds, engine_seconds)
 
 
 class PrometheusClient:
@@ -355,13 +379,11 @@ class PrometheusClient:
                 body["stats"] = "all"
             delay: float | None = None
             try:
-                self.stats.requests += 1
+                self.stats.sent()
                 sent = time.monotonic()
                 response = self._http.post(
                     self.base_url + path, data=body, timeout=httpx.Timeout(timeout, connect=self._connect)
                 )
-                took = time.monotonic() - sent
-                self.stats.slowest_request_seconds = max(self.stats.slowest_request_seconds, took)
             except httpx.TimeoutException as exc:
                 # A query that ran out of time will run out of time again: no blind retry.
                 raise PrometheusUnavailable(
@@ -374,7 +396,7 @@ class PrometheusClient:
                         error_type="transport",
                     ) from exc
             else:
-                self.stats.response_bytes += len(response.content)
+                self.stats.received(time.monotonic() - sent, len(response.content))
                 timed_out = _error_type(response) == "timeout"
                 if response.status_code not in RETRY_STATUS or attempt >= self.retries or timed_out:
                     if raise_status and response.status_code >= 400:
@@ -407,13 +429,12 @@ class PrometheusClient:
                 status_code=response.status_code,
                 error_type=answer.get("errorType"),
             )
-        self.stats.queries += 1
         data = answer.get("data")
+        engine = 0.0
         if self.send_stats and isinstance(data, dict):
             timings = (data.get("stats") or {}).get("timings") or {}
             engine = float(timings.get("evalTotalTime") or 0.0)
-            self.stats.engine_seconds += engine
-            self.stats.slowest_engine_seconds = max(self.stats.slowest_engine_seconds, engine)
+        self.stats.answered(engine)
         return answer
 
 
