@@ -40,6 +40,7 @@ import argparse
 import contextlib
 import dataclasses
 import itertools
+import json
 import os
 import subprocess
 import sys
@@ -56,7 +57,6 @@ from tests.builders import AT, gpu_node, snapshot  # noqa: E402
 from tests.support.prometheus_server import (  # noqa: E402
     PrometheusBinaries,
     PrometheusServer,
-    backfill,
     find_binaries,
     start_prometheus,
 )
@@ -90,14 +90,15 @@ def node_name(size: int, i: int) -> str:
     return f"n{size}-gpu-{i:05d}"
 
 
-def write_openmetrics(path: Path, sizes: tuple[int, ...]) -> None:
-    """Stream the clusters' families (each family contiguous, as OpenMetrics requires)."""
+def write_openmetrics(path: Path, parts: list[tuple[int, range]]) -> None:
+    """Stream the nodes ``parts`` names (cluster size, node indices) as OpenMetrics, each family
+    contiguous (as OpenMetrics requires)."""
     stamps = [f" {t:.0f}\n" for t in TIMES]
     with path.open("w", encoding="utf-8", buffering=1 << 20) as f:
         for metric in (*FAMILIES, "up"):
             f.write(f"# TYPE {metric} gauge\n")
-            for size in sizes:
-                for i in range(size):
+            for size, nodes in parts:
+                for i in nodes:
                     name = node_name(size, i)
                     ip = f"10.{size % 251}.{i // 250}.{i % 250}"
                     if metric == "up":
@@ -322,16 +323,106 @@ def print_ratios(rows: list[tuple[int, dict[str, dict[str, float]]]]) -> None:
             )
 
 
-def start(binaries: PrometheusBinaries, root: Path, sizes: tuple[int, ...]) -> PrometheusServer:
+# Bump when write_openmetrics writes different series: a kept TSDB of another version is refused.
+DATA_VERSION = 1
+CHUNK_NODES = 2500  # nodes per OpenMetrics chunk (one promtool process each)
+
+
+def _chunks(sizes: tuple[int, ...]) -> list[list[tuple[int, range]]]:
+    """The clusters' nodes in chunks of at most ``CHUNK_NODES``."""
+    flat = [
+        (size, range(lo, min(lo + CHUNK_NODES, size))) for size in sizes for lo in range(0, size, CHUNK_NODES)
+    ]
+    chunks: list[list[tuple[int, range]]] = [[]]
+    for size, nodes in flat:
+        if sum(len(r) for _, r in chunks[-1]) + len(nodes) > CHUNK_NODES:
+            chunks.append([])
+        chunks[-1].append((size, nodes))
+    return chunks
+
+
+def backfill_parallel(binaries: PrometheusBinaries, root: Path, sizes: tuple[int, ...], jobs: int) -> None:
+    """Backfill ``root/data`` in node chunks: Python writes chunk k+1 while promtool turns chunk k into a
+    block (at most ``jobs`` promtool processes at once, each bounded to 1 h); the blocks (same time range,
+    disjoint series) are then moved into one data directory, where Prometheus merges them by vertical
+    compaction (``compact_blocks``)."""
     data = root / "data"
-    if data.is_dir() and any(data.iterdir()):
+    data.mkdir(parents=True, exist_ok=True)
+    running: list[tuple[subprocess.Popen[bytes], Path, Path]] = []
+
+    def reap(proc: subprocess.Popen[bytes], om: Path, out: Path) -> None:
+        try:
+            rc = proc.wait(timeout=3600)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise RuntimeError(f"promtool on {om} did not finish within 1 h") from None
+        om.unlink()
+        if rc != 0:
+            raise RuntimeError(f"promtool backfill of {om} failed ({rc}); see {out}.log")
+        for block in out.iterdir():
+            block.rename(data / block.name)
+        out.rmdir()
+
+    try:
+        for k, parts in enumerate(_chunks(sizes)):
+            om, out = root / f"chunk{k}.om.txt", root / f"chunk{k}"
+            t0 = time.perf_counter()
+            write_openmetrics(om, parts)
+            print(
+                f"  chunk {k}: {sum(len(r) for _, r in parts)} nodes written in {time.perf_counter() - t0:.0f} s",
+                flush=True,
+            )
+            while len(running) >= jobs:
+                reap(*running.pop(0))
+            out.mkdir()
+            with (root / f"chunk{k}.log").open("wb") as log:
+                cmd = [binaries.promtool, "tsdb", "create-blocks-from", "openmetrics", str(om), str(out)]
+                running.append((subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), om, out))
+        while running:
+            reap(*running.pop(0))
+    finally:
+        for proc, _, _ in running:
+            proc.kill()
+            proc.wait()
+
+
+def compact_blocks(binaries: PrometheusBinaries, root: Path, timeout: float = 1800) -> None:
+    """Start Prometheus on ``root/data`` until its compactor has merged the overlapping blocks into one
+    (it runs a minute after start), then stop it, so every measured query reads one block."""
+    data = root / "data"
+
+    def blocks() -> int:
+        return sum(1 for b in data.iterdir() if (b / "meta.json").is_file())
+
+    if blocks() <= 1:
+        return
+    server = start_prometheus(binaries, root)
+    try:
+        deadline = time.monotonic() + timeout
+        while blocks() > 1 or any(b.name.endswith(".tmp-for-creation") for b in data.iterdir()):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"Prometheus did not merge {blocks()} blocks within {timeout:.0f} s")
+            time.sleep(5)
+    finally:
+        server.stop()
+
+
+def start(binaries: PrometheusBinaries, root: Path, sizes: tuple[int, ...], jobs: int) -> PrometheusServer:
+    """Prometheus on the TSDB in ``root`` — reused when ``root/collect_scale.json`` says it holds these
+    sizes at this ``DATA_VERSION``, else backfilled anew."""
+    marker = root / "collect_scale.json"
+    want = {"version": DATA_VERSION, "sizes": list(sizes), "gpus": GPUS, "scrapes": len(TIMES)}
+    data = root / "data"
+    if marker.is_file() and json.loads(marker.read_text()) == want:
         print(f"reusing the TSDB in {data}")
         return start_prometheus(binaries, root)
+    if data.exists() and any(data.iterdir()):
+        raise SystemExit(f"{data} holds another data set ({marker.name} differs); remove it first")
     root.mkdir(parents=True, exist_ok=True)
-    om = root / "series.om.txt"
-    write_openmetrics(om, sizes)
-    backfill(binaries, om, data)
-    om.unlink()
+    backfill_parallel(binaries, root, sizes, jobs)
+    compact_blocks(binaries, root)
+    marker.write_text(json.dumps(want))
     return start_prometheus(binaries, root)
 
 
@@ -342,6 +433,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=1, help="runs per method (least total CPU kept)")
     parser.add_argument("--shard-nodes", type=int, default=SHARD_NODES, help="GPU nodes per series shard")
     parser.add_argument("--data-dir", help="keep/reuse the backfilled TSDB here")
+    parser.add_argument("--backfill-jobs", type=int, default=2, help="promtool processes at once")
+    parser.add_argument("--backfill-only", action="store_true", help="build (or check) the TSDB and stop")
     parser.add_argument("--assess-rss", action="store_true", help="also measure assess peak RSS per N")
     parser.add_argument("--child-assess", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
@@ -357,7 +450,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     with tempfile.TemporaryDirectory(prefix="collect-scale-") as tmp:
         t0 = time.perf_counter()
-        server = start(binaries, Path(args.data_dir or tmp), sizes)
+        server = start(binaries, Path(args.data_dir or tmp), sizes, args.backfill_jobs)
+        if args.backfill_only:
+            server.stop()
+            print(f"backfilled in {time.perf_counter() - t0:.0f} s")
+            return 0
         samples = sum(sizes) * (GPUS * len(FAMILIES) + 1) * len(TIMES)
         print(
             f"backfill + start: {time.perf_counter() - t0:.0f} s — {sum(sizes)} nodes × {GPUS} GPUs, "
