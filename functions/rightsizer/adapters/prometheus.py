@@ -178,11 +178,8 @@ def _unix(t: float | datetime) -> str:
 class ClientStats:
     """Counters of one client: HTTP requests sent (retries included), queries answered, response bytes,
     the Prometheus engine time reported with ``stats=all`` (``data.stats.timings.evalTotalTime``, s:
-    summed, and the largest of one query), and the longest single request (s, wall clock).
-
-    ``collect_live`` sends from several threads at once; every update goes through one lock, so the
-    counts are exact (``x += 1`` on an attribute is a read and a write another thread can come between).
-    """
+    summed, and the largest of one query), and the longest single request (s, wall clock). Updated under
+    one lock: ``collect_live`` sends from several threads, and ``x += 1`` is a read and a write."""
 
     requests: int = 0
     queries: int = 0
@@ -197,12 +194,11 @@ class ClientStats:
         with self._lock:
             self.requests += 1
 
-    def received(self, seconds: float, size: int | None) -> None:
-        """A request came back after ``seconds`` (wall clock) with ``size`` bytes (None: no answer)."""
+    def received(self, seconds: float, size: int) -> None:
+        """A request came back after ``seconds`` (wall clock) with ``size`` bytes."""
         with self._lock:
             self.slowest_request_seconds = max(self.slowest_request_seconds, seconds)
-            if size is not None:
-                self.response_bytes += size
+            self.response_bytes += size
 
     def answered(self, engine_seconds: float) -> None:
         """A query was answered with success, its engine time ``engine_seconds`` (0 without stats)."""
@@ -430,11 +426,8 @@ class PrometheusClient:
                 error_type=answer.get("errorType"),
             )
         data = answer.get("data")
-        engine = 0.0
-        if self.send_stats and isinstance(data, dict):
-            timings = (data.get("stats") or {}).get("timings") or {}
-            engine = float(timings.get("evalTotalTime") or 0.0)
-        self.stats.answered(engine)
+        timings = (data.get("stats") or {}).get("timings") or {} if isinstance(data, dict) else {}
+        self.stats.answered(float(timings.get("evalTotalTime") or 0.0) if self.send_stats else 0.0)
         return answer
 
 
