@@ -18,8 +18,10 @@ Two layers, installed by every entry point (``rightsizer`` CLI, the Lambda handl
      ``X-Amz-Credential`` / ``X-Amz-Signature`` values, ``Signature=`` and ``aws_session_token`` /
      ``aws_secret_access_key`` / ``password`` / ``secret`` assignments.
 
-``tests/integration/test_log_secrets.py`` runs the demo and ``serve`` at DEBUG with planted credentials
-and finds none of them in the captured logs.
+``tests/integration/test_log_secrets.py`` runs the demo and ``serve`` at DEBUG with planted credentials,
+``tests/integration/test_lambda_log_secrets.py`` every Lambda handler as the Lambda runtime runs it
+(assess, a drain through approval to removal, the webhook with its approval links, off-hours); neither
+finds any of them in the captured logs.
 """
 
 from __future__ import annotations

@@ -3,8 +3,10 @@
 Secrets are planted wherever tokens and passwords live in real clusters — container ``command``/``args``,
 init-container args, env values, probe HTTP headers, lifecycle hooks, pod and node annotations (with
 ``kubectl.kubernetes.io/last-applied-configuration``), labels nobody reads, volume sources, PDB, PVC and
-PV metadata, DRA device configuration, Auto Scaling group and EC2 instance tags — in a cluster on the
-Kubernetes double, moto and a real Prometheus. ``rightsizer snapshot`` must write none of them, while
+PV metadata, DRA device configuration, Auto Scaling group and EC2 instance tags, and the labels an
+exporter adds to DCGM series (pod labels, ``label_*``, a label whose very name is a secret, an unjoinable
+series) — in a cluster on the Kubernetes double, moto and a real Prometheus. ``rightsizer snapshot`` must
+write none of them (nor may either plan print them), while
 ``plan --snapshot`` on what it wrote still decides exactly like ``plan --config`` on the live objects, and
 the labels/annotations that decide (do-not-disrupt, PDB selectors, a PersistentVolume's node affinity, the
 policy's node selector) survive.
@@ -21,9 +23,10 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from rightsizer.adapters.kubernetes import KubernetesCluster
+from rightsizer.adapters.prometheus import PrometheusClient
 from rightsizer.adapters.snapshot_dir import parse_resource_claims
 from rightsizer.adapters.snapshot_projection import project_documents
-from rightsizer.services.snapshot import ObserveRequest, observe
+from rightsizer.services.snapshot import ObserveRequest, metric_documents, observe
 from rightsizer.testing.k8s import KubernetesDouble
 from tests.builders import AT, STEP, WINDOW, gpu_node, pdb, pod, pv, pvc, rfc
 from tests.integration.test_snapshot_cli import (
@@ -73,8 +76,15 @@ PLACES = (
     "pv-label",
     "asg-tag",
     "instance-tag",
+    "series-pod-label",
+    "series-label-value",
+    "series-container",
+    "unmapped-series-label",
 )
 SECRETS = {place: f"SECRET-{place}-k3y7x9" for place in PLACES}
+#: A series label whose name is itself a secret (label names allow no dashes).
+SECRET_LABEL_NAME = "SECRET_series_label_name_k3y7x9"
+SECRETS["series-label-name"] = SECRET_LABEL_NAME
 #: A label key only the policy's node_selector reads, one only a PV's node affinity reads.
 TEAM, RACK = "example.com/team", "example.com/rack"
 
@@ -85,9 +95,39 @@ def double() -> Iterator[KubernetesDouble]:
         yield d
 
 
+def secret_families() -> dict[str, list[tuple[dict[str, str], list[Any]]]]:
+    """``dcgm_families`` with what exporters add in real clusters: the workload pod's namespace, name,
+    container and labels (dcgm-exporter's pod mapping, ``label_*`` from kube-state-metrics joins), a
+    label named by a secret; and a series of an exporter nothing joins (``Hostname=localhost``)."""
+    s = SECRETS
+    families = dcgm_families()
+    for metric, series in families.items():
+        for labels, _ in series:
+            labels[SECRET_LABEL_NAME] = "1"
+            labels["label_ci_token"] = s["series-label-value"]
+            if metric != "up" and labels["Hostname"] == "gpu-busy":
+                labels.update(
+                    namespace="ml",  # the trainer pod: read by the join (and agrees with the node)
+                    pod="trainer-0",
+                    container=s["series-container"],
+                    label_example_com_ci_token=s["series-pod-label"],
+                )
+        if metric != "up":
+            labels, samples = series[0]
+            stray = {
+                **{k: v for k, v in labels.items() if k in ("gpu", "modelName", "job")},
+                "UUID": "GPU-stray",
+                "Hostname": "localhost",
+                "instance": "10.99.0.1:9400",
+                "label_token": s["unmapped-series-label"],
+            }
+            series.append((stray, samples))
+    return families
+
+
 @pytest.fixture
 def prometheus(prometheus_factory: Any) -> PrometheusServer:
-    server: PrometheusServer = prometheus_factory(dcgm_families())
+    server: PrometheusServer = prometheus_factory(secret_families())
     return server
 
 
@@ -276,19 +316,23 @@ def test_no_planted_secret_reaches_the_snapshot_and_the_decision_is_unchanged(
     )
     assert code == 0, err
 
-    # THEN no secret is in any written file
+    # THEN no secret is in any written file, nor in what either plan printed
     assert leaked(out) == {}
+    assert [p for p, secret in SECRETS.items() if secret in from_snapshot + live] == []
 
     # AND every secret was really there to leak: the unprojected observation of the same cluster holds each
     reader = KubernetesCluster.for_eks(double.base_url, static_tokens())
-    unprojected = observe(reader, None, None, _request()).documents
+    unprojected = dict(observe(reader, None, None, _request()).documents)
+    with PrometheusClient(prometheus.url) as client:
+        for name, document in metric_documents(client, _request()).items():
+            unprojected[name.replace("/", "_")] = document
     raw.mkdir()
     for name, document in unprojected.items():
         (raw / name).write_text(json.dumps(document), encoding="utf-8")
     aws = aws_clients.autoscaling.describe_auto_scaling_groups()["AutoScalingGroups"]
     instances = aws_clients.ec2.describe_instances()["Reservations"]
     (raw / "aws.json").write_text(json.dumps({"asgs": aws, "ec2": instances}, default=str), encoding="utf-8")
-    assert set(leaked(raw)) == set(PLACES)
+    assert set(leaked(raw)) == set(SECRETS)
 
     # AND plan --snapshot reproduces the live decision, verdicts and reasons included
     snap_doc, live_doc = json.loads(from_snapshot), json.loads(live)
@@ -300,6 +344,14 @@ def test_no_planted_secret_reaches_the_snapshot_and_the_decision_is_unchanged(
     assert "do_not_disrupt:web/web-0" in rows["gpu-idle"]["reasons"]  # pod annotation karpenter.sh/...
     assert "local_storage:web/web-0" in rows["gpu-idle"]["reasons"]  # PV node affinity on RACK
     assert {r["node_group"] for r in rows.values()} == {"gpu-a10g"}  # node group via the ASG survives
+    # the stray exporter is reported, with the labels that join and nothing else
+    (stray,) = {json.dumps(u["labels"], sort_keys=True) for u in live_doc["unmapped"]}
+    assert json.loads(stray) == {
+        "Hostname": "localhost",
+        "UUID": "GPU-stray",
+        "gpu": "0",
+        "instance": "10.99.0.1:9400",
+    }
     assert any(a["kind"] == "scale_in" and a["node"] == "gpu-idle-2" for a in live_doc["actions"])
 
     # AND the label keys kept because a selector compares them do decide: without them the plan changes
@@ -320,6 +372,23 @@ def test_no_planted_secret_reaches_the_snapshot_and_the_decision_is_unchanged(
     assert pods["trainer-0"]["metadata"]["labels"] == {"app": "trainer"}  # the PDB selector's key only
     assert pods["trainer-0"]["metadata"]["annotations"] == {}
     assert pods["web-0"]["metadata"]["annotations"] == {"karpenter.sh/do-not-disrupt": "true"}
+    busy = [
+        series["metric"]
+        for series in json.loads((out / "metrics" / "DCGM_FI_DEV_GPU_UTIL.json").read_text())["data"][
+            "result"
+        ]
+        if series["metric"].get("Hostname") == "gpu-busy"
+    ]
+    assert busy == [
+        {
+            "gpu": "0",
+            "UUID": "GPU-00000001-0000-0000-0000-000000000000",
+            "Hostname": "gpu-busy",
+            "instance": f"{node_ip(1)}:9400",
+            "namespace": "ml",
+            "pod": "trainer-0",
+        }
+    ]
 
 
 def _plan_without_node_label(

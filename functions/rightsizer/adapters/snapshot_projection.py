@@ -14,8 +14,13 @@ field is written only when a decision reads it, and secrets cannot leak through 
   read — plus the label keys a selector *in the same snapshot* or the policy's ``node_selector`` compares
   (PodDisruptionBudget selectors → pod labels; pod ``nodeSelector`` and PersistentVolume node affinity →
   node labels).
-* DRA objects keep what ``parse_resource_claims`` reads; metrics files are Prometheus answers and are
-  written as queried (their label sets are the exporter's, docs/architecture.md §5).
+* DRA objects keep what ``parse_resource_claims`` reads.
+* Metrics files (``metrics/*.json``, Prometheus ``query_range`` answers) keep what ``snapshot_dir``
+  decodes — ``status``, ``warnings``, ``data.resultType`` and per series its ``values`` — and of each
+  series' labels only ``domain.observation_signals.series_label_keys`` (the join's, with the
+  ``node_label`` recorded in ``snapshot.json``, the device's, the MIG profile, the exporter): the labels an
+  exporter adds (pod labels, ``label_*``, driver and model names) never decide, so they are not written.
+  The live plan reads the same labels only (``ObservationReducer``), so both decide alike.
 
 Projection never changes a decision: ``plan --snapshot`` on the projected directory decides exactly like
 ``plan --config`` on the live objects (``tests/integration/test_snapshot_secrets.py``).
@@ -51,6 +56,7 @@ from rightsizer.domain.model import (
     Pod,
     PodDisruptionBudget,
 )
+from rightsizer.domain.observation_signals import read_labels, series_label_keys
 from rightsizer.domain.planner import CA_SCALE_DOWN_DISABLED, KARPENTER_NODEPOOL
 from rightsizer.domain.pods import (
     CA_DAEMONSET_POD,
@@ -69,6 +75,7 @@ __all__ = [
     "NODE_LABELS",
     "POD_ANNOTATIONS",
     "POD_LABELS",
+    "project_answer",
     "project_documents",
     "project_object",
 ]
@@ -336,6 +343,35 @@ _AWS_RULES: Final[dict[tuple[type, str], Rule]] = {
 }
 
 
+def _series(item: Any, keep: frozenset[str]) -> Any:
+    if not isinstance(item, Mapping):
+        return None  # the decoder finds it malformed either way; its content is not written
+    metric = item.get("metric", {})
+    out: dict[str, Any] = {"metric": read_labels(metric, keep) if isinstance(metric, Mapping) else None}
+    if "values" in item:
+        out["values"] = item["values"]
+    return out
+
+
+def project_answer(answer: Any, keep: frozenset[str]) -> Any:
+    """A Prometheus ``query_range`` answer reduced to what ``snapshot_dir`` decodes: ``status``,
+    ``warnings`` (their presence makes the metric a problem), ``data.resultType`` and per series its
+    ``values`` and the labels in ``keep`` (``series_label_keys``). Not a JSON object: ``None``."""
+    if not isinstance(answer, Mapping):
+        return None
+    out = {k: answer[k] for k in ("status", "warnings") if k in answer}
+    data = answer.get("data")
+    if isinstance(data, Mapping):
+        body: dict[str, Any] = {k: data[k] for k in ("resultType",) if k in data}
+        result = data.get("result")
+        if "result" in data:
+            body["result"] = [_series(i, keep) for i in result] if isinstance(result, list) else None
+        out["data"] = body
+    elif "data" in answer:
+        out["data"] = None
+    return out
+
+
 def project_documents(docs: Mapping[str, Any], *, policy_node_labels: Iterable[str] = ()) -> dict[str, Any]:
     """Every document of a snapshot reduced to what the decision reads (module docstring).
 
@@ -344,9 +380,13 @@ def project_documents(docs: Mapping[str, Any], *, policy_node_labels: Iterable[s
         policy_node_labels: label keys the policy's ``node_selector`` compares (kept on nodes).
 
     Returns:
-        A new mapping with the same paths; ``snapshot.json`` and ``metrics/*`` are unchanged.
+        A new mapping with the same paths; ``snapshot.json`` is unchanged; ``metrics/*`` keep the series
+        labels of ``series_label_keys`` for the ``node_label`` ``snapshot.json`` records.
     """
     node_keys, pod_keys = _referenced_labels(docs, policy_node_labels)
+    meta = docs.get("snapshot.json")
+    node_label = meta.get("node_label") if isinstance(meta, Mapping) else None
+    series_keys = series_label_keys(str(node_label) if node_label else None)
     rules: dict[tuple[type, str], Rule] = {
         (Node, "metadata"): _meta(NODE_LABELS | node_keys, NODE_ANNOTATIONS),
         (Pod, "metadata"): _meta(POD_LABELS | pod_keys, POD_ANNOTATIONS),
@@ -376,6 +416,8 @@ def project_documents(docs: Mapping[str, Any], *, policy_node_labels: Iterable[s
             out[path] = project_object(doc, _NodegroupsFile, rules)
         elif path == "instances.json" and isinstance(doc, Mapping):
             out[path] = project_object(doc, _InstancesFile, rules)
+        elif path.startswith("metrics/"):
+            out[path] = project_answer(doc, series_keys)
         else:
             out[path] = doc
     return out

@@ -14,7 +14,18 @@ from dataclasses import dataclass
 from rightsizer.domain.model import Node, Pod
 
 NODE_NAME_LABELS = ("node", "kubernetes_node", "Hostname", "hostname")
-_POD_LABEL_PAIRS = (("namespace", "pod"), ("exported_namespace", "exported_pod"))
+#: (namespace label, pod label) pairs naming the pod a series belongs to (dcgm-exporter's pod mapping;
+#: ``exported_*`` after Prometheus renamed a clash with the scrape target's own labels).
+POD_LABEL_PAIRS = (("namespace", "pod"), ("exported_namespace", "exported_pod"))
+#: The scrape target's address (``host:port``), Prometheus' own label.
+INSTANCE_LABEL = "instance"
+
+
+def join_label_keys(node_label: str | None = None) -> tuple[str, ...]:
+    """Every series label the join reads, in the order it tries them: the configured ``node_label``
+    (config ``prometheus.node_label``), ``NODE_NAME_LABELS``, the ``POD_LABEL_PAIRS`` and ``instance``."""
+    names = dict.fromkeys([*([node_label] if node_label else []), *NODE_NAME_LABELS])
+    return (*names, *(label for pair in POD_LABEL_PAIRS for label in pair), INSTANCE_LABEL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,10 +43,17 @@ class NodeJoiner:
         nodes: all Nodes (names and InternalIPs).
         pods: all Pods (``spec.nodeName``, ``status.podIP``, phase).
         node_label: the operator's configured node-name label (tried first), e.g. ``"node"``.
+
+    Attributes:
+        node_label: as given.
+        label_keys: every series label the join reads (``join_label_keys``); a series' other labels
+            cannot change its node.
     """
 
     def __init__(self, nodes: Iterable[Node], pods: Iterable[Pod], node_label: str | None = None) -> None:
         self._names: set[str] = set()
+        self.node_label = node_label
+        self.label_keys = join_label_keys(node_label)
         self._labels = tuple(dict.fromkeys([*([node_label] if node_label else []), *NODE_NAME_LABELS]))
         self._pod_node: dict[tuple[str, str], str] = {}
         self._ip_nodes: dict[str, set[str]] = {}
@@ -69,22 +87,18 @@ class NodeJoiner:
         names = [v for label in self._labels if (v := labels.get(label)) and v not in self._names]
         pairs = [
             (ns, pod)
-            for ns_label, pod_label in _POD_LABEL_PAIRS
+            for ns_label, pod_label in POD_LABEL_PAIRS
             if (ns := labels.get(ns_label))
             and (pod := labels.get(pod_label))
             and (ns, pod) not in self._pod_node
         ]
-        instance = labels.get("instance")
+        instance = labels.get(INSTANCE_LABEL)
         hosts = [host] if instance and (host := _strip_port(instance)) not in self._ip_nodes else []
         return names, pairs, hosts
 
     def join(self, labels: Mapping[str, str]) -> JoinResult:
         """Resolve one series' labels to a node name (cached per distinct join-relevant label set)."""
-        key = tuple(
-            (k, labels[k])
-            for k in (*self._labels, "namespace", "pod", "exported_namespace", "exported_pod", "instance")
-            if labels.get(k)
-        )
+        key = tuple((k, labels[k]) for k in self.label_keys if labels.get(k))
         cached = self._cache.get(key)
         if cached is None:
             cached = self._join(dict(key))
@@ -97,11 +111,11 @@ class NodeJoiner:
             value = labels.get(label)
             if value and value in self._names:
                 found.add(value)
-        for ns_label, pod_label in _POD_LABEL_PAIRS:
+        for ns_label, pod_label in POD_LABEL_PAIRS:
             ns, pod = labels.get(ns_label), labels.get(pod_label)
             if ns and pod and (ns, pod) in self._pod_node:
                 found.add(self._pod_node[(ns, pod)])
-        instance = labels.get("instance")
+        instance = labels.get(INSTANCE_LABEL)
         if instance:
             host = _strip_port(instance)
             found.update(self._ip_nodes.get(host, ()))

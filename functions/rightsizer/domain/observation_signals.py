@@ -21,16 +21,19 @@ from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from rightsizer.domain.join import JoinResult, NodeJoiner
+from rightsizer.domain.join import JoinResult, NodeJoiner, join_label_keys
 from rightsizer.domain.model import MetricData
 from rightsizer.domain.usage import (
     ACTIVITY_METRICS,
+    DEVICE_LABELS,
     DEVICE_METRICS,
     DISAGREE_POINTS,
     ENERGY,
+    EXPORTER_LABELS,
     FB_FREE,
     FB_USED,
     GPU_UTIL,
+    MIG_PROFILE_LABEL,
     POWER,
     PROF_ACTIVE,
     UP,
@@ -39,6 +42,8 @@ from rightsizer.domain.usage import (
     DeviceSignals,
     UnmappedSeries,
     Window,
+    device_key,
+    exporter_of,
 )
 
 #: Metrics of the ``step`` file kind (per-step activity and ``up``, window maxima of FB and power), in
@@ -56,8 +61,33 @@ def _all_finite(values: Sequence[float]) -> bool:
     return -_INF < sum(values) < _INF or all(map(_isfinite, values))
 
 
-def _device_key(node: str, labels: Mapping[str, str]) -> DeviceKey:
-    return (node, labels.get("UUID") or labels.get("gpu") or "", labels.get("GPU_I_ID") or "")
+def series_label_keys(node_label: str | None = None) -> frozenset[str]:
+    """Every series label an observation is decided on: the join's (``join.join_label_keys``, with config
+    ``prometheus.node_label``), the device's (``usage.DEVICE_LABELS``), the MIG profile and the exporter.
+
+    ``ObservationReducer`` reads nothing else (``read_labels`` drops the rest as a series arrives), and a
+    written snapshot's metrics files keep nothing else (``adapters.snapshot_projection``): labels an
+    exporter adds (pod labels, ``label_*``, driver versions) never decide, so they never leave the
+    cluster, and ``plan --snapshot`` still decides like the live plan (``tests/unit/test_series_labels.py``).
+    """
+    return frozenset((*join_label_keys(node_label), *DEVICE_LABELS, MIG_PROFILE_LABEL, *EXPORTER_LABELS))
+
+
+def read_labels(labels: Mapping[str, str], keep: frozenset[str]) -> dict[str, str]:
+    """``labels`` restricted to ``keep`` (``series_label_keys``), in their order."""
+    return {k: v for k, v in labels.items() if k in keep}
+
+
+@dataclass(frozen=True, slots=True)
+class _Joined:
+    """A label set as read (``read_labels``), its node and device, or why it has none."""
+
+    labels: Mapping[str, str]
+    ident: LabelKey
+    node: str | None
+    device: DeviceKey | None
+    sorted_ident: LabelKey
+    reason: str | None
 
 
 @dataclass(slots=True)
@@ -126,8 +156,9 @@ class ObservationReducer:
         self._joiner = joiner
         self._window = window
         self._threshold = activity_threshold_pct
-        # label set → (node, device, the label set sorted) or why it has no node
-        self._joined: dict[LabelKey, tuple[str, DeviceKey, LabelKey] | JoinResult] = {}
+        self._keep = series_label_keys(joiner.node_label)
+        # label set as it arrived → as read, with its node and device or why it has none
+        self._joined: dict[LabelKey, _Joined] = {}
         # Step slot of each step point of the window (``Window.step_index``): query_range answers sit
         # on this grid, so one lookup replaces the arithmetic for nearly every point.
         step = max(window.step, 1)
@@ -143,7 +174,7 @@ class ObservationReducer:
         self._stamped: dict[str, set[DeviceKey]] = {m: set() for m in ACTIVITY_METRICS}
         self._nonfinite: dict[str, set[DeviceKey]] = {m: set() for m in ACTIVITY_METRICS}
         self._counts: dict[DeviceKey, float] = {}
-        self._labels: dict[DeviceKey, tuple[int, LabelKey]] = {}
+        self._labels: dict[DeviceKey, tuple[tuple[int, LabelKey], Mapping[str, str]]] = {}
         self._unmapped: dict[tuple[str, LabelKey], UnmappedSeries] = {}
         self._answered: set[tuple[str, str]] = set()
         self._failed: set[tuple[str, str]] = set()
@@ -170,26 +201,24 @@ class ObservationReducer:
         """One series of the answer of (``kind``, ``metric``): ``kind`` as ``observation.Kind``, where
         ``step`` also holds the window maxima of ``FB_USED``/``POWER`` (as in a snapshot's files).
 
-        ``key`` is ``tuple(labels.items())`` when the caller already has it.
+        ``key`` is ``tuple(labels.items())`` when the caller already has it. Only the labels of
+        ``series_label_keys`` are read: series differing in other labels only are one series here.
         """
-        ident = key if key is not None else tuple(labels.items())
-        joined = self._joined.get(ident)
+        arrived = key if key is not None else tuple(labels.items())
+        joined = self._joined.get(arrived)
         if joined is None:
-            # One label set shows up in up to 15 answers: join it and name its device once.
-            result = self._joiner.join(labels)
-            if result.node is None:
-                joined = result
-            else:
-                joined = (result.node, _device_key(result.node, labels), tuple(sorted(ident)))
-            self._joined[ident] = joined
-        if isinstance(joined, JoinResult):
+            joined = self._joined[arrived] = self._join(labels)
+        ident = joined.ident
+        if joined.node is None or joined.device is None:
             if (kind == "step" and metric != UP) or (kind == "stddev" and metric == ENERGY):
                 reason = f"series_unmapped:{joined.reason}"
-                self._unmapped.setdefault((metric, ident), UnmappedSeries(metric, dict(labels), reason))
+                self._unmapped.setdefault(
+                    (metric, ident), UnmappedSeries(metric, dict(joined.labels), reason)
+                )
             return
-        node, dev, sorted_ident = joined
+        node, dev, sorted_ident = joined.node, joined.device, joined.sorted_ident
         if kind == "step":
-            self._add_step(metric, node, dev, ident, times, values)
+            self._add_step(metric, node, dev, joined, times, values)
             return
         if kind == "stddev":
             spread = self._spread[metric].get(dev)
@@ -213,12 +242,20 @@ class ObservationReducer:
             if finite:
                 self._counts[dev] = max(self._counts.get(dev, 0.0), max(finite))
 
+    def _join(self, labels: Mapping[str, str]) -> _Joined:
+        # One label set shows up in up to 15 answers: read, join and name its device once.
+        read = read_labels(labels, self._keep)
+        ident = tuple(read.items())
+        result: JoinResult = self._joiner.join(read)
+        device = device_key(result.node, read) if result.node is not None else None
+        return _Joined(read, ident, result.node, device, tuple(sorted(ident)), result.reason)
+
     def _add_step(
         self,
         metric: str,
         node: str,
         dev: DeviceKey,
-        ident: LabelKey,
+        joined: _Joined,
         times: Sequence[float],
         values: Sequence[float],
     ) -> None:
@@ -239,10 +276,10 @@ class ObservationReducer:
                 if steps is None:
                     steps = per_dev[dev] = _Steps(array("d", self._empty))
                 self._per_step(steps, times, values)
-        rank = (_RANK[metric], ident)
+        rank = (_RANK[metric], joined.ident)
         current = self._labels.get(dev)
-        if current is None or rank < current:
-            self._labels[dev] = rank
+        if current is None or rank < current[0]:
+            self._labels[dev] = (rank, joined.labels)
 
     def _per_step(self, steps: _Steps, times: Sequence[float], values: Sequence[float]) -> None:
         """Merge per-step points by max into their slot (``Window.step_index``, inlined: this loop sees
@@ -295,9 +332,9 @@ class ObservationReducer:
         node, device, gi = key
         sig = DeviceSignals(node=node, device=device, gpu_instance=gi)
         chosen = self._labels.get(key)
-        labels = dict(chosen[1]) if chosen else {}
-        sig.mig_profile = labels.get("GPU_I_PROFILE") or None
-        sig.exporter = labels.get("instance") or labels.get("Hostname") or ""
+        labels: Mapping[str, str] = chosen[1] if chosen else {}
+        sig.mig_profile = labels.get(MIG_PROFILE_LABEL) or None
+        sig.exporter = exporter_of(labels)
         bad: list[str] = []
         self._activity(sig, key, bad)
         self._memory_and_power(sig, key, bad)

@@ -135,8 +135,24 @@ class CollectedSignals:
         return (*self.problems, *self.node_problems.get(node, ()))
 
 
-def _device_key(node: str, labels: Mapping[str, str]) -> DeviceKey:
-    return (node, labels.get("UUID") or labels.get("gpu") or "", labels.get("GPU_I_ID") or "")
+#: Series labels naming a device (dcgm-exporter): the GPU's ``UUID``, else its index ``gpu``; the MIG
+#: GPU instance ``GPU_I_ID`` (empty for a whole GPU).
+DEVICE_LABELS = ("UUID", "gpu", "GPU_I_ID")
+#: The MIG profile of a GPU instance's series (dcgm-exporter, e.g. ``1g.5gb``).
+MIG_PROFILE_LABEL = "GPU_I_PROFILE"
+#: The labels naming the exporter a device's series come from, the first one present.
+EXPORTER_LABELS = ("instance", "Hostname")
+
+
+def device_key(node: str, labels: Mapping[str, str]) -> DeviceKey:
+    """(node, ``UUID`` or else ``gpu``, ``GPU_I_ID`` or "") of a series joined to ``node``."""
+    uuid, index, instance = DEVICE_LABELS
+    return (node, labels.get(uuid) or labels.get(index) or "", labels.get(instance) or "")
+
+
+def exporter_of(labels: Mapping[str, str]) -> str:
+    """The exporter a series comes from: the first ``EXPORTER_LABELS`` value present, else ""."""
+    return next((value for label in EXPORTER_LABELS if (value := labels.get(label))), "")
 
 
 def _merge(
@@ -200,12 +216,12 @@ def collect_signals(
             if result.node is None:
                 unmapped.append(UnmappedSeries(name, dict(s.labels), f"series_unmapped:{result.reason}"))
                 continue
-            key = _device_key(result.node, s.labels)
+            key = device_key(result.node, s.labels)
             per_key.setdefault(key, []).append(s)
             info = meta.setdefault(key, {})
-            if s.labels.get("GPU_I_PROFILE"):
-                info["profile"] = s.labels["GPU_I_PROFILE"]
-            info.setdefault("exporter", s.labels.get("instance") or s.labels.get("Hostname") or "")
+            if s.labels.get(MIG_PROFILE_LABEL):
+                info["profile"] = s.labels[MIG_PROFILE_LABEL]
+            info.setdefault("exporter", exporter_of(s.labels))
 
     ts_newest: dict[DeviceKey, float] = {}
     ts_bad: dict[DeviceKey, set[str]] = {}
@@ -217,7 +233,7 @@ def collect_signals(
             result = joiner.join(s.labels)
             if result.node is None:
                 continue
-            key = _device_key(result.node, s.labels)
+            key = device_key(result.node, s.labels)
             finite = [
                 v for t, v in zip(s.times, s.values, strict=True) if math.isfinite(v) and t <= window.end
             ]
@@ -300,7 +316,7 @@ def gpu_activity(
         for s in data.series:
             node = joiner.join(s.labels).node
             if node is not None:
-                per_key.setdefault(_device_key(node, s.labels), []).append(s)
+                per_key.setdefault(device_key(node, s.labels), []).append(s)
     mig_parents = {(k[0], k[1]) for k in grouped.get(PROF_ACTIVE, {}) if k[2]}
     out: dict[tuple[str, str], dict[int, float]] = {}
     for name in ACTIVITY_METRICS:
