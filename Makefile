@@ -99,8 +99,9 @@ $(PIP_AUDIT):
 
 tools-validate: $(SAM) $(CFN_LINT) $(ASL_VALIDATOR) $(CHECKOV) $(PIP_AUDIT)
 
-# Known vulnerabilities of the locked Lambda artifact (PyPI's advisory database via pip-audit): listed and
-# failing when found; when the database cannot be reached, said so plainly and not failing.
+# Known vulnerabilities of the locked Lambda artifact (PyPI's advisory database via pip-audit, else OSV's,
+# else PyPI's project pages for pins at their newest release): listed and failing when found; what could
+# not be checked is said plainly and does not fail.
 audit: $(PIP_AUDIT)
 	$(PY) tests/support/pip_audit_gate.py $(PIP_AUDIT) functions/requirements.txt
 

@@ -10,19 +10,97 @@ installed) against PyPI's advisory database (OSV's when PyPI gives no usable ans
 * exit 0, ``pip-audit: the vulnerability database could not be reached …: the lock was NOT checked`` —
   no answer (offline CI, PyPI down): said plainly, never mistaken for a clean bill.
 
+When neither answers — a proxy that passes PyPI's project pages but not its per-release pages
+(``/pypi/<name>/<version>/json``, which pip-audit asks) — the gate asks PyPI's project page
+(``/pypi/<name>/json``) itself: its ``vulnerabilities`` are those of the project's newest release
+(PyPI JSON API), so they answer for every package locked at its newest release; a package locked at an
+older one is listed as NOT checked, with both versions (remedy: ``make lock`` takes the newest).
+
 Standard library only, so any ``python3`` runs it.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
-__all__ = ["gate", "main"]
+__all__ = ["gate", "locked", "main", "project_page_gate"]
 
 TIMEOUT_S = 600
+PROJECT_PAGE = "https://pypi.org/pypi/{name}/json"
+Fetch = Callable[[str], Any]
+
+
+def locked(lock_text: str) -> list[tuple[str, str]]:
+    """(name, version) of every ``name==version`` line of a lock file, in order."""
+    return re.findall(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s\\;]+)", lock_text, re.MULTILINE)
+
+
+def _fetch(name: str) -> Any:
+    """PyPI's project page of ``name`` as JSON; None when it cannot be had."""
+    request = urllib.request.Request(PROJECT_PAGE.format(name=name), headers={"Accept": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return json.loads(answer.read())
+    except (OSError, ValueError, urllib.error.URLError):
+        return None
+
+
+def project_page_gate(pins: list[tuple[str, str]], fetch: Fetch = _fetch) -> tuple[int, str]:
+    """Exit code and report from PyPI's project pages (module docstring): each page's ``vulnerabilities``
+    (not ``withdrawn``) judge the pin when the pin is the page's newest release (``info.version``)."""
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        pages = list(pool.map(lambda pin: fetch(pin[0]), pins))
+    found: list[str] = []
+    unchecked: list[str] = []
+    checked = 0
+    for (name, version), page in zip(pins, pages, strict=True):
+        info = page.get("info") if isinstance(page, dict) else None
+        if not isinstance(info, dict) or not isinstance(page.get("vulnerabilities"), list):
+            unchecked.append(f"  {name} {version}: no usable answer from PyPI")
+            continue
+        newest = str(info.get("version", ""))
+        if newest.lower() != version.lower():
+            unchecked.append(f"  {name} {version}: PyPI's page speaks for {newest} only")
+            continue
+        checked += 1
+        for vuln in page["vulnerabilities"]:
+            if isinstance(vuln, dict) and not vuln.get("withdrawn"):
+                fixed = vuln.get("fixed_in") or []
+                found.append(
+                    f"  {name} {version}: {vuln.get('id')}"
+                    + (f" (fixed in {', '.join(fixed)})" if fixed else " (no fix yet)")
+                )
+    source = "pip-audit fallback (PyPI project pages):"
+    if checked == 0:
+        reason = unchecked[0].strip() if unchecked else "an empty lock"
+        return 0, f"{source} nothing usable ({reason} …): the lock was NOT checked for known vulnerabilities"
+    if found:
+        return 1, "\n".join(
+            [
+                f"{source} {len(found)} known vulnerabilities in the locked Lambda artifact:",
+                *found,
+                "Remedy: `make lock` (takes the fixed releases), then `make test`.",
+            ]
+        )
+    if unchecked:
+        return 0, "\n".join(
+            [
+                f"{source} {checked} of {len(pins)} locked packages checked, no known vulnerabilities; "
+                f"{len(unchecked)} could NOT be checked (older than their newest release: pinned or held back by "
+                "a dependency; `make lock` takes the newest allowed):",
+                *unchecked,
+            ]
+        )
+    return 0, f"{source} {checked} locked packages, each its newest release, no known vulnerabilities"
 
 
 def gate(returncode: int, stdout: str, stderr: str) -> tuple[int, str]:
@@ -111,7 +189,9 @@ def main(argv: list[str]) -> int:
             break
         unchecked.append(verdict[1])
     else:
-        verdict = (0, "\n".join(unchecked))
+        verdict = project_page_gate(locked(Path(lock).read_text(encoding="utf-8")))
+        unchecked.append(verdict[1])
+        verdict = (verdict[0], "\n".join(unchecked))
     print(verdict[1])
     return verdict[0]
 

@@ -22,7 +22,7 @@ LOCK = ROOT / "functions" / "requirements.txt"
 IN = ROOT / "functions" / "requirements.in"
 
 sys.path.insert(0, str(ROOT / "tests" / "support"))
-from pip_audit_gate import gate  # noqa: E402
+from pip_audit_gate import gate, locked, project_page_gate  # noqa: E402
 
 
 def _entries() -> dict[str, tuple[Version, list[str], str]]:
@@ -144,3 +144,46 @@ def test_gate_lists_the_packages_it_could_not_check() -> None:
     )
     code, text = gate(0, report, "")
     assert code == 0 and "1 of 2 locked packages could NOT be checked" in text and "b" in text
+
+
+# -------------------------------------------------------- fallback: PyPI project pages (newest release only)
+
+
+def _page(version: str, *vulns: dict[str, object]) -> dict[str, object]:
+    return {"info": {"version": version}, "vulnerabilities": list(vulns)}
+
+
+def test_the_lock_parses_to_every_pin() -> None:
+    pins = locked(LOCK.read_text(encoding="utf-8"))
+    assert len(pins) == len(_entries())
+    assert {canonicalize_name(n): Version(v) for n, v in pins} == {k: v[0] for k, v in _entries().items()}
+
+
+def test_project_pages_judge_pins_at_their_newest_release() -> None:
+    pages = {"a": _page("1.0"), "b": _page("2.0", {"id": "GHSA-old", "withdrawn": "2024-01-01"})}
+    code, text = project_page_gate([("a", "1.0"), ("b", "2.0")], pages.get)
+    assert code == 0 and "2 locked packages, each its newest release, no known vulnerabilities" in text
+
+
+def test_project_pages_fail_on_a_vulnerability_of_the_locked_release() -> None:
+    pages = {"a": _page("1.0", {"id": "PYSEC-2026-1", "fixed_in": ["1.0.1"]}), "b": _page("2.0", {"id": "X"})}
+    code, text = project_page_gate([("a", "1.0"), ("b", "2.0")], pages.get)
+    assert code == 1
+    assert "a 1.0: PYSEC-2026-1 (fixed in 1.0.1)" in text and "b 2.0: X (no fix yet)" in text
+
+
+def test_project_pages_never_judge_an_older_pin_by_the_newest_release() -> None:
+    # the newest release's advisory says nothing about the pinned one: listed as NOT checked, never found
+    pages = {"a": _page("1.0"), "k8s": _page("37.0.2", {"id": "GHSA-new", "fixed_in": ["37.0.3"]})}
+    code, text = project_page_gate([("a", "1.0"), ("k8s", "36.0.3")], pages.get)
+    assert code == 0
+    assert (
+        "1 of 2 locked packages checked" in text and "k8s 36.0.3: PyPI's page speaks for 37.0.2 only" in text
+    )
+    assert "GHSA-new" not in text
+
+
+@pytest.mark.parametrize("answer", [None, {"info": {"version": "1.0"}}, "<html>", {"vulnerabilities": []}])
+def test_project_pages_unreachable_or_unusable_say_so_and_do_not_fail(answer: object) -> None:
+    code, text = project_page_gate([("a", "1.0")], lambda _name: answer)
+    assert code == 0 and "the lock was NOT checked" in text
