@@ -111,11 +111,18 @@ class DrainRequestModel(BaseModel):
     nodegroup: str | None = Field(
         None, min_length=1, description="Set for a managed node group replacement (issue 17)."
     )
+    resume: int = Field(
+        0,
+        ge=0,
+        description="The healer's n-th restart of a resize that died after its stop (its record exists).",
+    )
 
     @model_validator(mode="after")
     def _replacement_names_its_type(self) -> DrainRequestModel:
         if self.nodegroup is not None and self.target_type is None:
             raise ValueError("a node group replacement (nodegroup) needs target_type")
+        if self.resume and (self.target_type is None or self.nodegroup is not None):
+            raise ValueError("resume restarts a resize: it needs target_type and no nodegroup")
         return self
 
 
@@ -205,11 +212,12 @@ def run_drain_task(workflow: DrainWorkflow, task: AnyDrainTask) -> dict[str, Any
         if isinstance(task, StartTask):
             fields = task.request.model_dump()
             target, nodegroup = fields.pop("target_type"), fields.pop("nodegroup")
+            resume = fields.pop("resume")
             request: DrainRequest
             if nodegroup is not None:
                 request = ReplaceRequest(**fields, nodegroup=nodegroup, target_type=str(target))
             elif target is not None:
-                request = ResizeRequest(**fields, target_type=target)
+                request = ResizeRequest(**fields, target_type=target, resume=resume)
             else:
                 request = DrainRequest(**fields)
             record = workflow.start(request)

@@ -30,7 +30,13 @@ from rightsizer.adapters.sdk_errors import SDK_ERRORS
 if TYPE_CHECKING:
     from mypy_boto3_stepfunctions.client import SFNClient
 
-__all__ = ["EXECUTION_NAME_MAX", "StepFunctionsCallback", "StepFunctionsStarter", "execution_name_ok"]
+__all__ = [
+    "EXECUTION_NAME_MAX",
+    "StepFunctionsCallback",
+    "StepFunctionsStarter",
+    "execution_name",
+    "execution_name_ok",
+]
 
 #: The AWS actions this module calls: on the drain state machine only.
 IAM_ACTIONS: Final = frozenset({"states:StartExecution", "states:SendTaskSuccess", "states:SendTaskFailure"})
@@ -48,6 +54,15 @@ def execution_name_ok(name: str) -> bool:
     return bool(_NAME.match(name))
 
 
+def execution_name(execution_id: str, resume: int = 0) -> str:
+    """The execution name of a request: its execution id, or for the healer's n-th restart of a resize
+    (``resume`` n > 0; names are unique per state machine) ``<execution id>-r<n>``, the id cut to fit 80."""
+    if resume <= 0:
+        return execution_id
+    suffix = f"-r{resume}"
+    return execution_id[: EXECUTION_NAME_MAX - len(suffix)] + suffix
+
+
 class StepFunctionsStarter:
     """Starts the drain state machine; ``start`` is idempotent per execution id.
 
@@ -61,7 +76,8 @@ class StepFunctionsStarter:
         self._arn = state_machine_arn
 
     def start(self, request: Any) -> str:
-        """``StartExecution(name=request.execution_id, input=<the request as JSON>)``.
+        """``StartExecution(name=execution_name(request.execution_id, request.resume), input=<the request
+        as JSON>)``.
 
         Args:
             request: a ``rightsizer.services.drain.DrainRequest``.
@@ -73,7 +89,7 @@ class StepFunctionsStarter:
             ValueError: the execution id is not a valid execution name.
             TransientError / PermanentError: the call failed (throttling and 5xx / access denied).
         """
-        name = str(request.execution_id)
+        name = execution_name(str(request.execution_id), int(getattr(request, "resume", 0) or 0))
         if not execution_name_ok(name):
             raise ValueError(f"execution id {name!r} is not a valid Step Functions execution name")
         document = json.dumps(dataclasses.asdict(request), sort_keys=True, separators=(",", ":"))
@@ -81,11 +97,11 @@ class StepFunctionsStarter:
             self._client.start_execution(stateMachineArn=self._arn, name=name, input=document)
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") == "ExecutionAlreadyExists":
-                return name
+                return str(request.execution_id)
             raise map_aws_error(exc, "StartExecution") from exc
         except SDK_ERRORS as exc:
             raise map_aws_error(exc, "StartExecution") from exc
-        return name
+        return str(request.execution_id)
 
 
 class StepFunctionsCallback:

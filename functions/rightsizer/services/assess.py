@@ -10,7 +10,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 from rightsizer.domain.decisions import (
@@ -27,11 +27,16 @@ from rightsizer.domain.policy import Policy
 from rightsizer.ports import ClusterWriter, SnoozeReader, WorkflowStarter
 from rightsizer.services.backoff import failure_backoff
 from rightsizer.services.drain import DrainRequest
-from rightsizer.services.healing import heal_expired_leases, heal_stale_cordons, stale_cordons
+from rightsizer.services.healing import (
+    heal_dead_resizes,
+    heal_expired_leases,
+    heal_stale_cordons,
+    stale_cordons,
+)
 from rightsizer.services.replace import KIND as REPLACE_KIND
 from rightsizer.services.replace import ReplaceRequest, lease_key
 from rightsizer.services.resize import ResizeRequest
-from rightsizer.state import PlanHistory, StateStore
+from rightsizer.state import PlanHistory, StateStore, lease_ttl_seconds
 
 log = logging.getLogger(__name__)
 
@@ -194,7 +199,8 @@ def _publish_decisions(deps: AssessmentDeps, records: list[DecisionRecord], summ
 def run_assessment(
     deps: AssessmentDeps, now: datetime, tick_id: str, *, clock: Callable[[], float] = time.monotonic
 ) -> AssessmentSummary:
-    """Heal expired leases and stale cordons, plan the cluster at ``now``, start a drain per ``scale_in``
+    """Restart resizes that died after their stop, heal expired leases and stale cordons, plan the cluster
+    at ``now``, start a drain per ``scale_in``
     action, a resize workflow per ``resize_instance`` action and a replacement per ``replace_node_group``
     action (issue 17).
 
@@ -211,7 +217,11 @@ def run_assessment(
         The summary; ``started`` lists the execution ids, also those a retried tick had already started.
     """
     began = clock()
-    healed = heal_expired_leases(deps.cluster, deps.state, now)
+    # A resize that died after stopping its instance is restarted (restore, start, uncordon) before the
+    # lease healer, which would only uncordon it, and before slots are reaped: its lease is live again.
+    ttl = lease_ttl_seconds(timedelta(seconds=deps.policy.drain_timeout))
+    healed = heal_dead_resizes(deps.state, deps.starter, now, ttl)
+    healed += heal_expired_leases(deps.cluster, deps.state, now)
     reaped = deps.state.reap_slots(now)
     snapshot = deps.observe(now)
     stale = stale_cordons(snapshot.nodes, deps.state, now)

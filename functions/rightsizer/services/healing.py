@@ -2,24 +2,110 @@
 
 Run by every scheduled assessment before it plans: nodes whose drain lease expired, and nodes carrying our
 cordon annotation without a live workflow, are uncordoned (our annotation only), with an Event and a
-ledger entry.
+ledger entry. A resize that died after it stopped its instance is not merely uncordoned (that would leave
+the instance stopped): :func:`heal_dead_resizes` takes its lease back and starts the resize again, which
+restores the original type, starts the instance, waits for its Node and uncordons it.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
 
 from rightsizer.domain.errors import RightsizerError
 from rightsizer.domain.model import ANN_CORDONED_BY, Node
 from rightsizer.domain.names import dns1123_subdomain_problem
-from rightsizer.ports import ClusterWriter
+from rightsizer.ports import ClusterWriter, WorkflowStarter
+from rightsizer.services.resize import KIND as RESIZE_KIND
+from rightsizer.services.resize import ResizeRequest
 from rightsizer.state import LedgerEntry, StateStore, WorkflowRecord
 
 log = logging.getLogger(__name__)
 
-__all__ = ["heal_expired_leases", "heal_stale_cordons", "stale_cordons"]
+__all__ = [
+    "heal_dead_resizes",
+    "heal_expired_leases",
+    "heal_stale_cordons",
+    "is_stopped_resize",
+    "stale_cordons",
+]
+
+
+def is_stopped_resize(record: WorkflowRecord | None) -> bool:
+    """A running resize that has (maybe) stopped its instance: from the ``stop`` step on, only the resize
+    itself may undo it — uncordoning its Node alone would leave the instance stopped."""
+    return (
+        record is not None
+        and record.status == "running"
+        and record.details.get("kind") == RESIZE_KIND
+        and bool(record.details.get("stopping"))
+    )
+
+
+def heal_dead_resizes(
+    state: StateStore, starter: WorkflowStarter, now: datetime, ttl_seconds: int
+) -> list[str]:
+    """Restart every resize whose workflow died after the stop; returns the nodes whose resize was restarted.
+
+    Dead = its node lease expired (every step renews it: a dead process, Lambda or state machine execution
+    stops renewing). For each: take the lease back for the same execution id (a new epoch, ``ttl_seconds``
+    as a drain's), count the attempt in the record (``resumes``), book a ledger line (step ``heal:<n>``) and
+    start ``ResizeRequest(resume=n)`` — a new Step Functions execution named ``<execution id>-r<n>`` (or the
+    in-process runner) that continues the *same* record: before ``ready`` it restores the original type
+    (:meth:`ResizeWorkflow._resume`), then stop → set type → start → Node Ready with its GPUs → uncordon,
+    ending ``rolled_back``. If that execution dies too, its lease expires again and the next assessment
+    starts attempt n+1: retried until done. A finished record holds no lease, so a second heal does nothing.
+
+    A failed start is logged and left to the next assessment (the lease expires again).
+    """
+    healed = []
+    for lease in state.expired(now):
+        record = state.load(lease.owner)
+        if record is None or not is_stopped_resize(record):
+            continue
+        taken = state.acquire(lease.node, lease.owner, now, ttl_seconds)
+        if taken is None:
+            continue  # someone else took the node meanwhile
+        attempt = int(record.details.get("resumes", 0)) + 1
+        record = state.save(
+            replace(record, lease_epoch=taken.epoch, details={**record.details, "resumes": attempt}),
+            expected_version=record.version,
+        )
+        why = f"workflow died at step {record.step} (lease expired {lease.expires_at.isoformat()})"
+        log.warning("resize %s of %s: %s; restarting it (attempt %d)", record.execution_id, record.node, why,
+                    attempt)  # fmt: skip
+        state.record(
+            LedgerEntry(
+                execution_id=record.execution_id,
+                node=record.node,
+                instance_id=record.instance_id,
+                node_group=None,
+                kind=RESIZE_KIND,
+                step=f"heal:{attempt}",
+                result="applied",
+                reason=f"resumed: {why}",
+                hourly_savings_usd=None,
+                monthly_savings_usd=None,
+                at=now,
+            )
+        )
+        request = ResizeRequest(
+            record.node,
+            record.execution_id,
+            "heal",
+            None,
+            target_type=str(record.details.get("target_type", "")),
+            resume=attempt,
+        )
+        try:
+            starter.start(request)
+        except (RightsizerError, ValueError) as exc:
+            log.error("restarting resize %s failed (next assessment retries): %s", record.execution_id, exc)
+            continue
+        healed.append(record.node)
+    return healed
 
 
 def heal_expired_leases(cluster: ClusterWriter, state: StateStore, now: datetime) -> list[str]:
@@ -29,6 +115,8 @@ def heal_expired_leases(cluster: ClusterWriter, state: StateStore, now: datetime
     nodes its drains cordoned are healed by :func:`heal_stale_cordons`."""
     healed = []
     for lease in state.expired(now):
+        if is_stopped_resize(state.load(lease.owner)):
+            continue  # heal_dead_resizes restarts it: an uncordon alone would leave its instance stopped
         try:
             is_node = dns1123_subdomain_problem(lease.node) is None
             if is_node and cluster.uncordon(lease.node, lease.owner):
@@ -93,6 +181,8 @@ def heal_stale_cordons(
         record = state.load(owner)
         if record is not None and record.status == "succeeded" and not _orphaned(record, state, now):
             continue  # the instance is gone; its Node lingers until the cloud controller deletes it
+        if is_stopped_resize(record):
+            continue  # its instance may be stopped: heal_dead_resizes restores it, then uncordons
         # A running record without a live lease is a dead workflow too (the lease healer's case).
         why = f"workflow {owner} is {record.status if record is not None else 'unknown'}"
         try:

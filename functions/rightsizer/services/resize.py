@@ -48,9 +48,12 @@ class ResizeRequest(DrainRequest):
     """Resize the standalone instance behind ``node`` to ``target_type`` (the plan's ``resize_instance``).
 
     ``hourly_savings_usd`` is what the plan priced (USD per hour); the catalog difference when None.
+    ``resume`` > 0: the healer's n-th restart of a resize whose workflow died after the stop
+    (:func:`rightsizer.services.healing.heal_dead_resizes`); the record ``execution_id`` already exists.
     """
 
     target_type: str = ""
+    resume: int = 0
 
 
 def resize_blockers(report: NodeReport | None, execution_id: str) -> list[str]:
@@ -115,6 +118,8 @@ class ResizeWorkflow(DrainWorkflow):
             return super().start(request)
         existing = self.deps.state.load(request.execution_id)
         if existing is not None:
+            if request.resume and self._is_resize(existing) and existing.status == "running":
+                return self._resume(existing, request.resume)
             return existing
         now = self._now()
         record = WorkflowRecord(
@@ -135,6 +140,20 @@ class ResizeWorkflow(DrainWorkflow):
             },
         )
         return self.deps.state.save(record, expected_version=0)
+
+    def _resume(self, record: WorkflowRecord, attempt: int) -> WorkflowRecord:
+        """Take up a resize whose workflow died after the stop (the healer holds its lease again): a record
+        that had not reached ``ready`` restores the original type (a dead workflow is rolled back, as a
+        drain's is); one at ``ready``/``uncordon`` or already restoring goes on from where it stands, its
+        own deadlines deciding. Idempotent: a retried start finds ``restoring`` set and changes nothing."""
+        before_ready = record.step in ("stop", "stopped", "set_type", "start")
+        if before_ready and record.details.get("stopping") and not record.details.get("restoring"):
+            why = f"workflow died at step {record.step}; resumed by the healer (attempt {attempt})"
+            self.deps.cluster.emit_event(record.node, "ResizeResumed", f"rightsizer: {why}", warning=True)
+            self._restore(record, why, step=record.step)
+        found = self.deps.state.load(record.execution_id)
+        assert found is not None
+        return found
 
     def rollback(
         self, execution_id: str, reason: str, *, status: str = "rolled_back", step: str = "rollback"
