@@ -33,6 +33,7 @@ from rightsizer.adapters import eks_auth
 from rightsizer.adapters.dynamodb_state import DynamoDbState
 from rightsizer.adapters.kubernetes import KubernetesCluster
 from rightsizer.domain.model import ANN_CORDONED_BY, TAG_ENABLED
+from rightsizer.state import WorkflowRecord
 from rightsizer.testing.k8s import RecordedRequest
 from rightsizer.testing.moto_eks import seed_instance
 from rightsizer.wiring import clear_lambda_runtime as clear_caches
@@ -256,6 +257,15 @@ def test_assess_role_holds_exactly_what_the_assessment_calls(
             asg, node, owner, before, max_per_run=5, max_per_group=5, desired=3, min_size=1
         )
         assert hasattr(slot, "taken_at"), slot
+    # ... and a resize that died after stopping its instance: the assessment reads its record (GetItem
+    # wf#) and restarts it as a new execution of the drain state machine, which restores the instance.
+    resize = WorkflowRecord(
+        execution_id="resize-died", node="gpu-resized", instance_id="i-0123456789abcdef0", step="stopped",
+        status="running", started_at=before, deadline=before + timedelta(minutes=10), lease_epoch=1,
+        details={"kind": "resize_instance", "stopping": True, "target_type": "g5.xlarge"},
+    )  # fmt: skip
+    state.save(resize, expected_version=0)
+    assert state.acquire("gpu-resized", "resize-died", before, 60) is not None
 
     with (
         as_function(deployed, "assess"),
@@ -265,7 +275,14 @@ def test_assess_role_holds_exactly_what_the_assessment_calls(
 
     assert summary["started"], summary  # it planned, and started drains
     assert summary["reaped_slots"] == 1 and state.slots() == [], summary
-    assert summary["healed"] == ["gpu-busy"], summary
+    assert summary["healed"] == ["gpu-resized", "gpu-busy"], summary
+    restarted = deployed.session.client("stepfunctions", endpoint_url=deployed.endpoint_url)
+    names = [
+        e["name"]
+        for m in restarted.list_state_machines()["stateMachines"]
+        for e in restarted.list_executions(stateMachineArn=m["stateMachineArn"])["executions"]
+    ]
+    assert "resize-died-r2" in names, names
     verify_role(deployed, "AssessRole", recorder.calls)
     verify_rbac(deployed, ["assess"])
 

@@ -4,7 +4,7 @@ drain state machine definition.
 GIVEN the standalone g5.4xlarge resize of ``test_resize_statemachine`` (fake EC2 with EC2's transitions, the
 fake cluster, a kubelet), WHEN its workflow dies right after the stop, or right after the type was changed
 (the instance stopped as g5.xlarge), and its lease expires, THEN ``run_assessment`` restarts it: a new
-execution ``<execution id>-r1`` of ``infra/statemachine/drain.asl.json`` continues the same record, sets the
+execution ``<execution id>-r<lease epoch>`` of ``infra/statemachine/drain.asl.json`` continues the same record, sets the
 original type, starts the instance, waits for the Node to be Ready with its GPU and uncordons it; the
 record ends ``rolled_back``. A second assessment changes nothing. A resize that died *before* its stop is
 only uncordoned (the drain's healing), and a live resize is left alone.
@@ -107,7 +107,7 @@ def test_a_resize_that_died_after_its_stop_is_restored_by_the_next_assessment(
     assert assess(w, starter) == [NODE]
 
     [(name, run)] = starter.runs
-    assert name == f"{EXECUTION}-r1"
+    assert name == f"{EXECUTION}-r2"  # the lease epoch the healer took (the dead workflow held epoch 1)
     assert (run.status, run.error) == ("FAILED", "DrainFailed")  # rolled back: operators see it
     assert_serving_as(w, "g5.4xlarge")
     record = w.state.load(EXECUTION)
@@ -117,7 +117,7 @@ def test_a_resize_that_died_after_its_stop_is_restored_by_the_next_assessment(
     )
     assert w.ec2.calls[-2:] == ["set_type g5.4xlarge", "start g5.4xlarge"]
     entries = {(e.step, e.result) for e in w.state.entries(EXECUTION)}
-    assert ("heal:1", "applied") in entries and ("uncordon", "rolled_back") in entries
+    assert ("heal:2", "applied") in entries and ("uncordon", "rolled_back") in entries
     reasons = [e["reason"] for e in w.cluster.events]
     assert reasons[-2:] == ["ResizeResumed", "RolledBack"]
 
@@ -141,17 +141,38 @@ def test_a_restart_that_dies_too_is_restarted_again_until_done() -> None:
 
     class DyingStarter(AslStarter):
         def start(self, request: Any) -> str:  # the execution starts and dies before its first step
-            self.runs.append((execution_name(request.execution_id, request.resume), None))
+            self.runs.append((execution_name(request.execution_id, request.resume), request))
             return str(request.execution_id)
 
     dying = DyingStarter(w)
     assert assess(w, dying) == [NODE]
     assert assess(w, dying) == []  # the healer holds the lease for the restart: not yet dead
     expire_lease(w)
+    assert assess(w, dying) == [NODE]
+    first, second = (request for _, request in dying.runs)
+
+    # The first restart's execution wakes up late: superseded (lease epoch 2 is gone), it ends untouched.
+    version = w.state.load(EXECUTION).version  # type: ignore[union-attr]
+    late = AslStarter(w)
+    late.start(first)
+    [(name, run)] = late.runs
+    assert name == f"{EXECUTION}-r2" and run.status == "SUCCEEDED", (run.error, run.cause)
+    assert run.output["drain"]["status"] == "abandoned"
+    assert w.ec2.calls == ["preflight g5.xlarge", "stop"] and w.state.load(EXECUTION).version == version  # type: ignore[union-attr]
+
+    # The second one (epoch 3, still holding the lease) runs to the end; so would a third after it died.
     starter = AslStarter(w)
-    assert assess(w, starter) == [NODE]
-    assert [name for name, _ in dying.runs + starter.runs] == [f"{EXECUTION}-r1", f"{EXECUTION}-r2"]
+    starter.start(second)
+    assert [name for name, _ in dying.runs] == [f"{EXECUTION}-r2", f"{EXECUTION}-r3"]
     assert_serving_as(w, "g5.4xlarge")
+    record = w.state.load(EXECUTION)
+    assert record is not None and record.status == "rolled_back" and record.details["resumes"] == 1
+
+    # A late start of a finished record changes nothing either.
+    calls, version = list(w.ec2.calls), record.version
+    starter.start(second)
+    assert starter.runs[-1][1].error == "DrainFailed"  # it reports the record's rolled_back, as before
+    assert w.ec2.calls == calls and w.state.load(EXECUTION).version == version  # type: ignore[union-attr]
 
 
 def test_a_resize_that_died_before_its_stop_is_only_uncordoned() -> None:

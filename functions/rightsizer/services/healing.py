@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import replace
 from datetime import datetime
 
 from rightsizer.domain.errors import RightsizerError
@@ -50,54 +49,36 @@ def heal_dead_resizes(
     """Restart every resize whose workflow died after the stop; returns the nodes whose resize was restarted.
 
     Dead = its node lease expired (every step renews it: a dead process, Lambda or state machine execution
-    stops renewing). For each: take the lease back for the same execution id (a new epoch, ``ttl_seconds``
-    as a drain's), count the attempt in the record (``resumes``), book a ledger line (step ``heal:<n>``) and
-    start ``ResizeRequest(resume=n)`` — a new Step Functions execution named ``<execution id>-r<n>`` (or the
-    in-process runner) that continues the *same* record: before ``ready`` it restores the original type
-    (:meth:`ResizeWorkflow._resume`), then stop → set type → start → Node Ready with its GPUs → uncordon,
-    ending ``rolled_back``. If that execution dies too, its lease expires again and the next assessment
-    starts attempt n+1: retried until done. A finished record holds no lease, so a second heal does nothing.
+    stops renewing). For each: take the lease back for the same execution id (a new epoch E, ``ttl_seconds``
+    as a drain's) and start ``ResizeRequest(resume=E)`` — a new Step Functions execution named
+    ``<execution id>-r<E>`` (or the in-process runner) that adopts the lease and continues the *same*
+    record (:meth:`ResizeWorkflow._resume`): before ``ready`` it restores the original type, then stop → set
+    type → start → Node Ready with its GPUs → uncordon, ending ``rolled_back``. While the restart holds the
+    lease nothing else happens; if it dies too, the lease expires again and the next assessment starts
+    another (epoch E+1): retried until done. A finished record holds no lease: a second heal does nothing.
 
-    A failed start is logged and left to the next assessment (the lease expires again).
+    Reads workflow records and writes only the lease (the assess role's grants); a failed start is logged
+    and left to the next assessment (the lease expires again).
     """
     healed = []
     for lease in state.expired(now):
         record = state.load(lease.owner)
-        if record is None or not is_stopped_resize(record):
+        if not is_stopped_resize(record):
             continue
+        assert record is not None
         taken = state.acquire(lease.node, lease.owner, now, ttl_seconds)
         if taken is None:
             continue  # someone else took the node meanwhile
-        attempt = int(record.details.get("resumes", 0)) + 1
-        record = state.save(
-            replace(record, lease_epoch=taken.epoch, details={**record.details, "resumes": attempt}),
-            expected_version=record.version,
-        )
-        why = f"workflow died at step {record.step} (lease expired {lease.expires_at.isoformat()})"
-        log.warning("resize %s of %s: %s; restarting it (attempt %d)", record.execution_id, record.node, why,
-                    attempt)  # fmt: skip
-        state.record(
-            LedgerEntry(
-                execution_id=record.execution_id,
-                node=record.node,
-                instance_id=record.instance_id,
-                node_group=None,
-                kind=RESIZE_KIND,
-                step=f"heal:{attempt}",
-                result="applied",
-                reason=f"resumed: {why}",
-                hourly_savings_usd=None,
-                monthly_savings_usd=None,
-                at=now,
-            )
-        )
+        log.warning("resize %s of %s died at step %s (lease expired %s): restarting it (epoch %d)",
+                    record.execution_id, record.node, record.step, lease.expires_at.isoformat(),
+                    taken.epoch)  # fmt: skip
         request = ResizeRequest(
             record.node,
             record.execution_id,
             "heal",
             None,
             target_type=str(record.details.get("target_type", "")),
-            resume=attempt,
+            resume=taken.epoch,
         )
         try:
             starter.start(request)

@@ -18,7 +18,7 @@ uncordoned. Savings (old minus new on-demand USD per hour) are booked only when 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -48,8 +48,8 @@ class ResizeRequest(DrainRequest):
     """Resize the standalone instance behind ``node`` to ``target_type`` (the plan's ``resize_instance``).
 
     ``hourly_savings_usd`` is what the plan priced (USD per hour); the catalog difference when None.
-    ``resume`` > 0: the healer's n-th restart of a resize whose workflow died after the stop
-    (:func:`rightsizer.services.healing.heal_dead_resizes`); the record ``execution_id`` already exists.
+    ``resume`` > 0: the healer's restart of a resize whose workflow died after the stop, naming the lease
+    epoch the healer took (:func:`rightsizer.services.healing.heal_dead_resizes`); the record exists.
     """
 
     target_type: str = ""
@@ -141,16 +141,38 @@ class ResizeWorkflow(DrainWorkflow):
         )
         return self.deps.state.save(record, expected_version=0)
 
-    def _resume(self, record: WorkflowRecord, attempt: int) -> WorkflowRecord:
-        """Take up a resize whose workflow died after the stop (the healer holds its lease again): a record
-        that had not reached ``ready`` restores the original type (a dead workflow is rolled back, as a
-        drain's is); one at ``ready``/``uncordon`` or already restoring goes on from where it stands, its
-        own deadlines deciding. Idempotent: a retried start finds ``restoring`` set and changes nothing."""
-        before_ready = record.step in ("stop", "stopped", "set_type", "start")
-        if before_ready and record.details.get("stopping") and not record.details.get("restoring"):
-            why = f"workflow died at step {record.step}; resumed by the healer (attempt {attempt})"
+    def _resume(self, record: WorkflowRecord, epoch: int) -> WorkflowRecord:
+        """Take up a resize whose workflow died after the stop, for the healer that took its lease back
+        (epoch ``epoch``; :func:`rightsizer.services.healing.heal_dead_resizes`).
+
+        The record adopts that lease (``lease_epoch``), counts the restart (``resumes``) with a ledger line
+        (step ``heal:<epoch>``) and an Event ``ResizeResumed``. A record that had not reached ``ready``
+        restores the original type (a dead workflow is rolled back, as a drain's is); one at
+        ``ready``/``uncordon`` or already restoring goes on from where it stands, its own deadlines deciding.
+        Idempotent: a retried start finds the epoch adopted and ``restoring`` set and changes nothing.
+
+        Returns:
+            The record to run; a copy marked ``abandoned`` (not saved) when this restart was superseded —
+            the lease is no longer ``epoch`` held for this execution — so its execution ends untouched.
+        """
+        lease = self.deps.state.get(record.node)
+        if (
+            lease is None
+            or lease.owner != record.execution_id
+            or lease.epoch != epoch
+            or lease.expired(self._now())
+        ):
+            log.warning("resize %s: restart %d superseded (lease %s)", record.execution_id, epoch, lease)
+            return replace(record, status="abandoned")
+        if record.lease_epoch != epoch:
+            why = f"workflow died at step {record.step}; restarted by the healer (lease epoch {epoch})"
+            resumes = int(record.details.get("resumes", 0)) + 1
+            record = self._save(record, lease_epoch=epoch, details={**record.details, "resumes": resumes})
+            self._ledger(record, f"heal:{epoch}", "applied", f"resumed: {why}")
             self.deps.cluster.emit_event(record.node, "ResizeResumed", f"rightsizer: {why}", warning=True)
-            self._restore(record, why, step=record.step)
+            before_ready = record.step in ("stop", "stopped", "set_type", "start")
+            if before_ready and not record.details.get("restoring"):
+                self._restore(record, why, step=record.step)
         found = self.deps.state.load(record.execution_id)
         assert found is not None
         return found

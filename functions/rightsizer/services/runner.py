@@ -14,7 +14,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Final
 
 from rightsizer.domain.errors import RightsizerError, TransientError
-from rightsizer.services.drain import DrainRequest, DrainWorkflow, StepResult
+from rightsizer.services.drain import FINAL_STATUSES, DrainRequest, DrainWorkflow, StepResult
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +65,14 @@ class InProcessRunner:
         self.futures: list[Future[StepResult]] = []
 
     def start(self, request: DrainRequest) -> str:
-        """``WorkflowStarter.start``: create the workflow and run it (now, or queued on the background pool)."""
-        self.workflow.start(request)
+        """``WorkflowStarter.start``: create the workflow and run it (now, or queued on the background pool).
+        A request the workflow answers with a finished record (a superseded restart) runs nothing."""
+        record = self.workflow.start(request)
+        if record.status in FINAL_STATUSES:
+            self.results[request.execution_id] = StepResult(
+                request.execution_id, "start", None, record.status, 0.0, "nothing to run"
+            )
+            return request.execution_id
         if self._pool is not None:
             self.futures = [f for f in self.futures if not f.done()]  # results stay in self.results
             self.futures.append(self._pool.submit(self.run, request.execution_id))
