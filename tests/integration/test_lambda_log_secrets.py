@@ -8,8 +8,8 @@ a real Prometheus, with a credential of every kind planted:
 * the role's AWS access key, secret key and session token (the environment, as Lambda provides them);
 * the Kubernetes bearer token (kubeconfig; the double accepts only it);
 * Prometheus' bearer token (Secrets Manager, ``RIGHTSIZER_PROMETHEUS_AUTH=bearer``);
-* the webhook token (Secrets Manager) and the approval links' HMAC key derived from it; the Step
-  Functions task token a drain waits on; a wrong token an attacker sends.
+* the webhook token (Secrets Manager), the approval links' HMAC key derived from it and the links'
+  signed tokens; the Step Functions task token a drain waits on; a wrong token an attacker sends.
 
 The flow covers every handler and every path that handles a credential: the scheduled assessment, a drain
 that asks for approval (validate, request with SNS links), the webhook (an alert with the right and the
@@ -297,3 +297,6 @@ def test_every_lambda_handler_at_debug_logs_no_credential(stack: Stack) -> None:
     services = {json.loads(line).get("service") for line in logs.splitlines() if line.startswith('{"level"')}
     assert services == {"assess", "drain", "alert_webhook", "offhours"}  # Powertools output is in the logs
     assert leaked(logs) == []
+    # nor are the approval links' tokens (each decides a drain), which only the SNS message carries
+    tokens = [parse_qs(urlsplit(link).query)["token"][0] for link in links.values()]
+    assert tokens and [t for t in tokens if t[-24:] in logs] == []
