@@ -218,3 +218,27 @@ def test_the_state_machine_input_validates_resume(request_input: dict[str, Any],
 
     with pytest.raises(ValidationError, match=problem):
         DrainRequestModel.model_validate(request_input)
+
+
+@pytest.mark.parametrize(
+    ("broken", "status", "serving"),
+    [(frozenset(), "succeeded", "g5.xlarge"), (frozenset({"g5.xlarge"}), "rolled_back", "g5.4xlarge")],
+    ids=["node-ready", "never-ready"],
+)
+def test_a_resize_that_died_waiting_for_its_node_goes_on_under_its_own_deadline(
+    broken: frozenset[str], status: str, serving: str
+) -> None:
+    # Died at `ready` (the instance runs as g5.xlarge): the restart does not stop it again; it finishes the
+    # resize when the Node is Ready with its GPU, and restores only at the resize deadline otherwise.
+    w = make_world(broken=broken, policy={"resize_timeout": 120})
+    die_after(w, "start")
+    w.ec2.describe(w.ec2.instance_id)  # EC2 finishes the start meanwhile
+    assert (w.ec2.state, w.ec2.instance_type) == ("running", "g5.xlarge")
+    expire_lease(w)  # longer than resize_timeout: the deadline has passed by the time the restart runs
+    starter = AslStarter(w)
+    assert assess(w, starter) == [NODE]
+    record = w.state.load(EXECUTION)
+    assert record is not None and record.status == status, record
+    assert_serving_as(w, serving)
+    stops = w.ec2.calls.count("stop")
+    assert stops == (1 if status == "succeeded" else 2)
