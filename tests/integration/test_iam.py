@@ -252,6 +252,7 @@ def test_assess_role_holds_exactly_what_the_assessment_calls(
     asg = deployed.base.cluster.nodegroups["gpu-a10g"].asg_name
     assert state.acquire("gpu-busy", "died", before, 60) is not None
     cordon(deployed, "gpu-busy", "died")
+    cordon(deployed, "gpu-idle-2", "lost")  # our cordon without any lease: a stale cordon, healed too
     for node, owner in (("gpu-busy", "died"), ("gpu-other", "lost")):
         slot = state.take_slot(
             asg, node, owner, before, max_per_run=5, max_per_group=5, desired=3, min_size=1
@@ -275,7 +276,7 @@ def test_assess_role_holds_exactly_what_the_assessment_calls(
 
     assert summary["started"], summary  # it planned, and started drains
     assert summary["reaped_slots"] == 1 and state.slots() == [], summary
-    assert summary["healed"] == ["gpu-resized", "gpu-busy"], summary
+    assert summary["healed"] == ["gpu-resized", "gpu-busy", "gpu-idle-2"], summary
     restarted = deployed.session.client("stepfunctions", endpoint_url=deployed.endpoint_url)
     names = [
         e["name"]
