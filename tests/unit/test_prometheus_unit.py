@@ -624,6 +624,68 @@ def test_one_unusable_answer_makes_its_metric_a_problem(
     assert sum(s.form["query"] == _query(GPU_UTIL, "nonfinite") for s in script.seen) == 1
 
 
+BUG_50 = json.loads(
+    (Path(__file__).resolve().parents[1] / "fixtures" / "cases" / "BUG-50.json").read_text(encoding="utf-8")
+)
+
+
+def _bug50_replies() -> list[tuple[str, Reply, str]]:
+    """The case's rejected shapes as AMP answers them: (scenario, reply, text the log must carry)."""
+    rows = {s["name"]: s for s in BUG_50["scenarios"]}
+    too_large = rows["response_too_large"]
+    long_range = rows["backtest_instant_query_over_40_days"]
+    data_size = rows["aggregated_data_size_limit"]
+    qsp = rows["qsp_error_threshold"]
+    warning = "query processed 612000000 samples, above max_samples_processed_warning_threshold"
+    return [
+        # text/plain 413 from AMP's front end: no JSON, no errorType
+        (too_large["name"], (413, too_large["headers"], too_large["body_text"].encode(), 0.0), "HTTP 413"),
+        # 422 whose body the report shows only as text (errorType not recorded)
+        (
+            long_range["name"],
+            (422, {"Content-Type": "text/plain"}, long_range["body_error_text"].encode(), 0.0),
+            "long day range",
+        ),
+        (data_size["name"], error(422, "execution", data_size["body_error_text"]), "aggregated data size"),
+        (
+            qsp["name"],
+            error(400, "bad_data", "query rejected: samples processed above the error threshold"),
+            "400",
+        ),
+        # a 200 with a QSP warning: still partial (fail closed), but the log names the warning
+        ("qsp_warning", ok([], "matrix", warnings=[warning]), "max_samples_processed_warning_threshold"),
+    ]
+
+
+@pytest.mark.parametrize(("scenario", "reply", "named"), _bug50_replies(), ids=lambda v: str(v)[:30])
+def test_bug50_amp_query_shape_rejections_are_problems_not_data_and_not_retried(
+    prom: tuple[str, Script],
+    sleeps: list[float],
+    caplog: pytest.LogCaptureFixture,
+    scenario: str,
+    reply: Reply,
+    named: str,
+) -> None:
+    """BUG-50: AMP refuses a query by its shape (413 response too large, 422 long range or data size,
+    a samples-processed threshold) or answers 200 with a samples-processed warning.
+    GIVEN a Prometheus answering the per-step activity query so, and every other query healthy
+    WHEN the live path collects THEN the answer is not retried unchanged (one request, no sleep), it is
+    not data (the metric is a problem, the node ``unknown`` with ``partial_response``), and the log line
+    names what the server said so an operator can reshape the query."""
+    url, script = prom
+    answers = idle_answers()
+    answers[_query(GPU_UTIL, "step")] = reply
+    script.by_query = answers
+    with caplog.at_level("WARNING", logger="rightsizer"):
+        signals, p = run_plan(url, sleeps, answers)
+    assert set(signals.problems) == {GPU_UTIL}, scenario
+    assert p.nodes[0].verdict == "unknown"
+    assert f"partial_response:{GPU_UTIL}" in p.nodes[0].reasons
+    assert sum(s.form["query"] == _query(GPU_UTIL, "step") for s in script.seen) == 1
+    assert sleeps == []
+    assert any(named in r.getMessage() for r in caplog.records), [r.getMessage() for r in caplog.records]
+
+
 def test_a_hanging_prometheus_ends_the_cycle_at_its_deadline(
     prom: tuple[str, Script], sleeps: list[float]
 ) -> None:
