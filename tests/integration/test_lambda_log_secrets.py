@@ -25,6 +25,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,8 +40,9 @@ from rightsizer.localserve import function_url_event
 from rightsizer.testing.dynamodb_table import create_state_table
 from rightsizer.testing.k8s import KubernetesDouble
 from rightsizer.testing.moto_eks import BuiltCluster, MotoServer
-from tests.integration.test_handlers import OFFHOURS_A10G, families_at_tick_and_now
-from tests.integration.test_snapshot_cli import seed_cluster
+from tests.builders import AT, STEP
+from tests.integration.test_handlers import OFFHOURS_A10G
+from tests.integration.test_snapshot_cli import dcgm_families, seed_cluster
 from tests.integration.test_statemachine import load_asl
 from tests.unit.test_webhook import alert, payload
 
@@ -68,6 +70,18 @@ SECRETS = {
 _KEY = derive_key(SECRETS["webhook_token"])
 SECRETS["approval_key_hex"] = _KEY.hex()
 SECRETS["approval_key_b64"] = base64.urlsafe_b64encode(_KEY).decode().rstrip("=")
+
+
+def families_at_tick_and_from_now() -> dict[str, list[Any]]:
+    """The DCGM history of ``test_snapshot_cli`` before the tick of ``events/assess-tick.json`` and again
+    around the real now, reaching 10 minutes past it: drain steps take their time from the clock, and on a
+    loaded machine minutes pass between the fixture and the last step — the newest sample stays fresh."""
+    shift = (int(time.time()) // STEP * STEP) + 600 - AT.timestamp()
+    both: dict[str, list[Any]] = {}
+    for metric, series in dcgm_families().items():
+        for labels, samples in series:
+            both.setdefault(metric, []).append((labels, [*samples, *((t + shift, v) for t, v in samples)]))
+    return both
 
 
 def leaked(text: str) -> list[str]:
@@ -167,7 +181,7 @@ def stack(
                                    (f"k8s.io/cluster-autoscaler/{gpu_cluster.cluster}", "owned"))
             ]
         )  # fmt: skip
-    prometheus: PrometheusServer = prometheus_factory(families_at_tick_and_now())
+    prometheus: PrometheusServer = prometheus_factory(families_at_tick_and_from_now())
     with KubernetesDouble(seed=7, resource_api_versions=None) as double:
         double.accept_tokens(SECRETS["kube_token"])
         seed_cluster(double, gpu_cluster.nodegroups["gpu-a10g"].instance_ids)
@@ -288,6 +302,11 @@ def test_every_lambda_handler_at_debug_logs_no_credential(stack: Stack) -> None:
     # AND an off-hours tick scales a node group down (drains through the state machine, saves its size)
     (converged,) = stack.invoke("offhours", [offhours_tick], RIGHTSIZER_OFFHOURS=json.dumps(OFFHOURS_A10G))
     assert converged["result"]["groups"], converged
+
+    # AND an assessment whose Kubernetes token was revoked fails, its error printed by the runtime itself
+    stack.double.revoke_token(SECRETS["kube_token"])
+    (refused,) = stack.invoke("assess", [tick])
+    assert refused.get("errorType"), refused
 
     # THEN every function logged at DEBUG (each Powertools logger at DEBUG too: lambda_at_debug checks),
     # and no planted credential is anywhere
