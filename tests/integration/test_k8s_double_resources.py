@@ -1,10 +1,11 @@
 """The Kubernetes API double over real HTTP, continued: discovery and DRA resources, DaemonSets, time scaling,
-loading a snapshot directory, and concurrency (fixtures and builders from ``test_k8s_double``)."""
+containers that exit on SIGTERM, loading a snapshot directory, and concurrency (fixtures and builders from ``test_k8s_double``)."""
 
 from __future__ import annotations
 
 import json
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -121,6 +122,43 @@ def test_time_scale_runs_grace_periods_faster_on_an_injected_clock() -> None:
         now[0] += 0.1
 
         assert alive is not None
+        assert double.get_pod("ml", "trainer") is None
+
+
+@pytest.mark.parametrize(
+    ("grace", "exit_s", "finalizer", "gone_after"),
+    [
+        (30, 2.0, False, 2.0),  # the containers exit on SIGTERM: the pod goes well before its deadline
+        (30, None, False, 30.0),  # default: the containers use the whole grace period
+        (1, 2.0, False, 1.0),  # the grace period still caps it (SIGKILL)
+        (30, 2.0, True, None),  # a finalizer keeps it terminating whatever the containers do
+    ],
+)
+def test_containers_that_exit_on_sigterm_let_the_pod_go_before_its_deletion_timestamp(
+    grace: int, exit_s: float | None, finalizer: bool, gone_after: float | None
+) -> None:
+    now = [T0]
+    with KubernetesDouble(clock=lambda: now[0], container_exit_seconds=exit_s) as double:
+        double.add_node(node("gpu-a"))
+        trainer = pod("trainer", grace=grace)
+        if finalizer:
+            trainer["metadata"]["finalizers"] = ["example.com/flush"]
+        double.add_pod(trainer)
+        httpx.delete(f"{double.base_url}/api/v1/namespaces/ml/pods/trainer")
+        terminating = double.get_pod("ml", "trainer")
+        assert terminating is not None
+        # deletionTimestamp stays the deadline (now + grace), as the API server sets it
+        assert terminating["metadata"]["deletionGracePeriodSeconds"] == grace
+        deadline = datetime.fromtimestamp(T0 + grace, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        assert terminating["metadata"]["deletionTimestamp"] == deadline
+
+        if gone_after is None:
+            now[0] += 3600
+            assert double.get_pod("ml", "trainer") is not None
+            return
+        now[0] = T0 + gone_after - 0.1
+        assert double.get_pod("ml", "trainer") is not None
+        now[0] = T0 + gone_after
         assert double.get_pod("ml", "trainer") is None
 
 

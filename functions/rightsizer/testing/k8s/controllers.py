@@ -215,7 +215,9 @@ class _Controllers(_Store):
     def _begin_termination(self, pod: JSON, key: tuple[str, str], now: float, grace: int) -> None:
         pod["metadata"]["deletionTimestamp"] = rfc3339(now + grace)
         pod["metadata"]["deletionGracePeriodSeconds"] = grace
-        self._deadlines[pod["metadata"]["uid"]] = (now + grace, key)
+        # deletionTimestamp is the deadline; containers that exit on SIGTERM let the kubelet go sooner.
+        stop = grace if self._exit_s is None else min(float(grace), self._exit_s)
+        self._deadlines[pod["metadata"]["uid"]] = (now + stop, key)
         self._bump(pod)
         self._pdbs_dirty = True
 

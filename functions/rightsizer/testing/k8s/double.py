@@ -30,9 +30,11 @@ Semantics covered (what GPU Rightsizer calls):
   ``metadata.generation``.
 - Pods: graceful deletion (``deletionTimestamp`` = now + grace, ``deletionGracePeriodSeconds``; grace from
   DeleteOptions, else ``spec.terminationGracePeriodSeconds``, else 30 s); unscheduled and terminal pods and
-  a grace of 0 go at once; UID and resourceVersion preconditions. A pod past its grace period stays
-  terminating while it has ``metadata.finalizers`` or its node is NotReady (no kubelet confirms the stop),
-  until its node is deleted.
+  a grace of 0 go at once; UID and resourceVersion preconditions. By default the containers use their whole
+  grace period (the worst case); ``container_exit_seconds`` makes them exit that long after SIGTERM, so the
+  kubelet removes the pod before ``deletionTimestamp``, as it does for a workload that handles SIGTERM. A pod
+  past that stays terminating while it has ``metadata.finalizers`` or its node is NotReady (no kubelet
+  confirms the stop), until its node is deleted.
 - Eviction (policy/v1): 201 with a Success ``Status``; 404; 409 on a UID precondition mismatch (checked
   before any budget is spent); Pending, terminal and terminating pods skip the budget; 500 InternalError for
   a pod matched by more than one PodDisruptionBudget; 429 TooManyRequests with a ``DisruptionBudget`` cause
@@ -117,6 +119,7 @@ class KubernetesDouble(_Serving):
         server_version: tuple[int, int] = (1, 33),
         user: str = "rightsizer",
         seed: int | None = None,
+        container_exit_seconds: float | None = None,
     ) -> None:
         """Create an empty cluster (no server yet; see ``start``).
 
@@ -132,9 +135,12 @@ class KubernetesDouble(_Serving):
             server_version: (major, minor) reported by ``/version``.
             user: the user name in Forbidden messages.
             seed: makes generated UIDs and name suffixes reproducible.
+            container_exit_seconds: seconds a terminating pod's containers take to exit after SIGTERM (capped
+                by its grace period); None = they use the whole grace period.
         """
         self._clock: Clock = clock or time.time
         self._time_scale = time_scale
+        self._exit_s = container_exit_seconds
         self._epoch = self._clock()
         self._offset = 0.0
         self._placement: Placement = placement or first_fit

@@ -48,6 +48,7 @@ class _Store:
     _dra_versions: tuple[str, ...]
     _recreated_kinds: set[str]
     _deadlines: dict[str, tuple[float, _Key]]
+    _exit_s: float | None
     _replaced: set[str]
     _unplaced: dict[str, tuple[_Key, str | None]]
     _starting: dict[str, tuple[float, _Key]]
