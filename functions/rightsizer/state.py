@@ -28,6 +28,7 @@ subclasses below.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -44,6 +45,7 @@ __all__ = [
     "REFUSAL_AT_MIN_SIZE",
     "REFUSAL_BUDGET_EXHAUSTED",
     "REFUSAL_SLOT_HELD",
+    "ApprovalDecision",
     "ApprovalRequest",
     "ApprovalStatus",
     "ApprovalStore",
@@ -64,6 +66,7 @@ __all__ = [
     "StateStore",
     "WorkflowRecord",
     "WorkflowRecords",
+    "approval_decision",
     "lease_ttl_seconds",
     "require_aware",
     "slot_refusal",
@@ -555,6 +558,84 @@ class ApprovalRequest:
     details: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class ApprovalDecision:
+    """A decision of an approval request, as a store writes it in one conditional write.
+
+    The rule is :func:`approval_decision`; a store only checks ``requires`` and writes ``sets`` atomically
+    (the memory store under its lock, the DynamoDB store as a ``ConditionExpression`` and an
+    ``UpdateExpression``), so both decide exactly alike.
+
+    Attributes:
+        status: the new status (never ``pending``).
+        decided_by, decided_at: who (``link``, ``cli:<user>``, ``timeout``) and when (aware, UTC).
+        nonce: the stored request must carry this nonce (a link's), or None (no nonce check).
+        unexpired_at: the stored ``expires_at`` must be later than this (the deciding instant), or None —
+            marking a request ``expired`` is allowed at or after its deadline.
+        snooze_until: for ``snoozed``, until when the node stays out of plans (aware, UTC); else None.
+    """
+
+    status: ApprovalStatus
+    decided_by: str
+    decided_at: datetime
+    nonce: str | None
+    unexpired_at: datetime | None
+    snooze_until: datetime | None
+
+    def allows(self, stored: ApprovalRequest | None) -> bool:
+        """Whether ``stored`` may take this decision: it exists, is ``pending``, carries ``nonce`` (when
+        required) and has not expired at ``unexpired_at`` (when required)."""
+        return (
+            stored is not None
+            and stored.status == "pending"
+            and (self.nonce is None or stored.nonce == self.nonce)
+            and (self.unexpired_at is None or stored.expires_at > self.unexpired_at)
+        )
+
+    def applied(self, stored: ApprovalRequest) -> ApprovalRequest:
+        """``stored`` after the write: status, decider, instant, and the snooze end when there is one."""
+        return dataclasses.replace(
+            stored,
+            status=self.status,
+            decided_by=self.decided_by,
+            decided_at=self.decided_at,
+            snooze_until=self.snooze_until or stored.snooze_until,
+        )
+
+
+def approval_decision(
+    status: ApprovalStatus,
+    *,
+    by: str,
+    now: datetime,
+    nonce: str | None = None,
+    snooze_until: datetime | None = None,
+) -> ApprovalDecision:
+    """The one rule of :meth:`ApprovalStore.decide_approval`: a request is decided once, while
+    ``pending``; by a link only with the link's ``nonce``; and — except when marking it ``expired`` at its
+    deadline — only before ``expires_at``.
+
+    Raises:
+        ValueError: ``status`` is ``pending`` or not a status; ``now``/``snooze_until`` naive; a
+            ``snooze_until`` for another status than ``snoozed``.
+    """
+    if status not in APPROVAL_STATUSES or status == "pending":
+        raise ValueError(f"an approval decision cannot be {status!r}")
+    if snooze_until is not None and status != "snoozed":
+        raise ValueError(f"snooze_until is only for a snooze, not {status!r}")
+    at = require_aware(now, "now").astimezone(UTC)
+    return ApprovalDecision(
+        status=status,
+        decided_by=by,
+        decided_at=at,
+        nonce=nonce,
+        unexpired_at=None if status == "expired" else at,
+        snooze_until=None
+        if snooze_until is None
+        else require_aware(snooze_until, "snooze_until").astimezone(UTC),
+    )
+
+
 @runtime_checkable
 class ApprovalStore(Protocol):
     """Approval requests of the bound cluster's drains and the snoozes people set on nodes."""
@@ -582,8 +663,8 @@ class ApprovalStore(Protocol):
         nonce: str | None = None,
         snooze_until: datetime | None = None,
     ) -> ApprovalRequest | None:
-        """Decide a pending request, once: one conditional write (status ``pending``, the ``nonce`` when
-        given, and — except for ``expired`` — ``expires_at > now``).
+        """Decide a pending request, once: one conditional write of :func:`approval_decision` (status
+        ``pending``, the ``nonce`` when given, and — except for ``expired`` — ``expires_at > now``).
 
         Returns:
             The decided request; ``None`` when the condition failed (decided before, expired, no such

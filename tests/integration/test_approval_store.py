@@ -17,7 +17,7 @@ import pytest
 
 from rightsizer.adapters.dynamodb_approvals import DynamoDbApprovals
 from rightsizer.adapters.memory_state import MemoryApprovals
-from rightsizer.state import ApprovalRequest, ApprovalStore
+from rightsizer.state import ApprovalRequest, ApprovalStatus, ApprovalStore, approval_decision
 from rightsizer.testing.dynamodb_table import create_state_table
 
 pytest_plugins = ["tests.support.moto_fixtures"]
@@ -106,3 +106,38 @@ def test_a_snooze_records_its_end_and_runs_until_it(store: ApprovalStore) -> Non
     assert store.snoozes(T0) == {"gpu-1": until, "gpu-2": T0 + timedelta(minutes=1)}
     assert store.snoozes(T0 + timedelta(minutes=1)) == {"gpu-1": until}
     assert store.snoozes(until) == {}
+
+
+@pytest.mark.parametrize(
+    ("before", "status", "nonce", "after"),
+    [
+        (None, "approved", "n-1", timedelta(minutes=10)),
+        (None, "rejected", "n-2", timedelta(minutes=10)),  # another request's link
+        (None, "snoozed", None, timedelta(minutes=59, seconds=59)),
+        (None, "approved", None, timedelta(hours=1)),  # at the deadline
+        (None, "expired", None, timedelta(hours=1)),
+        ("approved", "rejected", "n-1", timedelta(minutes=10)),  # decided before
+        ("rejected", "expired", None, timedelta(hours=2)),
+    ],
+)
+def test_both_stores_decide_exactly_as_the_rule_says(
+    store: ApprovalStore, before: ApprovalStatus | None, status: ApprovalStatus, nonce: str | None,
+    after: timedelta,
+) -> None:  # fmt: skip
+    # GIVEN a request, pending or decided before
+    opened(store)
+    if before is not None:
+        assert store.decide_approval("exec-1", before, by="cli:bob", now=T0) is not None
+    stored = store.get_approval("exec-1")
+    now = T0 + after
+    until = now + timedelta(hours=24) if status == "snoozed" else None
+    rule = approval_decision(status, by="link", now=now, nonce=nonce, snooze_until=until)
+
+    # WHEN the store decides it
+    decided = store.decide_approval("exec-1", status, by="link", now=now, nonce=nonce, snooze_until=until)
+
+    # THEN it wrote exactly when the rule allows it, exactly what the rule applies
+    assert (decided is not None) is rule.allows(stored)
+    assert stored is not None
+    expected = rule.applied(stored) if rule.allows(stored) else stored
+    assert store.get_approval("exec-1") == (decided or stored) == expected

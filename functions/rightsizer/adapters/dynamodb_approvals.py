@@ -27,7 +27,7 @@ from botocore.exceptions import ClientError
 from rightsizer.adapters.dynamodb_calls import table_errors
 from rightsizer.adapters.dynamodb_codec import epoch_text, from_epoch_text, iso
 from rightsizer.adapters.dynamodb_state import PK, SK, TTL_ATTRIBUTE
-from rightsizer.state import ApprovalRequest, ApprovalStatus, require_aware
+from rightsizer.state import ApprovalRequest, ApprovalStatus, approval_decision, require_aware
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
@@ -170,28 +170,29 @@ class DynamoDbApprovals:
         nonce: str | None = None,
         snooze_until: datetime | None = None,
     ) -> ApprovalRequest | None:
-        """``ApprovalStore.decide_approval``: one conditional UpdateItem returning the new item."""
-        now = _utc(now, "now")
+        """``ApprovalStore.decide_approval``: the rule (:func:`approval_decision`) as one conditional
+        UpdateItem returning the new item — ``allows`` as its condition, ``applied`` as its update."""
+        decision = approval_decision(status, by=by, now=now, nonce=nonce, snooze_until=snooze_until)
         names = {"#s": "status", "#by": "decided_by", "#at": "decided_at"}
         values: dict[str, Any] = {
-            ":s": {"S": status},
-            ":by": {"S": by},
-            ":at": {"S": iso(now)},
+            ":s": {"S": decision.status},
+            ":by": {"S": decision.decided_by},
+            ":at": {"S": iso(decision.decided_at)},
             ":pending": {"S": "pending"},
         }
         update = "SET #s = :s, #by = :by, #at = :at"
         condition = "#s = :pending"
-        if status != "expired":
+        if decision.unexpired_at is not None:
             names["#x"] = "expires"
-            values[":now"] = {"N": epoch_text(now)}
+            values[":now"] = {"N": epoch_text(decision.unexpired_at)}
             condition += " AND #x > :now"
-        if nonce is not None:
+        if decision.nonce is not None:
             names["#nonce"] = "nonce"
-            values[":nonce"] = {"S": nonce}
+            values[":nonce"] = {"S": decision.nonce}
             condition += " AND #nonce = :nonce"
-        if snooze_until is not None:
+        if decision.snooze_until is not None:
             names["#z"] = "snooze_until"
-            values[":z"] = {"S": iso(_utc(snooze_until, "snooze_until"))}
+            values[":z"] = {"S": iso(decision.snooze_until)}
             update += ", #z = :z"
         response = self._call(
             "UpdateItem",

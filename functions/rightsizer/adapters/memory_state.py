@@ -30,6 +30,7 @@ from rightsizer.state import (
     Slot,
     SlotRefusal,
     WorkflowRecord,
+    approval_decision,
     require_aware,
     slot_refusal,
     sorted_slots,
@@ -385,25 +386,15 @@ class MemoryApprovals:
         nonce: str | None = None,
         snooze_until: datetime | None = None,
     ) -> ApprovalRequest | None:
-        """Decide a pending request once (see ``ApprovalStore.decide_approval``)."""
-        now = _utc(now)
+        """Decide a pending request once (``ApprovalStore.decide_approval``): the rule's check and write
+        under the lock."""
+        decision = approval_decision(status, by=by, now=now, nonce=nonce, snooze_until=snooze_until)
         with self._lock:
             stored = self._requests.get(execution_id)
-            if stored is None or stored.status != "pending":
+            if stored is None or not decision.allows(stored):
                 return None
-            if nonce is not None and stored.nonce != nonce:
-                return None
-            if status != "expired" and stored.expires_at <= now:
-                return None
-            stored = dataclasses.replace(
-                stored,
-                status=status,
-                decided_by=by,
-                decided_at=now,
-                snooze_until=_utc(snooze_until, "snooze_until") if snooze_until else stored.snooze_until,
-            )
-            self._requests[execution_id] = stored
-            return stored
+            self._requests[execution_id] = decided = decision.applied(stored)
+            return decided
 
     def snooze(self, node: str, until: datetime, *, by: str, now: datetime) -> None:
         """Keep ``node`` out of plans until ``until``."""
