@@ -33,6 +33,10 @@ def test_rbac_grants_exactly_the_documented_verbs() -> None:
     assert ("", "pods", "delete") not in write
     assert grants("rightsizer-pod-delete") == {("", "pods", "delete")}
     assert read <= write
+    # The remedy of a 403 (adapters.kubernetes_rbac) names roles from a copy of these rules: kept equal
+    from rightsizer.adapters.kubernetes_rbac import CLUSTER_ROLES
+
+    assert {role: grants(role) for role in roles} == {role: set(g) for role, g in CLUSTER_ROLES.items()}
     bindings = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ClusterRoleBinding"}
     assert bindings["rightsizer"]["subjects"][0] == {
         "apiGroup": "rbac.authorization.k8s.io",

@@ -351,7 +351,9 @@ def test_scenario_b_403_names_identity_and_the_refused_verb(double: KubernetesDo
     assert caught.value.status == 403
     message = str(caught.value)
     assert "arn:aws:iam::000000000000:role/rs may not list pods" in message
-    assert "rightsizer-read" in message
+    # list pods is granted by the assessment's read role and by the drain's role: both are named, with whose
+    assert "bind the ClusterRole rightsizer-read (infra/k8s/rbac.yaml; the assess function's" in message
+    assert "or the ClusterRole rightsizer (infra/k8s/rbac.yaml; the drain and off-hours functions'" in message
     assert [r.status for r in calls(double, "/api/v1/pods")] == [403]  # 403 is never retried
 
 

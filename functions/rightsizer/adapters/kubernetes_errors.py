@@ -8,7 +8,8 @@ client already received. The shapes read are the API server's ``Status`` object 
 (Kubernetes API conventions, "Response Status Kind").
 
 Translation (docs/architecture.md §4 "Errors"): 401 and 403 are :class:`KubernetesAccessError` (a
-``PermanentError``) naming the identity, the refused verb/resource and the remedy (BUG-31); 429 and 5xx
+``PermanentError``) naming the identity, the refused verb/resource and the remedy — the ClusterRole that
+grants exactly that, ``adapters.kubernetes_rbac`` (BUG-31); 429 and 5xx
 are ``TransientError`` with the server's ``Retry-After``; status 0 (the client's TLS failure) and every
 other status are ``PermanentError``.
 """
@@ -19,13 +20,12 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any, Final, NamedTuple
 
+from rightsizer.adapters.kubernetes_rbac import remedy_403
 from rightsizer.domain.errors import PermanentError, TransientError
 from rightsizer.ports import JSON, AccessCheck
 
 __all__ = [
     "REMEDY_401",
-    "REMEDY_403",
-    "REMEDY_403_WRITE",
     "ApiAnswer",
     "KubernetesAccessError",
     "ListExpired",
@@ -41,14 +41,6 @@ REMEDY_401: Final = (
     "API_AND_CONFIG_MAP) with Kubernetes group rightsizer-read (rightsizer for the drain and off-hours "
     "functions), or an aws-auth ConfigMap mapRoles entry"
 )
-REMEDY_403: Final = (
-    "bind the ClusterRole rightsizer-read (infra/k8s/rbac.yaml) to the identity's Kubernetes group"
-)
-REMEDY_403_WRITE: Final = (
-    "bind the ClusterRole rightsizer (infra/k8s/rbac.yaml: nodes patch, pods/eviction create, events "
-    "create) to the identity's Kubernetes group (EKS access entry group rightsizer)"
-)
-_WRITE_VERBS: Final = frozenset({"create", "patch", "update", "delete"})
 
 
 class KubernetesAccessError(PermanentError):
@@ -168,14 +160,9 @@ def translate_api_error(
         )
     if status == 403:
         who = identity()
-        remedy = (
-            REMEDY_403_WRITE
-            if check.verb in _WRITE_VERBS and check.group != "authorization.k8s.io"
-            else REMEDY_403
-        )
         return KubernetesAccessError(
             f"Kubernetes API answered 403 Forbidden: {who} may not {check.describe()} ({message}). "
-            f"Remedy: {remedy}.",
+            f"Remedy: {remedy_403(check)}.",
             identity=who,
             check=check,
             status=403,

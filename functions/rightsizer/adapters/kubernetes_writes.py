@@ -15,13 +15,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Final
 
 from rightsizer.adapters.kubernetes_errors import (
-    REMEDY_403_WRITE,
     ApiAnswer,
     KubernetesAccessError,
     eviction_retry_after,
     namespace_terminating,
     status_text,
 )
+from rightsizer.adapters.kubernetes_rbac import remedy_403
 from rightsizer.adapters.kubernetes_transport import KubernetesTransport, client_module
 from rightsizer.domain.errors import PermanentError, StalePlan
 from rightsizer.domain.model import ANN_CORDONED_AT, ANN_CORDONED_BY
@@ -245,12 +245,12 @@ class KubernetesNodeWrites(KubernetesTransport):
             if namespace_terminating(answer.body):
                 # The namespace controller deletes the pod itself; kubectl drain waits for it too.
                 return EvictionOutcome("blocked", message, 5.0)
-            who = self.identity()
+            who, check = self.identity(), AccessCheck("create", "pods", "eviction")
             raise KubernetesAccessError(
                 f"Kubernetes API answered 403 Forbidden: {who} may not create pods/eviction ({message}). "
-                f"Remedy: {REMEDY_403_WRITE}.",
+                f"Remedy: {remedy_403(check)}.",
                 identity=who,
-                check=AccessCheck("create", "pods", "eviction"),
+                check=check,
                 status=403,
             )
         if answer.status == 404:
