@@ -375,3 +375,110 @@ def test_the_approval_task_payload_is_what_the_handler_parses() -> None:
     assert isinstance(parse_drain_task(sample), RequestApprovalTask)
     with pytest.raises(ValueError):
         parse_drain_task({"action": "request_approval", "execution_id": EXECUTION})  # no token
+
+
+def _approval_events(cluster: FakeClusterWriter) -> list[tuple[str, str, str]]:
+    return [
+        (e["reason"], e["type"], e["message"])
+        for e in cluster.events
+        if e["involvedObject"]["name"] == NODE and e["reason"].startswith("Approval")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("action", "reason", "kind", "says"),
+    [
+        ("approve", "ApprovalGranted", "Normal", "link approved draining the node"),
+        ("reject", "ApprovalRejected", "Normal", "link rejected draining the node"),
+        ("snooze", "ApprovalSnoozed", "Normal", "link snoozed the node's removal until 2026-11-0"),
+        (None, "ApprovalTimedOut", "Warning", "nobody approved draining the node in time"),
+    ],
+)
+def test_each_approval_outcome_is_one_event_on_the_node(
+    world: World, action: str | None, reason: str, kind: str, says: str
+) -> None:
+    # GIVEN a drain waiting for a person, who answers by link (or nobody does)
+    if action is not None:
+        world.tokens.while_waiting = lambda _token: world.click(action)
+
+    # WHEN the drain runs through the state machine
+    world.run()
+
+    # THEN the node carries the request and its outcome, once each, like the drain's other Events
+    [(requested, normal, asked), (outcome, outcome_kind, told)] = _approval_events(world.cluster)
+    assert (requested, normal) == ("ApprovalRequested", "Normal")
+    assert (
+        f"approve draining the node ({EXECUTION}); unanswered by 2026-11-02T11:00:00Z it is abandoned"
+        in asked
+    )
+    assert (outcome, outcome_kind) == (reason, kind) and says in told and EXECUTION in told
+    if action != "approve":
+        assert told.endswith("the drain is abandoned, nothing was cordoned")
+    else:  # approved before the cordon's own Event
+        reasons = [e["reason"] for e in world.cluster.events]
+        assert reasons.index("ApprovalGranted") < reasons.index("CordonedIdle")
+
+
+def test_a_request_that_could_not_be_published_is_a_warning_event() -> None:
+    # GIVEN the topic refuses the request (nobody is asked)
+    w = make_world()
+
+    def refuse(_subject: str, _message: str) -> None:
+        raise RuntimeError("sns:Publish denied")
+
+    w.notifier.publish = refuse  # type: ignore[method-assign]
+    use_drain_workflow(w.workflow)
+    try:
+        run = w.run()
+    finally:
+        use_drain_workflow(None)
+
+    # THEN the drain is abandoned with nothing cordoned, and the node says why
+    assert run.output["drain"]["message"] == "approval_request_failed" and w.never_cordoned()
+    [(reason, kind, message)] = _approval_events(w.cluster)
+    assert (reason, kind) == ("ApprovalRequestFailed", "Warning") and "could not ask for approval" in message
+
+
+def test_the_drains_cluster_role_may_record_the_approval_events(clock_double: Any) -> None:
+    """Against the Kubernetes double authorized by exactly the ClusterRole ``rightsizer`` of
+    infra/k8s/rbac.yaml (the drain's identity): its ``events create`` covers the approval Events."""
+    from botocore.credentials import ReadOnlyCredentials
+
+    from rightsizer.adapters.eks_auth import EksTokenSource
+    from rightsizer.adapters.kubernetes import KubernetesCluster
+    from rightsizer.services.drain import DrainRequest
+    from tests.integration.test_drain_safety_k8s import cluster_role
+
+    clock, double = clock_double
+    double.bind_cluster_role(cluster_role("rightsizer"))
+    double.add_node(gpu_node(NODE, instance_id=INSTANCE, created=AT - timedelta(days=2)))
+    w = make_world()
+    cluster = KubernetesCluster.for_eks(
+        double.base_url,
+        EksTokenSource("prod-eks", "us-east-1", lambda: ReadOnlyCredentials("AKID", "s", None)),
+    )
+    deps = w.workflow.deps
+    workflow = DrainWorkflow(DrainDeps(cluster, deps.scaler, deps.assessor, deps.state, deps.policy,
+                                       dry_run=False, clock=clock.now, approvals=deps.approvals))  # fmt: skip
+
+    def sleep(seconds: float) -> None:  # the person rejects from the CLI while the runner waits
+        clock.advance(seconds)
+        if w.approvals.get_approval(EXECUTION) is not None:
+            w.desk.decide(EXECUTION, "reject", by="cli:alice")
+
+    InProcessRunner(workflow, sleep=sleep).start(DrainRequest(NODE, EXECUTION, "cli", 5.672))
+
+    assert [e["reason"] for e in double.events(involved_name=NODE)] == [
+        "ApprovalRequested",
+        "ApprovalRejected",
+    ]
+    assert [r for r in double.requests if r.status == 403] == []
+
+
+@pytest.fixture
+def clock_double() -> Iterator[tuple[FakeClock, Any]]:
+    from rightsizer.testing.k8s import KubernetesDouble
+
+    clock = FakeClock(AT)
+    with KubernetesDouble(seed=7, resource_api_versions=None, clock=clock) as double:
+        yield clock, double

@@ -37,11 +37,14 @@ from rightsizer.domain.approval import (
     sign_token,
     verify_token,
 )
+from rightsizer.domain.holds import stamp
+from rightsizer.ports import ClusterWriter
 from rightsizer.state import ApprovalRequest, ApprovalStatus, ApprovalStore
 
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "APPROVAL_EVENTS",
     "APPROVAL_PATH",
     "ApprovalDesk",
     "ApprovalGate",
@@ -49,7 +52,9 @@ __all__ = [
     "Decision",
     "LinkResponse",
     "TaskCallback",
+    "approval_event",
     "approval_message",
+    "tell_cluster",
 ]
 
 #: The Function URL path of approval links.
@@ -136,6 +141,57 @@ def approval_message(
     return subject, "\n".join(lines)
 
 
+#: Kubernetes Event ``reason`` per approval outcome (CamelCase, as the drain's other Events), and whether it
+#: is a Warning: what happened to the request, on the Node it is about.
+APPROVAL_EVENTS: Final[Mapping[str, tuple[str, bool]]] = {
+    "requested": ("ApprovalRequested", False),
+    "approved": ("ApprovalGranted", False),
+    "rejected": ("ApprovalRejected", False),
+    "snoozed": ("ApprovalSnoozed", False),
+    "expired": ("ApprovalTimedOut", True),
+    "unpublished": ("ApprovalRequestFailed", True),
+}
+
+
+def approval_event(outcome: str, execution_id: str, request: ApprovalRequest | None) -> tuple[str, str, bool]:
+    """The Event of an approval outcome: (reason, message, warning).
+
+    Args:
+        outcome: a key of :data:`APPROVAL_EVENTS` (``requested`` when the request was published,
+            ``unpublished`` when it never was; else the request's decided status).
+        execution_id: the waiting drain, named in the message.
+        request: the request as stored (who decided, the deadline, the snooze's end), if any.
+
+    Raises:
+        KeyError: an unknown ``outcome``.
+    """
+    reason, warning = APPROVAL_EVENTS[outcome]
+    by = (request.decided_by if request else None) or "a person"
+    text = {
+        "requested": "rightsizer asks a person to approve draining the node",
+        "approved": f"{by} approved draining the node",
+        "rejected": f"{by} rejected draining the node",
+        "snoozed": f"{by} snoozed the node's removal"
+        + (f" until {stamp(request.snooze_until)}" if request and request.snooze_until else ""),
+        "expired": "nobody approved draining the node in time",
+        "unpublished": "rightsizer could not ask for approval to drain the node",
+    }[outcome]
+    if outcome == "requested":
+        then = f"; unanswered by {stamp(request.expires_at)} it is abandoned" if request else ""
+    else:
+        then = "" if outcome == "approved" else "; the drain is abandoned, nothing was cordoned"
+    return reason, f"{text} ({execution_id}){then}", warning
+
+
+def tell_cluster(
+    cluster: ClusterWriter, node: str, outcome: str, execution_id: str, request: ApprovalRequest | None
+) -> None:
+    """Record the Event of an approval ``outcome`` on ``node`` (:func:`approval_event`; best effort, as
+    every Event: ``ClusterWriter.emit_event`` never raises)."""
+    reason, message, warning = approval_event(outcome, execution_id, request)
+    cluster.emit_event(node, reason, message, warning=warning)
+
+
 @dataclass
 class ApprovalGate:
     """The workflow's side: open and publish a request, read the decision.
@@ -182,11 +238,14 @@ class ApprovalGate:
         expires_at: datetime,
         snooze_seconds: int,
         task_token: str | None,
-    ) -> ApprovalRequest:
+    ) -> tuple[ApprovalRequest, bool]:
         """Open (or re-enter) the request of ``execution_id`` and publish it once.
 
         A request that exists keeps its nonce and deadline and gets ``task_token``; it is published
         again only if its first publication did not complete.
+
+        Returns:
+            The request as stored, and whether this call published it (the caller tells the cluster once).
         """
         request = self.store.open_approval(
             ApprovalRequest(
@@ -199,7 +258,8 @@ class ApprovalGate:
                 details=dict(details),
             )
         )
-        if not request.notified and request.status == "pending":
+        published = not request.notified and request.status == "pending"
+        if published:
             subject, message = approval_message(
                 self.cluster, request, self.links(request, snooze_seconds), snooze_seconds
             )
@@ -210,7 +270,7 @@ class ApprovalGate:
             else:  # in process without a topic, the log is where the operator reads the request
                 log.warning("approval requested for %s (%s):\n%s", node, execution_id, message)
             self.store.mark_notified(execution_id)
-        return request
+        return request, published
 
 
 @dataclass(frozen=True)

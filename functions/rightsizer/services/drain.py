@@ -19,12 +19,8 @@ from typing import Any
 
 from rightsizer.domain.catalog import HOURS_PER_MONTH
 from rightsizer.domain.errors import PermanentError, RightsizerError, StalePlan, TransientError
-from rightsizer.domain.model import (
-    ANN_CORDONED_BY,
-    Node,
-    Pod,
-    PodDisruptionBudget,
-)
+from rightsizer.domain.holds import stamp
+from rightsizer.domain.model import ANN_CORDONED_BY, Node, Pod, PodDisruptionBudget
 from rightsizer.domain.names import dns1123_subdomain_problem
 from rightsizer.domain.plan import NodeReport
 from rightsizer.domain.pods import PodContext, classify_pods
@@ -32,7 +28,7 @@ from rightsizer.domain.policy import Policy
 from rightsizer.domain.verdicts import blocking_reasons
 from rightsizer.domain.volumes import UNKNOWN_VOLUMES, VolumeFacts
 from rightsizer.ports import Assessor, ClusterWriter, EvictionOutcome, NodeScaler
-from rightsizer.services.approval import ApprovalGate
+from rightsizer.services.approval import ApprovalGate, tell_cluster
 from rightsizer.services.backoff import failure_backoff
 from rightsizer.services.live_reads import gone_controllers
 from rightsizer.services.node_view import node_local_volume_facts
@@ -501,10 +497,12 @@ class DrainWorkflow:
         expires = datetime.fromisoformat(approval.pop("expires_at"))
         keys = ("node_group", "instance_id", "hourly_savings_usd")
         shown = {**approval, **{k: record.details.get(k) for k in keys}, "instance_id": record.instance_id}
-        self.deps.approvals.open(
+        opened, published = self.deps.approvals.open(
             execution_id, record.node, shown, now=self._now(), expires_at=expires,
             snooze_seconds=self.deps.policy.approval_snooze, task_token=task_token,
         )  # fmt: skip
+        if published:  # once per request, like the message on the topic
+            tell_cluster(self.deps.cluster, record.node, "requested", execution_id, opened)
         wait = max(1.0, (expires - self._now()).total_seconds())
         return StepResult(execution_id, "approval", "approval", "running", wait, "approval requested")
 
@@ -516,28 +514,31 @@ class DrainWorkflow:
             return self._end(record, "abandoned", "approval_unavailable", step="approval")
         expires = datetime.fromisoformat(record.details["approval"]["expires_at"])
         request = gate.store.get_approval(record.execution_id)
+        # Each outcome is told on the node once the record moved on (a retried step then says nothing).
         if request is None or not request.notified:  # the request could not be published: nobody asked
-            return self._end(record, "abandoned", "approval_request_failed", step="approval")
+            ended = self._end(record, "abandoned", "approval_request_failed", step="approval")
+            tell_cluster(self.deps.cluster, record.node, "unpublished", record.execution_id, request)
+            return ended
         if request.status == "pending" and now >= expires:
             # One conditional write: a decision that got in first wins, and is read back here.
             gate.store.decide_approval(record.execution_id, "expired", by="timeout", now=now)
             request = gate.store.get_approval(record.execution_id) or request
         if request.status == "approved":
             self._renew(record)
-            return self._next(record, "approval", "cordon", message=f"approved by {request.decided_by}")
+            moved = self._next(record, "approval", "cordon", message=f"approved by {request.decided_by}")
+            tell_cluster(self.deps.cluster, record.node, "approved", record.execution_id, request)
+            return moved
         if request.status == "pending":
             wait = max(1.0, (expires - now).total_seconds())
             return self._next(record, "approval", "approval", wait=wait, message="waiting for approval")
-        until = (
-            request.snooze_until.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-            if request.snooze_until
-            else ""
-        )
+        until = stamp(request.snooze_until) if request.snooze_until else ""
         reason = {
             "rejected": f"approval_rejected:{request.decided_by}",
             "snoozed": f"approval_snoozed:until:{until}",
         }.get(request.status, "approval_timeout")
-        return self._end(record, "abandoned", reason, step="approval")
+        ended = self._end(record, "abandoned", reason, step="approval")
+        tell_cluster(self.deps.cluster, record.node, request.status, record.execution_id, request)
+        return ended
 
     def _step_cordon(self, record: WorkflowRecord) -> StepResult:
         self._renew(record)
