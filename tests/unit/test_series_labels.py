@@ -36,6 +36,7 @@ from rightsizer.domain.usage import (
     gpu_activity,
 )
 from tests.builders import AT, gpu_node, pod
+from tests.support.recording import RecordingMap
 
 WINDOW = Window(end=AT.timestamp(), seconds=1800, step=60)
 GRID = [WINDOW.end - 60 * k for k in range(29, -1, -1)]
@@ -50,26 +51,6 @@ UNREAD = {
     "label_ci_token": "SECRET-series-label-k3y7x9",
     "endpoint": "metrics",
 }
-
-
-class _Recording(dict[str, str]):
-    """A label map that records the keys looked up in it (iteration is copying, not reading)."""
-
-    def __init__(self, data: Mapping[str, str], log: set[str]) -> None:
-        super().__init__(data)
-        self.log = log
-
-    def get(self, key: Any, default: Any = None) -> Any:
-        self.log.add(key)
-        return super().get(key, default)
-
-    def __getitem__(self, key: str) -> str:
-        self.log.add(key)
-        return super().__getitem__(key)
-
-    def __contains__(self, key: object) -> bool:
-        self.log.add(str(key))
-        return super().__contains__(key)
 
 
 def _cluster() -> tuple[list[Node], list[Pod]]:
@@ -134,7 +115,7 @@ def _format1(
 def reads() -> set[str]:
     """Every series label key the readers look up, with the reducer reading every label it is given."""
     log: set[str] = set()
-    fed = [(k, m, _Recording(labels, log), t, v) for k, m, labels, t, v in _series()]
+    fed = [(k, m, RecordingMap(labels, log), t, v) for k, m, labels, t, v in _series()]
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(observation_signals, "read_labels", lambda labels, keep: labels)
         signals = _reduce(fed)

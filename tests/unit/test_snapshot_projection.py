@@ -8,7 +8,7 @@ same snapshot or the policy compares it (a read the projection would drop fails)
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,26 +29,7 @@ from rightsizer.domain.model import ClusterSnapshot, Ec2Instance, Inventory
 from rightsizer.domain.planner import plan
 from rightsizer.domain.policy import Policy
 from tests.builders import asg, const, gpu_node, merge_metrics, node_devices, pdb, pod, snapshot
-
-
-class _Recording(dict[str, str]):
-    """A label/annotation/tag map that records the keys looked up in it."""
-
-    def __init__(self, data: Mapping[str, str], log: set[str]) -> None:
-        super().__init__(data)
-        self.log = log
-
-    def get(self, key: Any, default: Any = None) -> Any:
-        self.log.add(key)
-        return super().get(key, default)
-
-    def __getitem__(self, key: str) -> str:
-        self.log.add(key)
-        return super().__getitem__(key)
-
-    def __contains__(self, key: object) -> bool:
-        self.log.add(str(key))
-        return super().__contains__(key)
+from tests.support.recording import RecordingMap
 
 
 @dataclass
@@ -66,20 +47,20 @@ class Reads:
 
 def _record(snap: ClusterSnapshot, policy: Policy, reads: Reads) -> None:
     for node in snap.nodes:
-        object.__setattr__(node.metadata, "labels", _Recording(node.metadata.labels, reads.node_labels))
+        object.__setattr__(node.metadata, "labels", RecordingMap(node.metadata.labels, reads.node_labels))
         object.__setattr__(
-            node.metadata, "annotations", _Recording(node.metadata.annotations, reads.node_annotations)
+            node.metadata, "annotations", RecordingMap(node.metadata.annotations, reads.node_annotations)
         )
     for p in snap.pods:
-        object.__setattr__(p.metadata, "labels", _Recording(p.metadata.labels, reads.pod_labels))
+        object.__setattr__(p.metadata, "labels", RecordingMap(p.metadata.labels, reads.pod_labels))
         object.__setattr__(
-            p.metadata, "annotations", _Recording(p.metadata.annotations, reads.pod_annotations)
+            p.metadata, "annotations", RecordingMap(p.metadata.annotations, reads.pod_annotations)
         )
         reads.node_selected |= set(p.spec.nodeSelector)
     for group in snap.inventory.groups.values():
-        object.__setattr__(group, "tags", _Recording(group.tags, reads.asg_tags))
+        object.__setattr__(group, "tags", RecordingMap(group.tags, reads.asg_tags))
     for instance in (snap.inventory.instances or {}).values():
-        object.__setattr__(instance, "tags", _Recording(instance.tags, reads.instance_tags))
+        object.__setattr__(instance, "tags", RecordingMap(instance.tags, reads.instance_tags))
     for budget in snap.pdbs:
         selector = budget.spec.selector
         if selector is not None:
@@ -205,7 +186,7 @@ def test_asg_tags_are_read_by_the_opt_in_and_the_self_managed_node_group_name() 
     from rightsizer.domain.model import opt_in_refusal
 
     log: set[str] = set()
-    opt_in_refusal(_Recording({"rightsizer.io/enabled": "true"}, log), "c", asg=True)
+    opt_in_refusal(RecordingMap({"rightsizer.io/enabled": "true"}, log), "c", asg=True)
     docs = {
         "snapshot.json": {
             "taken_at": "2026-11-02T10:00:00Z",
