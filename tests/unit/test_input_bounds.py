@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -189,6 +190,7 @@ class _BlockingWorkflow:
 
     def start(self, request: DrainRequest) -> Any:
         self.started.append(request.execution_id)
+        return SimpleNamespace(status="running")  # the record, as far as the runner reads it
 
     def step(self, execution_id: str) -> StepResult:
         with self.lock:
