@@ -26,7 +26,6 @@ from rightsizer.adapters.snapshot_dir import load_snapshot
 from rightsizer.cli import example_snapshot_dir
 from rightsizer.domain.approval import ApprovalClaims, derive_key, sign_token
 from rightsizer.domain.policy import Policy
-from rightsizer.handler_support import use_drain_workflow
 from rightsizer.localserve import function_url_event
 from rightsizer.services.approval import ApprovalDesk, ApprovalGate
 from rightsizer.services.assess import AssessmentDeps, run_assessment
@@ -36,19 +35,16 @@ from rightsizer.services.webhook import MemoryDuplicateGuard, WebhookIntake
 from rightsizer.testing.fakes import FakeClock, FakeClusterWriter, FakeNodeScaler
 from rightsizer.webhook_handler import function_url_handler
 from tests.builders import AT, gpu_node
-from tests.integration.test_statemachine import (
-    ASG,
-    DRAIN_ARN,
-    INSTANCE,
-    NODE,
+from tests.integration.test_statemachine import ASG, INSTANCE, NODE, IdleAssessor, request
+from tests.support.asl import (
+    ROOT,
     AslInterpreter,
     Execution,
-    IdleAssessor,
     LambdaContext,
     TaskTokens,
-    drain_handler,
+    drain_machine,
     load_asl,
-    request,
+    serving,
 )
 
 pytestmark = pytest.mark.integration
@@ -144,24 +140,15 @@ def make_world(policy: dict[str, Any] | None = None) -> World:
         )
     )  # fmt: skip
     desk = ApprovalDesk("prod-eks", approvals, tokens, derive_key(SECRET), clock=clock.now)
-    handler, context = drain_handler(), LambdaContext()
-
-    def invoke(function_arn: str, payload: dict[str, Any]) -> Any:
-        assert function_arn == DRAIN_ARN
-        return handler(payload, context)
-
-    interpreter = AslInterpreter(load_asl(), invoke, clock, tokens=tokens)
+    interpreter = drain_machine(clock, tokens=tokens)
     return World(clock, cluster, scaler, state, approvals, notifier, tokens, desk, interpreter, workflow)
 
 
 @pytest.fixture
 def world() -> Iterator[World]:
     w = make_world()
-    use_drain_workflow(w.workflow)
-    try:
+    with serving(w.workflow):
         yield w
-    finally:
-        use_drain_workflow(None)
 
 
 def test_approve_by_link_drains_through_the_state_machine(world: World) -> None:
@@ -296,11 +283,8 @@ def test_a_reused_link_answers_409_and_changes_nothing(world: World) -> None:
 def test_a_node_group_override_decides_and_dry_run_asks_nobody() -> None:
     # no approval for this group (override), although the global setting requires it
     w = make_world({"approval_node_groups": {ASG: "none"}})
-    use_drain_workflow(w.workflow)
-    try:
+    with serving(w.workflow):
         run = w.run()
-    finally:
-        use_drain_workflow(None)
     assert run.output["drain"]["status"] == "succeeded"
     assert "AwaitApproval" not in run.states and w.notifier.messages == []
     # and the policy names a wrong value's key
@@ -366,7 +350,6 @@ def test_a_snooze_makes_the_node_protected_in_the_assessment_until_it_ends() -> 
 
 def test_the_approval_task_payload_is_what_the_handler_parses() -> None:
     from rightsizer.handler_support import RequestApprovalTask, parse_drain_task
-    from tests.integration.test_statemachine import ROOT
 
     payload = load_asl()["States"]["AwaitApproval"]["Parameters"]["Payload"]
     assert payload == {"action": "request_approval", "execution_id.$": "$.execution_id",
@@ -426,12 +409,9 @@ def test_a_request_that_could_not_be_published_is_a_warning_event() -> None:
     def refuse(_subject: str, _message: str) -> None:
         raise RuntimeError("sns:Publish denied")
 
-    w.notifier.publish = refuse  # type: ignore[method-assign]
-    use_drain_workflow(w.workflow)
-    try:
+    w.notifier.publish = refuse  # type: ignore[method-assign,assignment]
+    with serving(w.workflow):
         run = w.run()
-    finally:
-        use_drain_workflow(None)
 
     # THEN the drain is abandoned with nothing cordoned, and the node says why
     assert run.output["drain"]["message"] == "approval_request_failed" and w.never_cordoned()

@@ -30,8 +30,8 @@ from rightsizer.testing.k8s import KubernetesDouble
 from rightsizer.testing.moto_eks import BuiltCluster, MotoServer
 from rightsizer.wiring import clear_lambda_runtime, lambda_runtime, parts, settings
 from tests.builders import AT, STEP
-from tests.integration.test_snapshot_cli import dcgm_families, seed_cluster
 from tests.integration.test_statemachine import LambdaContext, load_asl
+from tests.support.planted_cluster import dcgm_families, seed_cluster, write_kubeconfig
 
 if TYPE_CHECKING:
     from tests.support.prometheus_server import PrometheusServer
@@ -105,14 +105,7 @@ def deployment(
     prometheus: PrometheusServer = prometheus_factory(families_at_tick_and_now())
     with KubernetesDouble(seed=7, resource_api_versions=None) as double:
         seed_cluster(double, gpu_cluster.nodegroups["gpu-a10g"].instance_ids)
-        kubeconfig = tmp_path / "kubeconfig"
-        kubeconfig.write_text(
-            "apiVersion: v1\nkind: Config\ncurrent-context: double\n"
-            f"clusters:\n- name: double\n  cluster:\n    server: {double.base_url}\n"
-            "users:\n- name: rightsizer\n  user:\n    token: local-test-token\n"
-            "contexts:\n- name: double\n  context:\n    cluster: double\n    user: rightsizer\n",
-            encoding="utf-8",
-        )
+        kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", double.base_url)
         # The template's environment …
         env = {
             "RIGHTSIZER_CLUSTER_NAME": gpu_cluster.cluster,

@@ -22,19 +22,12 @@ from rightsizer.domain.errors import TransientError
 from rightsizer.domain.model import ANN_CORDONED_BY
 from rightsizer.domain.plan import NodeReport
 from rightsizer.domain.policy import Policy
-from rightsizer.handler_support import use_drain_workflow
 from rightsizer.services.drain import DrainDeps
 from rightsizer.services.resize import ResizeRequest, ResizeWorkflow
 from rightsizer.services.runner import InProcessRunner
 from rightsizer.testing.fakes import FakeClock, FakeClusterWriter, FakeNodeScaler
 from tests.builders import AT, gpu_node, pod
-from tests.integration.test_statemachine import (
-    DRAIN_ARN,
-    AslInterpreter,
-    LambdaContext,
-    drain_handler,
-    load_asl,
-)
+from tests.support.asl import AslInterpreter, drain_machine, serving
 from tests.support.resize_world import FakeInstances, Kubelet
 
 pytestmark = pytest.mark.integration
@@ -95,21 +88,12 @@ def make_world(*, broken: frozenset[str] = frozenset(), policy: dict[str, Any] |
 @pytest.fixture
 def world() -> Iterator[World]:
     w = make_world()
-    use_drain_workflow(w.workflow)
-    try:
+    with serving(w.workflow):
         yield w
-    finally:
-        use_drain_workflow(None)
 
 
 def asl(w: World) -> AslInterpreter:
-    handler, context = drain_handler(), LambdaContext()
-
-    def invoke(function_arn: str, payload: dict[str, Any]) -> Any:
-        assert function_arn == DRAIN_ARN
-        return handler(payload, context)
-
-    return AslInterpreter(load_asl(), invoke, w.clock)
+    return drain_machine(w.clock)
 
 
 def request(target: str = "g5.xlarge") -> dict[str, Any]:
@@ -179,11 +163,8 @@ def test_insufficient_capacity_on_start_restores_the_original_type_through_the_s
 def test_a_node_that_never_gets_its_gpus_is_rolled_back_at_the_deadline() -> None:
     # The new type's AMI has no driver for its GPU: the Node comes back Ready with 0 GPUs allocatable.
     w = make_world(broken=frozenset({"g5.xlarge"}), policy={"resize_timeout": 120})
-    use_drain_workflow(w.workflow)
-    try:
+    with serving(w.workflow):
         run = asl(w).run(request(), EXECUTION)
-    finally:
-        use_drain_workflow(None)
 
     assert (run.status, run.error) == ("FAILED", "DrainFailed")
     assert_status(w, "rolled_back")

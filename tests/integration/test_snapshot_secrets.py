@@ -29,11 +29,12 @@ from rightsizer.adapters.snapshot_projection import project_documents
 from rightsizer.services.snapshot import ObserveRequest, metric_documents, observe
 from rightsizer.testing.k8s import KubernetesDouble
 from tests.builders import AT, STEP, WINDOW, gpu_node, pdb, pod, pv, pvc, rfc
-from tests.integration.test_snapshot_cli import (
+from tests.support.planted_cluster import (
     NODES,
     dcgm_families,
     node_ip,
     run,
+    snapshot_and_plans,
     static_tokens,
     write_config,
 )
@@ -305,16 +306,7 @@ def test_no_planted_secret_reaches_the_snapshot_and_the_decision_is_unchanged(
     raw = tmp_path / "raw"
 
     # WHEN the cluster is snapshotted, then planned from the snapshot and live at the same instant
-    code, _, err = run(["snapshot", "--config", str(config), "--out", str(out), "--at", rfc(AT)], capsys)
-    assert code == 0, err
-    code, from_snapshot, err = run(
-        ["plan", "--snapshot", str(out), "--policy", str(policy), "--at", rfc(AT), "--json"], capsys
-    )
-    assert code == 0, err
-    code, live, err = run(
-        ["plan", "--config", str(config), "--policy", str(policy), "--at", rfc(AT), "--json"], capsys
-    )
-    assert code == 0, err
+    from_snapshot, live = snapshot_and_plans(config, policy, out, capsys)
 
     # THEN no secret is in any written file, nor in what either plan printed
     assert leaked(out) == {}
