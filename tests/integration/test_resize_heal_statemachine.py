@@ -242,3 +242,35 @@ def test_a_resize_that_died_waiting_for_its_node_goes_on_under_its_own_deadline(
     assert_serving_as(w, serving)
     stops = w.ec2.calls.count("stop")
     assert stops == (1 if status == "succeeded" else 2)
+
+
+def test_a_restore_that_cannot_start_the_instance_keeps_trying_until_it_runs() -> None:
+    # g5.xlarge has no capacity (the resize restores) and neither has g5.4xlarge for a long time: past the
+    # restore deadline the workflow does not end with the instance stopped, it retries every 5 min.
+    from rightsizer.domain.errors import TransientError
+    from rightsizer.services.resize import RESTORE_RETRY_S
+    from rightsizer.services.runner import InProcessRunner
+
+    w = make_world(policy={"resize_timeout": 120})
+    capacity_back = w.clock.now() + timedelta(hours=2)
+    real_start = w.ec2.start
+
+    def start(instance_id: str) -> None:
+        if w.ec2.instance_type == "g5.xlarge" or w.clock.now() < capacity_back:
+            w.ec2.calls.append(f"start {w.ec2.instance_type}")
+            raise TransientError(f"InsufficientInstanceCapacity: no {w.ec2.instance_type}")
+        real_start(instance_id)
+
+    w.ec2.start = start  # type: ignore[method-assign]
+    result = InProcessRunner(w.workflow, sleep=w.clock.advance).start(
+        ResizeRequest(NODE, EXECUTION, target_type="g5.xlarge")
+    )
+    assert result == EXECUTION
+    record = w.state.load(EXECUTION)
+    assert record is not None and record.status == "rolled_back", record
+    assert w.clock.now() >= capacity_back
+    assert_serving_as(w, "g5.4xlarge")
+    retrying = [e for e in w.cluster.events if e["reason"] == "ResizeRestoreRetrying"]
+    assert retrying and all(e["type"] == "Warning" for e in retrying)
+    # bounded: about one retry per RESTORE_RETRY_S after the deadline, not a busy loop
+    assert len(retrying) <= timedelta(hours=2).total_seconds() / RESTORE_RETRY_S + 2

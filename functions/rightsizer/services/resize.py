@@ -12,7 +12,8 @@ carries ``rightsizer.io/resize=allowed`` with policy ``allow_resize: true``. Onc
 stopped, every failure — insufficient capacity or an unsupported type on start, the instance falling back
 to stopped, the Node not Ready with the new type's GPUs allocatable by the deadline — restores: the
 original type is set and started, and the workflow ends ``rolled_back`` once the Node is Ready again and
-uncordoned. Savings (old minus new on-demand USD per hour) are booked only when the new type serves.
+uncordoned. A restore that cannot start the instance keeps trying (every ``RESTORE_RETRY_S`` past its
+deadline); only a restored instance whose Node never gets Ready ends ``failed`` (uncordoned, for a person). Savings (old minus new on-demand USD per hour) are booked only when the new type serves.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ log = logging.getLogger(__name__)
 KIND = "resize_instance"
 RESIZE_STEPS = ("stop", "stopped", "set_type", "start", "ready", "uncordon")
 STANDALONE_GROUP = "standalone"
+#: Seconds between start attempts of an instance whose restore is past its deadline (it is never left stopped).
+RESTORE_RETRY_S = 300.0
 # A busy node's workload is not an idle holder to protect, and the budget is re-checked by the slot.
 _RESIZE_EXEMPT = frozenset({"disruption_budget_exhausted", "idle_gpu_holder"})
 
@@ -188,10 +191,21 @@ class ResizeWorkflow(DrainWorkflow):
         if record.status != "running":
             return StepResult(execution_id, step, None, record.status, 0.0, "already finished")
         if record.details.get("restoring"):
-            # A failure while restoring: keep trying the restore from where it stands, bounded by its deadline.
-            if self._now() > self._deadline(record) + timedelta(seconds=self.deps.policy.resize_timeout):
+            # A failure while restoring: keep trying the restore from where it stands.
+            if self._now() <= self._deadline(record) + timedelta(seconds=self.deps.policy.resize_timeout):
+                return self._next(record, step, "stopped", wait=POLL_S, message=f"restoring after: {reason}")
+            assert record.instance_id is not None
+            if self._changer().describe(record.instance_id).state in ("running", "pending"):
                 return self._give_up(record, f"restore failed: {reason}")
-            return self._next(record, step, "stopped", wait=POLL_S, message=f"restoring after: {reason}")
+            # Never end with the instance stopped (it is the user's): past the restore deadline the start
+            # is retried every RESTORE_RETRY_S, the Node stays cordoned, each retry warns on the Node.
+            message = (
+                f"{record.instance_id} still not running as {record.details.get('original_type')}: {reason}"
+            )
+            self.deps.cluster.emit_event(
+                record.node, "ResizeRestoreRetrying", f"rightsizer: {message}", warning=True
+            )
+            return self._next(record, step, "stopped", wait=RESTORE_RETRY_S, message=f"retrying: {message}")
         return self._restore(record, reason, step=step)
 
     # ------------------------------------------------------------------------------------ steps
