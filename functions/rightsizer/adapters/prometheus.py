@@ -47,6 +47,8 @@ import orjson
 from botocore.auth import SigV4Auth as _BotocoreSigV4
 from botocore.awsrequest import AWSRequest
 
+from rightsizer.adapters import prometheus_matrix
+from rightsizer.adapters.prometheus_matrix import MatrixFeeder
 from rightsizer.domain.errors import ConfigError, PermanentError, TransientError
 from rightsizer.domain.join import NodeJoiner
 from rightsizer.domain.observation import (
@@ -301,9 +303,11 @@ class PrometheusClient:
         smaller of ``timeout`` and what is left. Returns and raises as ``query``; the answer is a
         ``matrix`` for a valid expression.
         """
-        return self.query_range_lazy(expr, start, end, step, budget=budget)()
+        return self._json(
+            self._post("/api/v1/query_range", self._range_form(expr, start, end, step), budget=budget)
+        )
 
-    def query_range_lazy(
+    def query_range_bytes(
         self,
         expr: str,
         start: float | datetime,
@@ -311,16 +315,13 @@ class PrometheusClient:
         step: float,
         *,
         budget: float | None = None,
-    ) -> Callable[[], dict[str, Any]]:
-        """``query_range`` whose answer is decoded only when the returned function is called.
-
-        Concurrent callers can then wait for Prometheus together but decode one answer at a time: a
-        decoded answer is many times its JSON bytes in Python objects. Raises as ``query`` for transport
-        and HTTP errors; the returned function raises ``PrometheusQueryError`` for a non-success answer.
-        """
-        form = self._range_form(expr, start, end, step)
-        response = self._post("/api/v1/query_range", form, budget=budget)
-        return lambda: self._json(response)
+    ) -> bytes:
+        """``query_range`` answer bytes of a 2xx, undecoded: ``collect_live`` waits for Prometheus from
+        several threads but decodes one answer at a time (``prometheus_matrix``), since a decoded answer
+        is many times its JSON. Raises as ``query`` for transport and HTTP errors."""
+        return self._post(
+            "/api/v1/query_range", self._range_form(expr, start, end, step), budget=budget
+        ).content
 
     def query_range_raw(
         self, expr: str, start: float | datetime, end: float | datetime, step: float
@@ -620,38 +621,20 @@ def _cyclic_gc_paused() -> Generator[None, None, None]:
             gc.enable()
 
 
-def _reduce_answer(
-    reducer: ObservationReducer, q: MetricQuery, decode: Callable[[], dict[str, Any]]
-) -> str | None:
+def _reduce_answer(feeder: MatrixFeeder, q: MetricQuery, content: bytes, stats: ClientStats) -> str | None:
     """Decode one answer of ``q`` and feed it to the reducer; why it is unusable, or None."""
     try:
-        answer = decode()
-        problem = answer_problem(answer, "matrix")
+        answer = prometheus_matrix.decode(content)
+        problem = answer_problem(answer.envelope(), "matrix")
+        if answer.status == "success":
+            stats.answered(answer.engine_seconds)
         if problem is None:
-            _feed(reducer, _file_kind(q), q.metric, answer["data"]["result"])
+            feeder.feed(_file_kind(q), q.metric, answer)
         elif problem == "warnings":  # still unusable, but named: AMP's samples warning means reshape (BUG-50)
-            problem = f"warnings: {'; '.join(map(str, answer['warnings']))[:300]}"
-    except PrometheusQueryError as exc:
-        return f"{type(exc).__name__}: {exc}"
+            problem = f"warnings: {'; '.join(map(str, answer.warnings or ()))[:300]}"
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
         return f"malformed: {exc}"
     return problem
-
-
-def _feed(reducer: ObservationReducer, kind: str, metric: str, result: Sequence[Mapping[str, Any]]) -> None:
-    """Hand one answer's series to the reducer, points as floats ("NaN", "+Inf" included): no per-series
-    object outlives this call, only the reducer's per-device facts."""
-    add = reducer.add
-    for item in result:
-        labels = item.get("metric") or {}
-        points = item.get("values")
-        if points is None:
-            points = [item["value"]]
-        if len(points) == 1:  # the window-level answers: one point per series
-            t, v = points[0]
-            add(kind, metric, labels, (t,), (float(v),))
-        else:
-            add(kind, metric, labels, [p[0] for p in points], [float(p[1]) for p in points])
 
 
 def collect_live(
@@ -709,6 +692,7 @@ def collect_live(
     _check_node_label(node_label)
     tasks = plan_queries(window, job=job, split_seconds=split_seconds, shards=shards, scope=scope)
     reducer = ObservationReducer(joiner, window, float(policy.gpu_activity_max_pct))
+    feeder = MatrixFeeder(reducer)
     outcomes = {q.path: _Outcome() for q in observation_queries(job)}
     lock = threading.Lock()
     started = clock()
@@ -726,9 +710,9 @@ def collect_live(
         q = task.query
         start, end = task.span(window.step)
         problem: str | None = None
-        decode: Callable[[], dict[str, Any]] | None = None
+        content: bytes | None = None
         try:
-            decode = client.query_range_lazy(task.expr(window.step), start, end, window.step, budget=left)
+            content = client.query_range_bytes(task.expr(window.step), start, end, window.step, budget=left)
         except PrometheusUnavailable as exc:
             if deadline_seconds is not None and (remaining() or 0.0) <= 0:
                 with lock:
@@ -739,8 +723,8 @@ def collect_live(
             problem = f"{type(exc).__name__}: {exc}"
         with lock:  # decoded and reduced one answer at a time: bounded memory, whatever the fleet
             target = outcomes[q.path]
-            if decode is not None:
-                problem = _reduce_answer(reducer, q, decode)
+            if content is not None:
+                problem = _reduce_answer(feeder, q, content, client.stats)
             if problem is not None and task.shard is not None:
                 log.warning(
                     "prometheus query %s unusable for %d nodes (%s…) (%s): %s unknown on them",

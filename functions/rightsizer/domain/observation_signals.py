@@ -79,7 +79,7 @@ def read_labels(labels: Mapping[str, str], keep: frozenset[str]) -> dict[str, st
 
 
 @dataclass(frozen=True, slots=True)
-class _Joined:
+class Resolved:
     """A label set as read (``read_labels``), its node and device, or why it has none."""
 
     labels: Mapping[str, str]
@@ -137,6 +137,7 @@ class _Steps:
 
     values: array[float]
     bad: bool = False
+    empty: bool = True  # no point written yet
 
     def slots(self) -> dict[int, float]:
         """Step slot → maximum, for the steps holding a finite sample."""
@@ -158,11 +159,12 @@ class ObservationReducer:
         self._threshold = activity_threshold_pct
         self._keep = series_label_keys(joiner.node_label)
         # label set as it arrived → as read, with its node and device or why it has none
-        self._joined: dict[LabelKey, _Joined] = {}
+        self._joined: dict[LabelKey, Resolved] = {}
         # Step slot of each step point of the window (``Window.step_index``): query_range answers sit
         # on this grid, so one lookup replaces the arithmetic for nearly every point.
         step = max(window.step, 1)
         self._grid = {window.end - k * step: k for k in range(window.expected_points)}
+        self._ascending = tuple(sorted(self._grid))  # the step points, oldest first
         self._empty = array("d", [math.nan]) * window.expected_points
         self._steps: dict[str, dict[DeviceKey, _Steps]] = {m: {} for m in (GPU_UTIL, PROF_ACTIVE)}
         self._up: dict[str, _Steps] = {}
@@ -204,10 +206,26 @@ class ObservationReducer:
         ``key`` is ``tuple(labels.items())`` when the caller already has it. Only the labels of
         ``series_label_keys`` are read: series differing in other labels only are one series here.
         """
+        self.add_resolved(kind, metric, self.resolve(labels, key), times, values)
+
+    def resolve(self, labels: Mapping[str, str], key: LabelKey | None = None) -> Resolved:
+        """``labels`` read, joined to their node and device, for ``add_resolved``: a caller that meets
+        one label set in many answers (up to 15) resolves it once and passes the result each time."""
         arrived = key if key is not None else tuple(labels.items())
         joined = self._joined.get(arrived)
         if joined is None:
             joined = self._joined[arrived] = self._join(labels)
+        return joined
+
+    def add_resolved(
+        self,
+        kind: str,
+        metric: str,
+        joined: Resolved,
+        times: Sequence[float],
+        values: Sequence[float],
+    ) -> None:
+        r"""``add`` for a label set already ``resolve``\ d."""
         ident = joined.ident
         if joined.node is None or joined.device is None:
             if (kind == "step" and metric != UP) or (kind == "stddev" and metric == ENERGY):
@@ -242,20 +260,20 @@ class ObservationReducer:
             if finite:
                 self._counts[dev] = max(self._counts.get(dev, 0.0), max(finite))
 
-    def _join(self, labels: Mapping[str, str]) -> _Joined:
+    def _join(self, labels: Mapping[str, str]) -> Resolved:
         # One label set shows up in up to 15 answers: read, join and name its device once.
         read = read_labels(labels, self._keep)
         ident = tuple(read.items())
         result: JoinResult = self._joiner.join(read)
         device = device_key(result.node, read) if result.node is not None else None
-        return _Joined(read, ident, result.node, device, tuple(sorted(ident)), result.reason)
+        return Resolved(read, ident, result.node, device, tuple(sorted(ident)), result.reason)
 
     def _add_step(
         self,
         metric: str,
         node: str,
         dev: DeviceKey,
-        joined: _Joined,
+        joined: Resolved,
         times: Sequence[float],
         values: Sequence[float],
     ) -> None:
@@ -288,6 +306,18 @@ class ObservationReducer:
         slots = steps.values
         if len(times) != len(values):
             raise ValueError(f"{len(times)} times for {len(values)} values")
+        if steps.empty and times and _all_finite(values):
+            # The common case, in C: a device's first series, its points a run of consecutive step
+            # points (a query_range answer without gaps) — written as one slice, newest slot first.
+            first = grid.get(times[0])
+            if first is not None:
+                ascending = self._ascending
+                lo = len(ascending) - 1 - first
+                if tuple(times) == ascending[lo : lo + len(times)]:
+                    slots[first + 1 - len(times) : first + 1] = array("d", reversed(values))
+                    steps.empty = False
+                    return
+        steps.empty = False
         window = self._window
         for t, v in zip(times, values, strict=True):
             slot = grid.get(t)
