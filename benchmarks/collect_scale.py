@@ -221,7 +221,11 @@ def measure(
         with prom.PrometheusClient(server.url, stats=True, timeout=120) as client:
             _reset_peak_rss()
             p0, c0, t0 = _proc_cpu(server.process.pid), time.process_time(), time.perf_counter()
-            answered = method(client, size, joiner)
+            try:
+                answered = method(client, size, joiner)
+            except (AssertionError, prom.PrometheusError) as exc:  # e.g. a query past the timeout
+                print(f"{size:>6} {method.__name__:<8} FAILED: {str(exc)[:300]}", flush=True)
+                answered = -1
             wall = time.perf_counter() - t0
             figures = {
                 "requests": float(client.stats.requests),
