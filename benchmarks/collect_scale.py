@@ -414,11 +414,12 @@ def compact_blocks(binaries: PrometheusBinaries, root: Path, timeout: float = 18
 
 def start(binaries: PrometheusBinaries, root: Path, sizes: tuple[int, ...], jobs: int) -> PrometheusServer:
     """Prometheus on the TSDB in ``root`` — reused when ``root/collect_scale.json`` says it holds these
-    sizes at this ``DATA_VERSION``, else backfilled anew."""
+    sizes (or more) at this ``DATA_VERSION``, else backfilled anew."""
     marker = root / "collect_scale.json"
     want = {"version": DATA_VERSION, "sizes": list(sizes), "gpus": GPUS, "scrapes": len(TIMES)}
     data = root / "data"
-    if marker.is_file() and json.loads(marker.read_text()) == want:
+    kept = json.loads(marker.read_text()) if marker.is_file() else {}
+    if kept and {**kept, "sizes": want["sizes"]} == want and set(sizes) <= set(kept["sizes"]):
         print(f"reusing the TSDB in {data}")
         return start_prometheus(binaries, root)
     if data.exists() and any(data.iterdir()):
@@ -469,7 +470,8 @@ def main(argv: list[str] | None = None) -> int:
             rows: list[tuple[int, dict[str, dict[str, float]]]] = []
             for size in sizes:
                 joiner = joiner_for(size)
-                floor(prom.PrometheusClient(server.url), size, joiner)  # warm the page cache
+                with prom.PrometheusClient(server.url, timeout=600) as warm:
+                    floor(warm, size, joiner)  # warm the page cache
                 methods = [("floor", floor), ("anchor", anchor), ("live", live)]
                 if size > SHARD_NODES:
                     methods.append(("sharded", sharded))
