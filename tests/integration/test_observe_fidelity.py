@@ -452,3 +452,39 @@ def test_series_shards_merge_exactly_into_the_unsharded_facts(fleets: Any, step:
     assert sharded.unmapped == whole.unmapped
     assert (sharded.problems, sharded.present, sharded.node_problems) == (whole.problems, whole.present, {})
     assert sum(len(d) for d in whole.devices.values()) > len(nodes)  # not vacuous
+
+
+@pytest.mark.parametrize(("step", "count"), [(60, 2), (15, 16)])
+def test_gpu_uuid_shards_merge_exactly_into_the_unsharded_facts(fleets: Any, step: int, count: int) -> None:
+    """GIVEN the randomized fleets on a real Prometheus, collected without a node-name label
+    WHEN each DCGM query is split into device shards by the last hex digit of the GPU ``UUID`` (what the
+    live plan does by default on a large fleet: ``device_shards``), plus sub-windows
+    THEN every per-device fact, the ``up`` coverage, the unmapped series and the present metrics equal
+    the unsharded collection's; Prometheus puts every DCGM series in exactly one shard; and the
+    devices really are spread over several shards."""
+    from rightsizer.domain.observation import device_shards
+
+    server, generated = fleets
+    policy = Policy()
+    window = Window.ending(AT, WINDOW, step)
+    nodes = [n for fleet in generated for n in fleet.nodes]
+    base = snapshot(nodes, [p for fleet in generated for p in fleet.pods], {})
+    joiner = NodeJoiner(base.nodes, base.pods)
+    shards = device_shards(count)
+    with PrometheusClient(server.url) as client:
+        whole = collect_live(client, joiner, window, policy, split_seconds=600)
+        sharded = collect_live(client, joiner, window, policy, split_seconds=600, shards=shards)
+        # every series in exactly one shard, as Prometheus itself matches the shards' regexes
+        dcgm = '{__name__=~"DCGM_.+"}'
+        total = client.query(f"count({dcgm})", END)["data"]["result"]
+        per_shard = [
+            client.query(f'count({{__name__=~"DCGM_.+",{s.matcher()}}}) or vector(0)', END)["data"]["result"]
+            for s in shards
+        ]
+    counts = [int(float(r[0]["value"][1])) for r in per_shard]
+    assert sum(counts) == int(float(total[0]["value"][1])) > 0
+    assert sum(1 for c in counts if c) > 1  # not vacuous: the fleet's GPUs fall in several shards
+    assert sharded.devices == whole.devices
+    assert sharded.up_coverage == whole.up_coverage
+    assert sharded.unmapped == whole.unmapped
+    assert (sharded.problems, sharded.present, sharded.node_problems) == (whole.problems, whole.present, {})

@@ -484,6 +484,42 @@ def test_a_failing_series_shard_makes_only_its_nodes_unknown(prometheus_factory:
     assert GPU_UTIL in whole.problems
 
 
+def test_a_failing_device_shard_makes_only_the_nodes_of_its_gpus_unknown(prometheus_factory: Any) -> None:
+    """Series shards without a node-name label (``device_shards``): a shard that fails makes only the
+    nodes of the GPUs it holds unknown."""
+    from rightsizer.domain.observation import device_shards
+
+    # GIVEN 1 node of 1 GPU whose UUID ends in an odd digit, and 12 nodes of 8 GPUs whose UUIDs end in
+    # even ones, no node-name label, all quiet, on a real Prometheus refusing any query over 1,000
+    # samples: in 2 device shards (even / odd last digit) the even shard's per-step activity answer
+    # holds 96 series × 30 steps, the odd shard's 30
+    c = Cluster()
+    names = [f"gpu-{i:02d}" for i in range(13)]
+    for i, name in enumerate(names):
+        gpus = 1 if i == 0 else 8
+        exporter, ip = c.node(name, 10 + i, instance_type="g5.xlarge" if i == 0 else "g5.48xlarge", gpus=gpus)
+        for g in range(gpus):
+            c.device(exporter, ip, g, f"GPU-{i:02d}{g}-{'1' if i == 0 else '02468ace'[g]}")
+        c.up(ip)
+    server = prometheus_factory(c.families, extra_args=["--query.max-samples=1000"])
+    policy = Policy(max_nodes_per_run=20)
+    base = base_snapshot(c)
+    window = Window.ending(AT, policy.idle_window, STEP)
+    shards = device_shards(2)
+    # WHEN the live path collects in those two device shards
+    with PrometheusClient(server.url) as client:
+        signals = collect_live(client, NodeJoiner(base.nodes, base.pods), window, policy, shards=shards)
+    # THEN only the even shard's activity failed, and only for the nodes of its GPUs
+    assert signals.problems == ()
+    assert set(signals.node_problems) == set(names[1:])
+    assert {m for ms in signals.node_problems.values() for m in ms} == {GPU_UTIL}
+    rows = {n.node: n for n in plan(dataclasses.replace(base, signals=signals), policy).nodes}
+    assert rows[names[0]].verdict == "idle", rows[names[0]].reasons
+    for name in names[1:]:
+        assert rows[name].verdict == "unknown"
+        assert f"partial_response:{GPU_UTIL}" in rows[name].reasons, rows[name].reasons
+
+
 def test_ssm_and_secretsmanager_references_resolve_against_moto(moto_server: Any, boto_session: Any) -> None:
     # GIVEN a SecureString parameter and a secret in a moto server (real HTTP, boto3 clients)
     ssm = boto_session.client("ssm", endpoint_url=moto_server.endpoint_url)

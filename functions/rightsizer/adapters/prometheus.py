@@ -55,6 +55,7 @@ from rightsizer.domain.observation import (
     MetricQuery,
     ObservationReducer,
     SeriesShard,
+    Shard,
     observation_queries,
 )
 from rightsizer.domain.policy import Policy
@@ -539,7 +540,7 @@ class SubQuery:
     query: MetricQuery
     end: float
     seconds: int
-    shard: SeriesShard | None = None
+    shard: Shard | None = None
 
     def expr(self, step: int) -> str:
         """The PromQL text of this request."""
@@ -555,7 +556,7 @@ def plan_queries(
     *,
     job: str | None = None,
     split_seconds: int = 3600,
-    shards: Sequence[SeriesShard] = (),
+    shards: Sequence[Shard] = (),
     scope: tuple[str, ...] = (),
 ) -> list[SubQuery]:
     """The requests of ``collect_live``: each ``observation_queries`` query, split like a query frontend.
@@ -570,7 +571,7 @@ def plan_queries(
     Without ``shards`` the count depends on W, the step and the split, never on the number of nodes:
     8 + 7 × ⌈W / split⌉.
 
-    With ``shards`` (large fleets, ``series_shards``) every DCGM request is repeated per shard, each
+    With ``shards`` (large fleets, ``series_shards``/``device_shards``) every DCGM request is repeated per shard, each
     reading only its nodes' series; ``up`` (one series per exporter, not per GPU) stays whole, since its
     series need not carry the node label. Each request then reads at most one shard's share of the
     fleet, so no single query nears the server's timeout or ``--query.max-samples``.
@@ -586,7 +587,7 @@ def plan_queries(
     out: list[SubQuery] = []
     for q in observation_queries(job, scope):
         spans = subs if q.splittable else [(window.end, window.seconds)]
-        parts: Sequence[SeriesShard | None] = shards if shards and q.metric != UP else (None,)
+        parts: Sequence[Shard | None] = shards if shards and q.metric != UP else (None,)
         out.extend(SubQuery(q, end, seconds, shard) for shard in parts for end, seconds in spans)
     return out
 
@@ -596,7 +597,7 @@ class _Outcome:
     """How the requests of one query went: a failure of the whole query, failures of series shards."""
 
     problem: str | None = None
-    failed_shards: dict[SeriesShard, str] = field(default_factory=dict)
+    failed_shards: dict[Shard, str] = field(default_factory=dict)
 
 
 def _file_kind(q: MetricQuery) -> str:
@@ -648,7 +649,7 @@ def collect_live(
     scope: tuple[str, ...] = (),
     max_workers: int = 4,
     split_seconds: int = 3600,
-    shards: Sequence[SeriesShard] = (),
+    shards: Sequence[Shard] = (),
     deadline_seconds: float | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> CollectedSignals:
@@ -674,7 +675,8 @@ def collect_live(
             per-node read), () for every series.
         max_workers: queries in flight at once.
         split_seconds: longest sub-window one query reads (``plan_queries``).
-        shards: series shards (``rightsizer.domain.observation.series_shards``) each DCGM query is split
+        shards: series shards (``rightsizer.domain.observation.series_shards`` by node name,
+            ``device_shards`` by GPU UUID) each DCGM query is split
             into, merged by union; empty: one request per query and sub-window.
         deadline_seconds: the whole collection's budget (config ``prometheus.deadline``); every request
             gets at most what is left of it, and none starts after it.
@@ -682,8 +684,8 @@ def collect_live(
 
     Returns:
         ``CollectedSignals``; a failed query puts the metric it feeds into ``problems`` (its nodes are
-        then ``unknown``); a failed shard of a query only into ``node_problems`` of the shard's nodes,
-        unless every shard of that query failed.
+        then ``unknown``); a failed shard of a query only into ``node_problems`` of the shard's nodes
+        (a device shard: the nodes of the devices it holds), unless every shard of that query failed.
 
     Raises:
         PrometheusUnavailable: the deadline passed with queries unanswered (a hanging or overloaded
@@ -727,10 +729,9 @@ def collect_live(
                 problem = _reduce_answer(feeder, q, content, client.stats)
             if problem is not None and task.shard is not None:
                 log.warning(
-                    "prometheus query %s unusable for %d nodes (%s…) (%s): %s unknown on them",
+                    "prometheus query %s unusable in shard %s (%s): %s unknown on its nodes",
                     q.path,
-                    len(task.shard.nodes),
-                    task.shard.nodes[0],
+                    task.shard.matcher() or "rest",
                     problem,
                     q.metric,
                 )
@@ -774,7 +775,9 @@ def _conclude(
             continue
         reducer.answered(_file_kind(q), q.metric)
         for shard in outcome.failed_shards:
-            for node in shard.nodes:
+            # a node shard names its nodes; a device shard's are those of the devices it holds
+            nodes = shard.nodes if isinstance(shard, SeriesShard) else reducer.nodes_of_uuids(shard.holds)
+            for node in sorted(nodes):
                 node_problems.setdefault(node, {})[q.metric] = None
     return {node: tuple(names) for node, names in node_problems.items()}
 

@@ -52,10 +52,13 @@ from rightsizer.domain.usage import (
 __all__ = [
     "KINDS",
     "METRICS_FORMAT",
+    "DeviceShard",
     "MetricFiles",
     "MetricQuery",
     "ObservationReducer",
     "SeriesShard",
+    "Shard",
+    "device_shards",
     "file_kind",
     "observation_queries",
     "series_shards",
@@ -216,6 +219,63 @@ def series_shards(label: str, nodes: Iterable[str], per_shard: int) -> tuple[Ser
         raise ValueError(f"per_shard must be ≥ 1, got {per_shard}")
     names = sorted(set(nodes))
     return tuple(SeriesShard(label, tuple(names[i : i + per_shard])) for i in range(0, len(names), per_shard))
+
+
+#: The last character of a GPU UUID (NVIDIA: ``GPU-`` and 32 random hex digits) picks its device shard.
+_HEX = "0123456789abcdef"
+#: Most device shards of one collection: one per hex digit.
+MAX_DEVICE_SHARDS = 16
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceShard:
+    """A series shard by GPU, for fleets without a node-name label: the series whose ``UUID`` label ends
+    in one of ``digits`` (lower-case hex); the ``rest`` shard also holds every series no other shard
+    of its collection holds (another last character, no ``UUID`` label at all).
+
+    Every DCGM series carries its GPU's ``UUID`` (a MIG instance its parent's), so all series of one
+    device — every family, pod-label variant and exporter restart — fall in the same shard, and the
+    shards of ``device_shards`` partition the series exactly: their answers merge by plain union.
+    A failed shard leaves only its devices without data (``holds``).
+    """
+
+    digits: str
+    rest: bool = False
+    others: str = ""  # digits of the collection's other shards (``rest`` only)
+
+    def matcher(self) -> str:
+        """``UUID=~".*[<digits>]"``, or for ``rest`` ``UUID!~".*[<others>]"`` (all series if none)."""
+        if self.rest:
+            return f'UUID!~"(?s:.*)[{self.others}]"' if self.others else ""
+        return f'UUID=~"(?s:.*)[{self.digits}]"'
+
+    def holds(self, uuid: str) -> bool:
+        """True when a series whose ``UUID`` label is ``uuid`` ("" when absent) is in this shard: the
+        ``matcher`` read in Python (Prometheus anchors regexes at both ends)."""
+        last = uuid[-1:]
+        if self.rest:
+            return not (last and last in self.others)
+        return bool(last) and last in self.digits
+
+
+def device_shards(count: int) -> tuple[DeviceShard, ...]:
+    """At least ``count`` (rounded up to a power of two, at most ``MAX_DEVICE_SHARDS``) device shards
+    partitioning every series: shard i holds the UUIDs whose last hex digit d has d mod n = i, so each
+    holds the same share of random UUIDs, and a fleet whose UUIDs end in decimal digits still spreads
+    over up to 10; the last shard also holds every other series. 1 or fewer: no shards.
+    """
+    n = 1
+    while n < min(count, MAX_DEVICE_SHARDS):
+        n *= 2
+    if n < 2:
+        return ()
+    digits = ["".join(_HEX[j] for j in range(i, len(_HEX), n)) for i in range(n)]
+    others = "".join(digits[:-1])
+    return (*(DeviceShard(d) for d in digits[:-1]), DeviceShard(digits[-1], rest=True, others=others))
+
+
+Shard = SeriesShard | DeviceShard
+"""A series shard of either kind."""
 
 
 def file_kind(stem: str) -> tuple[str, str]:

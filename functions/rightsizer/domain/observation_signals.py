@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from rightsizer.domain.join import JoinResult, NodeJoiner, join_label_keys
@@ -329,6 +329,15 @@ class ObservationReducer:
                 steps.bad = True
             elif not slots[slot] >= v:  # also when the slot holds no sample yet (NaN)
                 slots[slot] = v
+
+    def nodes_of_uuids(self, holds: Callable[[str], bool]) -> set[str]:
+        """The nodes of every series met so far whose ``UUID`` label (\"\" when absent) ``holds``: where a
+        failed device shard's devices live (``observation.DeviceShard.holds``)."""
+        nodes: set[str] = set()
+        for joined in self._joined.values():
+            if joined.node is not None and joined.node not in nodes and holds(joined.labels.get("UUID", "")):
+                nodes.add(joined.node)
+        return nodes
 
     # -- result
 

@@ -212,8 +212,10 @@ def live_signals(
 ) -> ClusterSnapshot:
     """``snapshot`` with ``signals`` read from Prometheus for the window ending at ``taken_at``
     (``collect_live``: the snapshot's queries, a constant number whatever the node count, docs/architecture.md §8).
-    With ``prometheus.node_label`` set and more GPU nodes than ``prometheus.shard_nodes``, each DCGM query
-    is split into series shards of that many nodes (``series_shards``).
+    With more GPU nodes than ``prometheus.shard_nodes``, each DCGM query is split into series shards:
+    of that many nodes by ``prometheus.node_label`` when it is set (``series_shards``), else by the last
+    hex digit of the GPU ``UUID`` every DCGM series carries, about that many nodes' GPUs per shard
+    (``device_shards``: a power of two, at most 16).
 
     ``joiner`` (default: one over the snapshot's Nodes and Pods) maps series to nodes; ``scope``, when
     given, reads only the series its label matchers select (one node's, ``join.node_series_matchers``).
@@ -225,18 +227,20 @@ def live_signals(
     from rightsizer.domain.catalog import load_catalog
     from rightsizer.domain.gpu import is_gpu_node
     from rightsizer.domain.join import NodeJoiner
-    from rightsizer.domain.observation import SeriesShard, series_shards
+    from rightsizer.domain.observation import Shard, device_shards, series_shards
     from rightsizer.domain.usage import Window
 
     node_label = config.prometheus.node_label
     window = Window.ending(snapshot.meta.taken_at, policy.idle_window, snapshot.meta.step_seconds)
-    shards: tuple[SeriesShard, ...] = ()
+    shards: tuple[Shard, ...] = ()
     per_shard = config.prometheus.shard_nodes
-    if node_label and not scope:  # one node's read needs no shards
+    if not scope:  # one node's read needs no shards
         catalog = load_catalog()
         gpu_nodes = [n.name for n in snapshot.nodes if is_gpu_node(n, catalog)]
-        if len(gpu_nodes) > per_shard:
+        if len(gpu_nodes) > per_shard and node_label:
             shards = series_shards(node_label, gpu_nodes, per_shard)
+        elif len(gpu_nodes) > per_shard:
+            shards = device_shards(-(-len(gpu_nodes) // per_shard))
     signals = collect_live(
         client,
         joiner or NodeJoiner(snapshot.nodes, snapshot.pods, node_label),
