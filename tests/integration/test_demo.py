@@ -11,9 +11,9 @@ import pytest
 from rightsizer.cli import main
 from rightsizer.demo import run_demo
 
-# Each test runs the whole demo once: 107 s (50.6 CPU-s) at load ~13 on the shared 2-core machine, about
-# (it was 214 s, 77 CPU-s, back to back at the same load before the demo's workloads exited on SIGTERM,
-# testing.demo_env.DEMO_CONTAINER_EXIT_S). 300 s leaves ×2.8 over the loaded figure.
+# Each test runs the whole demo once: 107-136 s (about 51 CPU-s) at load 12-14 on the shared 2-core
+# machine; before the demo's workloads exited on SIGTERM (testing.demo_env.DEMO_CONTAINER_EXIT_S) it was
+# 214 s (77 CPU-s) back to back at the same load. 300 s leaves about x2.2 over the slowest loaded run.
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(300)]
 
 
