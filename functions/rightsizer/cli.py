@@ -109,25 +109,36 @@ def _observe_live(config: Config, policy: Policy, at: datetime | None) -> Cluste
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:
-    """``rightsizer snapshot``: record the live cluster as a snapshot directory (docs/architecture.md §5); never acts."""
-    from rightsizer.adapters.snapshot_projection import project_documents
-    from rightsizer.services.snapshot import observe, require_free_output, write_snapshot
+    """``rightsizer snapshot``: record the live cluster as a snapshot directory (docs/architecture.md §5); never acts.
+
+    Lists are read page by page and written object by object, metrics answers one at a time: memory does
+    not grow with the number of objects (docs/architecture.md §8).
+    """
+    from rightsizer.adapters.snapshot_writer import SnapshotDirectoryWriter, require_free_output
+    from rightsizer.services.snapshot import record
     from rightsizer.wiring import Runtime, observe_request
 
     config = load_config(args.config)
     at = parse_time(args.at) if args.at else _now_on_step(config.prometheus.step)
-    require_free_output(args.out)  # refuse bad input before contacting anything; write_snapshot re-checks
+    require_free_output(args.out)  # refuse bad input before contacting anything; the writer re-checks
     request = observe_request(config, config.policy, at)
     observers = Runtime(config, "cli").observers
-    observation = observe(observers.cluster, observers.inventory, observers.metrics, request)
     # The policy's node_selector keys stay on the nodes, so the snapshot selects the nodes it selected.
     keep = tuple(config.policy.node_selector)
-    out = write_snapshot(
-        observation, args.out, project=lambda docs: project_documents(docs, policy_node_labels=keep)
+    with SnapshotDirectoryWriter(
+        args.out, policy_node_labels=keep, node_label=config.prometheus.node_label
+    ) as writer:
+        record(observers.cluster, observers.inventory, observers.metrics, request, writer)
+        counts = writer.counts()
+        out = writer.commit()
+    log.info(
+        "snapshot of %s at %s: %d nodes, %d pods -> %s",
+        request.cluster,
+        request.at,
+        counts.get("nodes.json", 0),
+        counts.get("pods.json", 0),
+        out,
     )
-    nodes = len(observation.documents["nodes.json"]["items"])
-    pods = len(observation.documents["pods.json"]["items"])
-    log.info("snapshot of %s at %s: %d nodes, %d pods -> %s", request.cluster, request.at, nodes, pods, out)
     return EXIT_OK
 
 

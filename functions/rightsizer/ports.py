@@ -91,9 +91,17 @@ class ClusterReader(Protocol):
         """core/v1 PersistentVolumes (``spec.local``, ``spec.hostPath``, ``spec.nodeAffinity``)."""
         ...
 
-    def list_projected(self, kind: ListKind, project: Callable[[JSON], T | None]) -> list[T]:
+    def list_projected(
+        self,
+        kind: ListKind,
+        project: Callable[[JSON], T | None],
+        *,
+        restart: Callable[[], None] | None = None,
+    ) -> list[T]:
         """What ``project`` keeps of every object of ``kind`` (None drops it), read page by page so that
-        at most one raw page is held at a time (the assessment's projection, issue 11 item 7)."""
+        at most one raw page is held at a time (the assessment's projection, issue 11 item 7).
+        ``restart`` is called when the list starts over (an expired continue token): whatever ``project``
+        did with the items seen so far must be undone."""
         ...
 
     def served_resource_api(self) -> str | None:
@@ -125,6 +133,23 @@ class MetricsRangeReader(Protocol):
         Raises:
             TransientError / PermanentError: the endpoint could not be reached or refused the caller.
         """
+        ...
+
+
+class SnapshotSink(Protocol):
+    """Where ``rightsizer snapshot`` writes a snapshot directory while it reads the cluster
+    (``adapters.snapshot_writer.SnapshotDirectoryWriter``; docs/architecture.md §5, §8)."""
+
+    def begin(self, path: str) -> None:
+        """Start the kubectl ``List`` document ``path`` (again, discarding its items, after a restart)."""
+        ...
+
+    def add(self, path: str, item: JSON) -> None:
+        """Append one object (kubectl form) to the list ``path``; the sink projects it."""
+        ...
+
+    def put(self, path: str, document: JSON | bytes) -> None:
+        """Write the whole document ``path`` (``snapshot.json``, the AWS files, a metrics answer's bytes)."""
         ...
 
 

@@ -18,17 +18,10 @@ import pytest
 
 from rightsizer.adapters.kubernetes import KubernetesCluster
 from rightsizer.adapters.snapshot_dir import load_snapshot
-from rightsizer.adapters.snapshot_projection import project_documents
+from rightsizer.adapters.snapshot_writer import SnapshotDirectoryWriter
 from rightsizer.cli import main
 from rightsizer.domain.errors import ConfigError
-from rightsizer.services.snapshot import (
-    METRICS,
-    Observation,
-    ObserveRequest,
-    metric_queries,
-    observe,
-    write_snapshot,
-)
+from rightsizer.services.snapshot import METRICS, ObserveRequest, metric_queries, observe
 from rightsizer.testing.k8s import KubernetesDouble
 from rightsizer.testing.moto_eks import BuiltCluster, MotoServer
 from tests.builders import AT, STEP, WINDOW, gpu_node, rfc
@@ -190,13 +183,15 @@ def test_dra_objects_are_written_only_when_served(
 
 
 def test_a_failed_write_leaves_nothing_behind(tmp_path: Path) -> None:
-    # GIVEN an observation whose last document cannot be serialized
-    docs = {"snapshot.json": {"taken_at": rfc(AT)}, "nodes.json": {"items": []}, "zz/last.json": {1j: 1}}
+    # GIVEN a snapshot being written whose last document cannot be serialized
     out = tmp_path / "snap"
 
     # WHEN writing fails part-way THEN neither the directory nor a staging directory remains
-    with pytest.raises(TypeError):
-        write_snapshot(Observation(docs), out, project=project_documents)
+    with pytest.raises(TypeError), SnapshotDirectoryWriter(out) as writer:
+        writer.begin("nodes.json")
+        writer.add("nodes.json", gpu_node("gpu-0", instance_type="g5.2xlarge", gpus=1))
+        writer.put("snapshot.json", {"taken_at": rfc(AT)})
+        writer.put("zz/last.json", {1j: 1})
     assert list(tmp_path.iterdir()) == []
 
 
@@ -205,15 +200,17 @@ def test_write_refuses_a_non_empty_target_and_replaces_an_empty_one(tmp_path: Pa
     taken.mkdir()
     (taken / "keep.txt").write_text("mine")
     with pytest.raises(ConfigError, match="--out"):
-        write_snapshot(Observation({"snapshot.json": {}}), taken, project=project_documents)
+        SnapshotDirectoryWriter(taken)
     assert (taken / "keep.txt").read_text() == "mine"
 
     empty = tmp_path / "empty"
     empty.mkdir()
-    write_snapshot(
-        Observation({"snapshot.json": {}, "metrics/up.json": {}}), empty, project=project_documents
-    )
+    with SnapshotDirectoryWriter(empty) as writer:
+        writer.put("snapshot.json", {})
+        writer.put("metrics/up.json", b'{"status":"success","stats":{"secret":1}}')
+        writer.commit()
     assert sorted(p.name for p in empty.rglob("*.json")) == ["snapshot.json", "up.json"]
+    assert json.loads((empty / "metrics/up.json").read_text()) == {"status": "success"}  # projected
 
 
 def test_a_failing_source_writes_no_directory(

@@ -234,3 +234,34 @@ def test_the_packaged_example_plans_the_same_after_projection() -> None:
     before = plan(snapshot_from_documents(docs, root=root), Policy())
     after = plan(snapshot_from_documents(project_documents(docs), root=root), Policy())
     assert after == before
+
+
+def test_the_paged_projection_writes_what_the_whole_projection_writes() -> None:
+    # GIVEN the packaged example's documents (real EKS nodes and pods, budgets) projected one object at a
+    # time in the order rightsizer snapshot reads them (budgets before pods, nodes finished last)
+    import json
+
+    from rightsizer.adapters.snapshot_projection import PagedProjection
+
+    root = example_snapshot_dir("demo")
+    docs = {p.relative_to(root).as_posix(): json.loads(p.read_text()) for p in root.rglob("*.json")}
+    docs.pop("expected.json", None)
+    paged = PagedProjection(policy_node_labels=("example.com/team",))
+    drafts = [paged.node_draft(n) for n in docs["nodes.json"]["items"]]
+    items = {
+        path: [paged.item(path, obj) for obj in docs.get(path, {}).get("items", [])]
+        for path in ("pdbs.json", "persistentvolumeclaims.json", "persistentvolumes.json", "pods.json")
+    }
+    nodes = [paged.node_final(d) for d in drafts]
+
+    # THEN every object equals the whole-document projection's
+    whole = project_documents(docs, policy_node_labels=("example.com/team",))
+    assert nodes == whole["nodes.json"]["items"]
+    for path, projected in items.items():
+        assert projected == (whole.get(path) or {}).get("items", []), path
+    assert paged.document("instances.json", docs["instances.json"]) == whole["instances.json"]
+    # AND the order that keeps the deciding labels is enforced
+    with pytest.raises(RuntimeError, match="before pods"):
+        paged.item("pdbs.json", docs["pdbs.json"]["items"][0])
+    with pytest.raises(RuntimeError, match="after the nodes"):
+        paged.item("pods.json", docs["pods.json"]["items"][0])

@@ -372,14 +372,21 @@ class KubernetesCluster(KubernetesNodeWrites):
             lambda api, **page: client_module().CoreV1Api(api).list_persistent_volume(**page),
         )
 
-    def list_projected(self, kind: ListKind, project: Callable[[JSON], T | None]) -> list[T]:
+    def list_projected(
+        self,
+        kind: ListKind,
+        project: Callable[[JSON], T | None],
+        *,
+        restart: Callable[[], None] | None = None,
+    ) -> list[T]:
         """What ``project`` keeps of every object of ``kind`` in the cluster, read page by page.
 
         Each page (``page_size`` items) is projected as it arrives and released before the next one is
         requested (``KubernetesTransport._collect``), so the client never holds more than one raw page:
         the assessment's memory grows with what it keeps (issue 11 item 7), not with the raw lists.
-        ``project`` gets each item in kubectl form and returns what to keep, or None to drop it.
-        DRA kinds answer ``[]`` when ``resource.k8s.io`` is not served.
+        ``project`` gets each item in kubectl form and returns what to keep, or None to drop it; when an
+        expired continue token (410) restarts the list, ``restart`` is called before the first item is
+        projected again. DRA kinds answer ``[]`` when ``resource.k8s.io`` is not served.
         """
         if kind in ("resourceclaims", "resourceslices"):
             group_version = self.served_resource_api()
@@ -396,6 +403,7 @@ class KubernetesCluster(KubernetesNodeWrites):
                     .list_cluster_custom_object(DRA_GROUP, version, kind, **page)
                 ),
                 project,
+                restart=restart,
             )
         group, version, method = _CORE_LISTS[kind]
         api_class = "PolicyV1Api" if group == "policy" else "CoreV1Api"
@@ -405,6 +413,7 @@ class KubernetesCluster(KubernetesNodeWrites):
             f"{group}/{version}" if group else version,
             lambda api, **page: getattr(getattr(client_module(), api_class)(api), method)(**page),
             project,
+            restart=restart,
         )
 
     def served_resource_api(self) -> str | None:

@@ -98,6 +98,7 @@ class KubernetesTransport:
         *,
         enough: Callable[[list[T]], bool] | None = None,
         page_size: int | None = None,
+        restart: Callable[[], None] | None = None,
     ) -> list[T]:
         """What ``project`` keeps of every item of a list call, page by page (issue 11 item 7).
 
@@ -110,7 +111,8 @@ class KubernetesTransport:
 
         A 410 Expired continue token restarts the list once from the beginning (as client-go's pager
         does) with the projections discarded, so the result is still one consistent list, never a
-        splice of two.
+        splice of two; ``restart``, when given, is called first, so a caller whose ``project`` has side
+        effects (a snapshot written while it is read) can discard them too.
         """
         limit = page_size or self.page_size
         for attempt in (1, 2):
@@ -145,6 +147,8 @@ class KubernetesTransport:
                         f"{check.describe()}: continue token expired twice", retry_after=1.0
                     ) from exc
                 log.info("%s: continue token expired (410); listing again from the start", check.describe())
+                if restart is not None:
+                    restart()
         raise AssertionError("unreachable")
 
     def _client(self) -> Any:

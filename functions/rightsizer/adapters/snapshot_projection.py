@@ -16,7 +16,8 @@ field is written only when a decision reads it, and secrets cannot leak through 
   node labels).
 * DRA objects keep what ``parse_resource_claims`` reads.
 * Metrics files (``metrics/*.json``, Prometheus ``query_range`` answers) keep what ``snapshot_dir``
-  decodes — ``status``, ``warnings``, ``data.resultType`` and per series its ``values`` — and of each
+  decodes — ``status``, an error's ``errorType``/``error``, ``warnings``, ``data.resultType`` and per
+  series its ``values`` — and of each
   series' labels only ``domain.observation_signals.series_label_keys`` (the join's, with the
   ``node_label`` recorded in ``snapshot.json``, the device's, the MIG profile, the exporter): the labels an
   exporter adds (pod labels, ``label_*``, driver and model names) never decide, so they are not written.
@@ -75,6 +76,7 @@ __all__ = [
     "NODE_LABELS",
     "POD_ANNOTATIONS",
     "POD_LABELS",
+    "PagedProjection",
     "project_answer",
     "project_documents",
     "project_object",
@@ -220,17 +222,22 @@ def _env(entries: Any) -> list[Any]:
     return kept
 
 
-def _meta(labels: Iterable[str], annotations: Iterable[str]) -> Rule:
-    labels, annotations = frozenset(labels), frozenset(annotations)
+def _meta(labels: Iterable[str] | None, annotations: Iterable[str]) -> Rule:
+    """The ObjectMeta rule: label keys in ``labels`` (None: every label, a draft), annotations by key."""
+    keep_labels = None if labels is None else frozenset(labels)
+    keep_annotations = frozenset(annotations)
 
     def rule(meta: Any) -> Any:
         if not isinstance(meta, Mapping):
             return meta
         out = _model(meta, ObjectMeta, {})
-        if "labels" in out:
-            out["labels"] = _keys(meta.get("labels"), labels)
+        if "labels" in out and keep_labels is not None:
+            out["labels"] = _keys(meta.get("labels"), keep_labels)
+        elif "labels" in out:
+            labels = meta.get("labels")
+            out["labels"] = dict(labels) if isinstance(labels, Mapping) else {}
         if "annotations" in out:
-            out["annotations"] = _keys(meta.get("annotations"), annotations)
+            out["annotations"] = _keys(meta.get("annotations"), keep_annotations)
         return out
 
     return rule
@@ -261,19 +268,34 @@ def _node_selector_keys(selector: Any) -> set[str]:
     }
 
 
+def _pdb_pod_keys(pdb: Mapping[str, Any]) -> set[str]:
+    """Pod label keys a PodDisruptionBudget's selector compares."""
+    return _selector_keys((pdb.get("spec") or {}).get("selector"))
+
+
+def _pod_node_keys(pod: Mapping[str, Any]) -> set[str]:
+    """Node label keys a pod's ``nodeSelector`` compares (``pending_gpu_pods``)."""
+    return {k for k in (pod.get("spec") or {}).get("nodeSelector") or {} if isinstance(k, str)}
+
+
+def _pv_node_keys(pv: Mapping[str, Any]) -> set[str]:
+    """Node label keys a PersistentVolume's required node affinity compares (``local_storage``)."""
+    affinity = (pv.get("spec") or {}).get("nodeAffinity") or {}
+    return _node_selector_keys(affinity.get("required") if isinstance(affinity, Mapping) else None)
+
+
 def _referenced_labels(
     docs: Mapping[str, Any], policy_node_labels: Iterable[str]
 ) -> tuple[set[str], set[str]]:
     """(node label keys, pod label keys) that selectors in these documents or the policy compare."""
     pod_keys: set[str] = set()
     for pdb in _items(docs.get("pdbs.json")):
-        pod_keys |= _selector_keys((pdb.get("spec") or {}).get("selector"))
+        pod_keys |= _pdb_pod_keys(pdb)
     node_keys = set(policy_node_labels)
     for pod in _items(docs.get("pods.json")):
-        node_keys |= {k for k in (pod.get("spec") or {}).get("nodeSelector") or {} if isinstance(k, str)}
+        node_keys |= _pod_node_keys(pod)
     for pv in _items(docs.get("persistentvolumes.json")):
-        affinity = (pv.get("spec") or {}).get("nodeAffinity") or {}
-        node_keys |= _node_selector_keys(affinity.get("required") if isinstance(affinity, Mapping) else None)
+        node_keys |= _pv_node_keys(pv)
     return node_keys, pod_keys
 
 
@@ -354,12 +376,13 @@ def _series(item: Any, keep: frozenset[str]) -> Any:
 
 
 def project_answer(answer: Any, keep: frozenset[str]) -> Any:
-    """A Prometheus ``query_range`` answer reduced to what ``snapshot_dir`` decodes: ``status``,
-    ``warnings`` (their presence makes the metric a problem), ``data.resultType`` and per series its
-    ``values`` and the labels in ``keep`` (``series_label_keys``). Not a JSON object: ``None``."""
+    """A Prometheus ``query_range`` answer reduced to what ``snapshot_dir`` decodes: ``status``, an error
+    answer's ``errorType`` and ``error`` and the ``warnings`` (they make the metric a problem, and their
+    words are logged: BUG-50), ``data.resultType`` and per series its ``values`` and the labels in ``keep``
+    (``series_label_keys``). Not a JSON object: ``None``."""
     if not isinstance(answer, Mapping):
         return None
-    out = {k: answer[k] for k in ("status", "warnings") if k in answer}
+    out = {k: answer[k] for k in ("status", "errorType", "error", "warnings") if k in answer}
     data = answer.get("data")
     if isinstance(data, Mapping):
         body: dict[str, Any] = {k: data[k] for k in ("resultType",) if k in data}
@@ -387,9 +410,36 @@ def project_documents(docs: Mapping[str, Any], *, policy_node_labels: Iterable[s
     meta = docs.get("snapshot.json")
     node_label = meta.get("node_label") if isinstance(meta, Mapping) else None
     series_keys = series_label_keys(str(node_label) if node_label else None)
-    rules: dict[tuple[type, str], Rule] = {
-        (Node, "metadata"): _meta(NODE_LABELS | node_keys, NODE_ANNOTATIONS),
-        (Pod, "metadata"): _meta(POD_LABELS | pod_keys, POD_ANNOTATIONS),
+    rules = _rules(NODE_LABELS | node_keys, pod_keys)
+    out: dict[str, Any] = {}
+    for path, doc in docs.items():
+        if path in _MODELS:
+            out[path] = _kube_list(doc, _MODELS[path], rules)
+        elif path == "resourceclaims.json":
+            out[path] = _dra_list(doc, _claim)
+        elif path == "resourceslices.json":
+            out[path] = _dra_list(doc, _slice)
+        else:
+            out[path] = _document(path, doc, rules, series_keys)
+    return out
+
+
+#: The Kubernetes list documents and the models their items are decoded with.
+_MODELS: Final[dict[str, type[BaseModel]]] = {
+    "nodes.json": Node,
+    "pods.json": Pod,
+    "pdbs.json": PodDisruptionBudget,
+    "persistentvolumeclaims.json": PersistentVolumeClaim,
+    "persistentvolumes.json": PersistentVolume,
+}
+
+
+def _rules(node_labels: Iterable[str] | None, pod_keys: Iterable[str]) -> dict[tuple[type, str], Rule]:
+    """The field rules of a snapshot keeping ``node_labels`` (None: all, a draft) and pod label keys
+    ``POD_LABELS`` plus ``pod_keys``."""
+    return {
+        (Node, "metadata"): _meta(node_labels, NODE_ANNOTATIONS),
+        (Pod, "metadata"): _meta(POD_LABELS | frozenset(pod_keys), POD_ANNOTATIONS),
         (PodDisruptionBudget, "metadata"): _meta((), ()),
         (PersistentVolume, "metadata"): _meta((), ()),
         (PersistentVolumeClaim, "metadata"): _meta((), ()),
@@ -397,27 +447,80 @@ def project_documents(docs: Mapping[str, Any], *, policy_node_labels: Iterable[s
         (Container, "env"): _env,
         **_AWS_RULES,
     }
-    models: dict[str, type[BaseModel]] = {
-        "nodes.json": Node,
-        "pods.json": Pod,
-        "pdbs.json": PodDisruptionBudget,
-        "persistentvolumeclaims.json": PersistentVolumeClaim,
-        "persistentvolumes.json": PersistentVolume,
-    }
-    out: dict[str, Any] = {}
-    for path, doc in docs.items():
-        if path in models:
-            out[path] = _kube_list(doc, models[path], rules)
-        elif path == "resourceclaims.json":
-            out[path] = _dra_list(doc, _claim)
-        elif path == "resourceslices.json":
-            out[path] = _dra_list(doc, lambda s: _pick(s, _SLICE_SHAPE))
-        elif path == "nodegroups.json" and isinstance(doc, Mapping):
-            out[path] = project_object(doc, _NodegroupsFile, rules)
-        elif path == "instances.json" and isinstance(doc, Mapping):
-            out[path] = project_object(doc, _InstancesFile, rules)
-        elif path.startswith("metrics/"):
-            out[path] = project_answer(doc, series_keys)
-        else:
-            out[path] = doc
-    return out
+
+
+def _slice(obj: Mapping[str, Any]) -> Any:
+    return _pick(obj, _SLICE_SHAPE)
+
+
+def _document(
+    path: str, doc: Any, rules: Mapping[tuple[type, str], Rule], series_keys: frozenset[str]
+) -> Any:
+    """A whole document that is not a Kubernetes list: the AWS files and the metrics answers projected,
+    the rest (``snapshot.json``) as it is."""
+    if path == "nodegroups.json" and isinstance(doc, Mapping):
+        return project_object(doc, _NodegroupsFile, rules)
+    if path == "instances.json" and isinstance(doc, Mapping):
+        return project_object(doc, _InstancesFile, rules)
+    if path.startswith("metrics/"):
+        return project_answer(doc, series_keys)
+    return doc
+
+
+class PagedProjection:
+    """:func:`project_documents`, one object at a time: for a snapshot written while the cluster is read
+    page by page (``rightsizer snapshot``, issue 11 item 7), so no list is ever whole in memory.
+
+    Which label keys survive depends on other objects of the same snapshot (module docstring). So the
+    caller projects PodDisruptionBudgets before any pod (their selectors name the pod labels kept), and
+    nodes in two stages: :meth:`node_draft` keeps every label while the rest is read, :meth:`node_final`
+    keeps the node label keys that pods, PersistentVolumes and the policy compare, once all of them were
+    projected. The result equals :func:`project_documents` of the same objects.
+
+    Raises:
+        RuntimeError: a budget after a pod, or a pod or PersistentVolume after a final node — a label the
+            decision compares could be lost.
+    """
+
+    def __init__(self, policy_node_labels: Iterable[str] = (), node_label: str | None = None) -> None:
+        self._series_keys = series_label_keys(node_label)
+        self._node_keys = set(policy_node_labels)
+        self._pod_keys: set[str] = set()
+        self._pods_started = False
+        self._final: dict[tuple[type, str], Rule] | None = None
+        self._draft = _rules(None, ())
+
+    def item(self, path: str, obj: Mapping[str, Any]) -> Any:
+        """One item of the list document ``path`` (not ``nodes.json``: see :meth:`node_draft`), projected."""
+        if path == "pdbs.json":
+            if self._pods_started:
+                raise RuntimeError("PodDisruptionBudgets must be projected before pods")
+            self._pod_keys |= _pdb_pod_keys(obj)
+        elif path in ("pods.json", "persistentvolumes.json"):
+            if self._final is not None:
+                raise RuntimeError(f"{path} projected after the nodes were finished")
+            self._pods_started = self._pods_started or path == "pods.json"
+            self._node_keys |= _pod_node_keys(obj) if path == "pods.json" else _pv_node_keys(obj)
+        if path == "resourceclaims.json":
+            return _claim(obj)
+        if path == "resourceslices.json":
+            return _slice(obj)
+        if path not in _MODELS or path == "nodes.json":
+            raise ValueError(f"not a list document of items: {path}")
+        return project_object(obj, _MODELS[path], _rules((), self._pod_keys))
+
+    def node_draft(self, obj: Mapping[str, Any]) -> Any:
+        """A Node reduced to its model's fields, every label kept (smaller than the raw object; finished by
+        :meth:`node_final`)."""
+        return project_object(obj, Node, self._draft)
+
+    def node_final(self, draft: Mapping[str, Any]) -> Any:
+        """A drafted Node with only the label keys the decision reads or this snapshot's selectors compare."""
+        if self._final is None:
+            self._final = _rules(NODE_LABELS | self._node_keys, self._pod_keys)
+        return project_object(draft, Node, self._final)
+
+    def document(self, path: str, doc: Any) -> Any:
+        """A whole document (``snapshot.json``, ``nodegroups.json``, ``instances.json``, a metrics answer
+        with the series labels of ``series_label_keys`` for ``node_label``), projected."""
+        return _document(path, doc, self._draft, self._series_keys)

@@ -1,11 +1,13 @@
 """Use case: observe a cluster through the ports and record what was seen (docs/architecture.md §5 snapshot directory).
 
 :func:`observe` reads everything a decision needs — Kubernetes objects, the AWS inventory and the DCGM
-range queries — into an :class:`Observation`: the snapshot directory's documents, in memory. The CLI
-either writes it (:func:`write_snapshot`, ``rightsizer snapshot``) or decodes it straight into a
-``ClusterSnapshot`` (``rightsizer plan --config``). The written snapshot is the projection of the same
-documents onto the fields the decision reads (``rightsizer.adapters.snapshot_projection``: no field a
-decision does not read leaves the cluster), so it reproduces the live plan exactly.
+range queries — into an :class:`Observation`: the snapshot directory's documents, in memory, decoded
+straight into a ``ClusterSnapshot`` by the live plan (``rightsizer plan --config``, the assessment), its
+lists projected page by page to what the plan reads (``project=True``). :func:`record` reads the same
+things for ``rightsizer snapshot`` and hands them to a ``SnapshotSink`` as they arrive (the directory
+writer projects each object onto the fields the decision reads — no field a decision does not read leaves
+the cluster — and writes it at once), so neither path holds a raw list and ``plan --snapshot`` reproduces
+the live plan exactly (docs/architecture.md §5, §8).
 
 Fail closed: a denied preflight or any failed Kubernetes list raises, and no observation (hence no plan
 and no directory) exists. A metric whose answer is unusable is recorded as it came; the decision then
@@ -15,17 +17,13 @@ marks the nodes depending on it ``unknown`` (docs/architecture.md §5).
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, Final
 
 from rightsizer.domain.catalog import load_catalog
-from rightsizer.domain.errors import ConfigError, PermanentError
+from rightsizer.domain.errors import PermanentError
 from rightsizer.domain.gpu import is_gpu_node
 from rightsizer.domain.model import (
     Node,
@@ -36,7 +34,15 @@ from rightsizer.domain.model import (
 )
 from rightsizer.domain.observation import METRICS_FORMAT, observation_queries
 from rightsizer.domain.usage import ACTIVITY_METRICS, DEVICE_METRICS, UP
-from rightsizer.ports import JSON, AccessCheck, ClusterReader, MetricsRangeReader, NodeGroupInventory
+from rightsizer.ports import (
+    JSON,
+    AccessCheck,
+    ClusterReader,
+    ListKind,
+    MetricsRangeReader,
+    NodeGroupInventory,
+    SnapshotSink,
+)
 
 __all__ = [
     "DRA_READ_CHECKS",
@@ -50,9 +56,9 @@ __all__ = [
     "metric_documents",
     "metric_queries",
     "observe",
+    "record",
     "rfc3339",
     "snapshot_meta",
-    "write_snapshot",
 ]
 
 #: Every metric with a ``metrics/<METRIC_NAME>.json`` file (docs/architecture.md §5); format 2 adds files with suffixes
@@ -146,26 +152,25 @@ def instance_ids(nodes: Sequence[JSON]) -> list[str]:
     return sorted(set(ids))
 
 
+def _lean_pod(item: JSON, gpu_nodes: frozenset[str]) -> JSON:
+    """What the plan reads of a pod: all of it when it is bound to a GPU node or not bound at all (pending
+    pods can want a GPU node); otherwise only what the series join reads (namespace, name, node, phase,
+    pod IP). The live plan validates the result, ``rightsizer snapshot`` writes it (projected)."""
+    spec, status = item.get("spec") or {}, item.get("status") or {}
+    node = spec.get("nodeName")
+    if not node or node in gpu_nodes:
+        return item
+    meta = item.get("metadata") or {}
+    return {
+        "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace")},
+        "spec": {"nodeName": node},
+        "status": {"phase": status.get("phase"), "podIP": status.get("podIP")},
+    }
+
+
 def _pod_projection(gpu_nodes: frozenset[str]) -> Callable[[JSON], Pod]:
-    """What the plan reads of a pod: all of it (as the ``Pod`` model keeps it) when it is bound to a GPU
-    node or not bound at all (pending pods can want a GPU node); otherwise only what the series join
-    reads (namespace, name, node, phase, pod IP)."""
-
-    def project(item: JSON) -> Pod:
-        spec, status = item.get("spec") or {}, item.get("status") or {}
-        node = spec.get("nodeName")
-        if not node or node in gpu_nodes:
-            return Pod.model_validate(item)
-        meta = item.get("metadata") or {}
-        return Pod.model_validate(
-            {
-                "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace")},
-                "spec": {"nodeName": node},
-                "status": {"phase": status.get("phase"), "podIP": status.get("podIP")},
-            }
-        )
-
-    return project
+    """The live plan's pods (:func:`_lean_pod`, typed)."""
+    return lambda item: Pod.model_validate(_lean_pod(item, gpu_nodes))
 
 
 def _projected_documents(cluster: ClusterReader) -> tuple[list[Node], dict[str, Any]]:
@@ -250,16 +255,7 @@ def observe(
     """
     if request.at.tzinfo is None:
         raise ValueError("observe() needs an aware datetime")
-    dra = cluster.served_resource_api()
-    checks = READ_CHECKS + (DRA_READ_CHECKS if dra else ())
-    denied = cluster.preflight(checks)
-    if denied:
-        raise PermanentError(
-            f"{cluster.identity()} may not "
-            + ", ".join(c.describe() for c in denied)
-            + ": nothing was read and nothing is decided. Remedy: bind the ClusterRole rightsizer-read "
-            "(infra/k8s/rbac.yaml) to the identity's group (EKS access entry group rightsizer-read)."
-        )
+    dra = _preflight(cluster)
     documents: dict[str, Any] = {"snapshot.json": snapshot_meta(request)}
     if project:
         typed, kubernetes = _projected_documents(cluster)
@@ -286,50 +282,103 @@ def observe(
     return Observation(documents)
 
 
-def require_free_output(out: str | Path) -> Path:
-    """``out`` as a path, when it does not exist or is an empty directory.
+def _preflight(cluster: ClusterReader) -> bool:
+    """Whether DRA is served, after asking for every read permission the observation needs.
 
     Raises:
-        ConfigError: ``out`` exists and is not an empty directory (names ``--out``).
+        PermanentError: a permission is denied (names the identity, the verbs and the remedy); nothing
+            was listed.
     """
-    target = Path(out)
-    if target.exists() and (not target.is_dir() or any(target.iterdir())):
-        raise ConfigError(f"{target} exists and is not an empty directory", field="--out")
-    return target
+    dra = cluster.served_resource_api() is not None
+    checks = READ_CHECKS + (DRA_READ_CHECKS if dra else ())
+    denied = cluster.preflight(checks)
+    if denied:
+        raise PermanentError(
+            f"{cluster.identity()} may not "
+            + ", ".join(c.describe() for c in denied)
+            + ": nothing was read and nothing is decided. Remedy: bind the ClusterRole rightsizer-read "
+            "(infra/k8s/rbac.yaml) to the identity's group (EKS access entry group rightsizer-read)."
+        )
+    return dra
 
 
-def write_snapshot(
-    observation: Observation, out: str | Path, *, project: Callable[[Mapping[str, Any]], Mapping[str, Any]]
-) -> Path:
-    """Write the observation, reduced by ``project``, as a snapshot directory at ``out``, atomically.
+def _stream(
+    cluster: ClusterReader,
+    kind: ListKind,
+    path: str,
+    sink: SnapshotSink,
+    transform: Callable[[JSON], JSON] | None = None,
+) -> None:
+    """List ``kind`` page by page into the sink's list ``path`` (started over if the list restarts)."""
 
-    ``project`` is the allowlist projection (``rightsizer.adapters.snapshot_projection.project_documents``
-    in the CLI): it is required, so nothing writes a snapshot with fields no decision reads.
+    def write(item: JSON) -> None:
+        sink.add(path, transform(item) if transform is not None else item)
 
-    Files go to a temporary directory beside ``out`` which is then renamed onto it, so ``out`` either
-    does not exist or holds a complete snapshot — never half of one. An existing empty ``out`` is
-    replaced.
+    sink.begin(path)
+    cluster.list_projected(kind, write, restart=lambda: sink.begin(path))
+
+
+def record(
+    cluster: ClusterReader,
+    inventory: NodeGroupInventory | None,
+    metrics: MetricsRangeReader | None,
+    request: ObserveRequest,
+    sink: SnapshotSink,
+) -> None:
+    """Observe the cluster as :func:`observe` does and write it to ``sink`` while reading
+    (``rightsizer snapshot``; docs/architecture.md §5, §8).
+
+    Nothing grows with the cluster but two sets of names: each list page is handed to the sink object by
+    object (it projects and writes them) and released before the next page; each metrics answer is
+    handed over as received, before the next is asked. Order matters to the projection: nodes first (the GPU nodes decide
+    which pods are kept whole — the pods of other nodes keep only what the series join reads, as in the
+    live plan), then PodDisruptionBudgets (their selectors name the pod labels kept), volumes, pods, DRA
+    objects, the AWS inventory of the nodes' instances, the metrics files, and ``snapshot.json``.
 
     Raises:
-        ConfigError: ``out`` exists and is not an empty directory (names ``--out``).
+        PermanentError: a read permission is denied, or any adapter's permanent failure.
+        TransientError: any list, AWS call or query failed for a reason worth retrying.
+        The sink is left as it is; the caller discards it (``SnapshotDirectoryWriter`` as a context
+        manager removes everything).
     """
-    target = require_free_output(out)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
-    try:
-        for relative, document in sorted(project(observation.documents).items()):
-            path = staging / relative
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with path.open("w", encoding="utf-8") as fh:
-                json.dump(document, fh, indent=2, ensure_ascii=False)
-                fh.write("\n")
-                fh.flush()
-                os.fsync(fh.fileno())
-        # The directory keeps mkdtemp's 0700: a snapshot names every node, pod and instance; sharing
-        # it is the operator's deliberate act.
-        # rename(2) replaces an empty directory atomically; a non-empty one was refused above.
-        os.replace(staging, target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    return target
+    if request.at.tzinfo is None:
+        raise ValueError("record() needs an aware datetime")
+    dra = _preflight(cluster)
+    catalog = load_catalog()
+    gpu_nodes: set[str] = set()
+    ids: set[str] = set()
+
+    def node(item: JSON) -> JSON:
+        typed = Node.model_validate(item)
+        if is_gpu_node(typed, catalog):
+            gpu_nodes.add(typed.name)
+        if typed.instance_id:
+            ids.add(typed.instance_id)
+        return item
+
+    def restart_nodes() -> None:
+        gpu_nodes.clear()
+        ids.clear()
+        sink.begin("nodes.json")
+
+    sink.begin("nodes.json")
+    cluster.list_projected("nodes", lambda item: sink.add("nodes.json", node(item)), restart=restart_nodes)
+    _stream(cluster, "poddisruptionbudgets", "pdbs.json", sink)
+    _stream(cluster, "persistentvolumeclaims", "persistentvolumeclaims.json", sink)
+    _stream(cluster, "persistentvolumes", "persistentvolumes.json", sink)
+    frozen = frozenset(gpu_nodes)
+    _stream(cluster, "pods", "pods.json", sink, lambda item: _lean_pod(item, frozen))
+    if dra:
+        _stream(cluster, "resourceclaims", "resourceclaims.json", sink)
+        _stream(cluster, "resourceslices", "resourceslices.json", sink)
+    if inventory is not None and request.eks_cluster:
+        sink.put("nodegroups.json", inventory.describe(sorted(ids), request.eks_cluster))
+        sink.put("instances.json", inventory.describe_instances(sorted(ids)))
+    if metrics is not None:
+        end = float(int(request.at.timestamp()))
+        for query in observation_queries(request.job):
+            start, stop = query.span(end, request.window_seconds, request.step_seconds)
+            expr = query.expr(request.step_seconds, request.window_seconds)
+            answer = metrics.query_range_raw(expr, start, stop, float(request.step_seconds))
+            sink.put(query.path, bytes(answer) if isinstance(answer, bytes | bytearray) else answer)
+    sink.put("snapshot.json", snapshot_meta(request))

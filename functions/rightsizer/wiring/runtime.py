@@ -250,7 +250,10 @@ class Runtime:
         from rightsizer.services.snapshot import observe
 
         request = parts.observe_request(self._config, self.policy(), at)
-        observation = observe(cast(ClusterReader, self.cluster), self.inventory, self._range_metrics, request)
+        # The demo's lists are read as the live plan reads them: page by page, projected (issue 11 item 7).
+        observation = observe(
+            cast(ClusterReader, self.cluster), self.inventory, self._range_metrics, request, project=True
+        )
         return parts.snapshot_from_observation(observation)
 
     def observe(self, at: datetime) -> ClusterSnapshot:
