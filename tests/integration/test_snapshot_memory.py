@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import multiprocessing
-import tracemalloc
 from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -32,19 +31,12 @@ from rightsizer.testing.k8s import KubernetesDouble
 from rightsizer.testing.k8s.api import RecordedRequest
 from rightsizer.wiring.parts import snapshot_from_observation
 from tests.builders import AT, claim_volume, gpu_node, pdb, pod, pv, pvc
+from tests.integration.test_paged_lists import cpu_node, peak_bytes
 
 pytestmark = pytest.mark.integration
 
 REQUEST = ObserveRequest(at=AT, window_seconds=1800, step_seconds=60, cluster="prod", region="us-east-1")
 PODS_PER_NODE = 15
-
-
-def cpu_node(name: str, ip: str) -> dict[str, Any]:
-    node = gpu_node(name, instance_type="m5.2xlarge", gpus=0, ip=ip)
-    node["metadata"]["labels"].pop("nvidia.com/gpu.present")
-    del node["status"]["capacity"]["nvidia.com/gpu"]
-    del node["status"]["allocatable"]["nvidia.com/gpu"]
-    return node
 
 
 def seed(d: KubernetesDouble, nodes: int) -> None:
@@ -89,15 +81,6 @@ def write(cluster: KubernetesCluster, out: Path) -> Path:
     with SnapshotDirectoryWriter(out, policy_node_labels=("rack",)) as writer:
         record(cluster, None, None, REQUEST, writer)
         return writer.commit()
-
-
-def peak_bytes(run: Callable[[], Any]) -> int:
-    tracemalloc.start()
-    try:
-        run()
-        return tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
 
 
 def _serve(nodes: int, conn: Connection) -> None:

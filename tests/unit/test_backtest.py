@@ -338,10 +338,11 @@ def test_snapshot_series_replays_full_dcgm_snapshots(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("position", [0, 2])
-def test_a_snapshot_series_with_a_format_2_snapshot_is_refused_with_the_reason(
+def test_a_snapshot_series_mixing_metrics_formats_is_refused_with_the_reason(
     tmp_path: Path, position: int, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # format-2 snapshots keep window facts, not raw samples: merging them would misjudge nodes
+    # format-2 snapshots keep window facts, not raw samples: they cannot be merged with format-1 series
+    # (a series of format-2 snapshots alone replays: tests/integration/test_backtest_format2.py)
     for k in range(3):
         when = AT + timedelta(minutes=30 * k)
         directory = tmp_path / when.isoformat().replace("+00:00", "Z")
@@ -352,7 +353,7 @@ def test_a_snapshot_series_with_a_format_2_snapshot_is_refused_with_the_reason(
     with pytest.raises(ConfigError) as refused:
         read_snapshot_series(tmp_path)
     assert refused.value.field == "metrics_format"
-    assert "cannot be re-windowed" in str(refused.value) and "--prometheus" in str(refused.value)
+    assert "cannot be replayed as one history" in str(refused.value)
     assert main(["backtest", "--snapshot-series", str(tmp_path)]) == 2
     assert "metrics_format" in capsys.readouterr().err
 

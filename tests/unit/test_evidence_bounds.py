@@ -7,6 +7,7 @@ Pure: format-2 snapshot directories written to ``tmp_path`` and decoded by the r
 
 from __future__ import annotations
 
+import itertools
 from datetime import timedelta
 from pathlib import Path
 
@@ -14,10 +15,12 @@ import pytest
 
 from rightsizer.domain.catalog import load_catalog
 from rightsizer.domain.gpu import FRESHNESS_FALLBACK_S, assess_gpus, freshness_bound
-from rightsizer.domain.model import Node
+from rightsizer.domain.join import NodeJoiner
+from rightsizer.domain.model import Node, Series
+from rightsizer.domain.planner import plan
 from rightsizer.domain.policy import Policy
-from rightsizer.domain.usage import GPU_UTIL, PROF_ACTIVE, DeviceSignals, Window
-from tests.builders import AT, STEP, WINDOW, gpu_node
+from rightsizer.domain.usage import GPU_UTIL, PROF_ACTIVE, DeviceSignals, Window, collect_signals
+from tests.builders import AT, STEP, WINDOW, gpu_node, node_devices, snapshot, times
 from tests.unit.test_observation import END, decide, idle_files, matrix, write
 
 
@@ -173,3 +176,74 @@ def test_a_total_far_from_the_catalog_memory_makes_the_device_unknown(
 def test_mig_slices_and_uncatalogued_types_are_not_compared() -> None:
     assert fb_reasons("p4d.24xlarge", device(4864, mig=True)) == []  # a 1g.5gb slice
     assert fb_reasons("x9.unknown", device(22731)) == []
+
+
+# ---------------------------------------------------------------- format 1: the bound from raw sample times
+
+
+def format1_timestamps(scrape: float, stopped: float, phase: float) -> list[float]:
+    """What a format-1 ``timestamp(M)`` matrix holds at each step point: the time of the newest raw sample
+    (scrapes every ``scrape`` s, offset ``phase``), none after the exporter stopped ``stopped`` s before AT."""
+    last = AT.timestamp() - stopped
+    return [phase + ((min(t, last) - phase) // scrape) * scrape for t in times()]
+
+
+def format1_reasons(
+    scrape: float, stopped: float, *, phase: float = 7.0, with_timestamps: bool = True
+) -> list[str]:
+    """The reasons of a format-1 source's one idle A10G node whose exporter scrapes every ``scrape`` s."""
+    labels = {"node": "n1", "gpu": "0", "UUID": "GPU-n1-0", "Hostname": "n1"}
+    stamps = [Series(labels, tuple(times()), tuple(format1_timestamps(scrape, stopped, phase)))]
+    snap = snapshot(
+        [gpu_node("n1", instance_type="g5.2xlarge", gpus=1)],
+        [],
+        node_devices("n1", 1),
+        timestamps={GPU_UTIL: stamps} if with_timestamps else None,
+    )
+    return [r for r in plan(snap, Policy()).nodes[0].reasons if r.startswith("stale_metrics")]
+
+
+def format1_bound(scrape: float, stopped: float, phase: float = 7.0) -> tuple[float, float]:
+    """(the rule's bound, the newest sample's age at AT) for such a source: two × the shortest gap between
+    the distinct raw sample times the matrix shows, plus one step, at most 300 s."""
+    distinct = sorted(set(format1_timestamps(scrape, stopped, phase)))
+    gap = min(b - a for a, b in itertools.pairwise(distinct))
+    return min(FRESHNESS_FALLBACK_S, 2 * gap + STEP), AT.timestamp() - distinct[-1]
+
+
+def test_format_1_shows_fast_scrapes_only_at_the_step_resolution() -> None:
+    # A healthy 15 s scrape at the 60 s step: one sample per step point, 60 s apart — format 1 only knows
+    # the interval is at most 60 s (bound 180 s; format 2 counts every sample: 90 s). A 90 s scrape is
+    # seen exactly (240 s); a 120 s one reaches the lookback cap.
+    assert format1_bound(15, 0.0)[0] == 180
+    assert format1_bound(90, 0.0)[0] == 240
+    assert format1_bound(120, 0.0)[0] == FRESHNESS_FALLBACK_S
+    # an exporter silent for four minutes is stale, where the fixed 5 minutes let it pass
+    assert format1_reasons(15, 240) == ["stale_metrics:248s"]
+
+
+@pytest.mark.parametrize("scrape", [15, 30, 60, 90, 120])
+@pytest.mark.parametrize("stopped", [0, 50, 100, 130, 170, 185, 230, 250, 290])
+def test_format_1_is_stale_exactly_beyond_the_rule(scrape: int, stopped: int) -> None:
+    bound, age = format1_bound(scrape, stopped)
+    assert format1_reasons(scrape, stopped) == ([f"stale_metrics:{int(age)}s"] if age > bound else [])
+
+
+@pytest.mark.parametrize("scrape", [10, 15, 30, 45, 60, 90, 120, 240])
+@pytest.mark.parametrize("phase", [0.0, 7.0, 59.0])
+def test_format_1_never_calls_a_healthy_exporter_stale(scrape: int, phase: float) -> None:
+    # The shortest gap is a whole number of intervals, an upper bound of the interval: a healthy exporter
+    # (newest sample at most one interval old) is fresh at any scrape interval and phase
+    assert format1_reasons(scrape, 0.0, phase=phase) == []
+
+
+def test_format_1_without_raw_sample_times_keeps_the_fixed_bound() -> None:
+    # Without timestamp matrices a format-1 source shows no raw sample time at all (freshness comes from
+    # the point times, which Prometheus' lookback carries forward): nothing to measure, 300 s kept
+    assert format1_reasons(15, 0.0, with_timestamps=False) == []
+    snap = snapshot([gpu_node("n1", instance_type="g5.2xlarge", gpus=1)], [], node_devices("n1", 1))
+    window = Window.ending(AT, WINDOW, STEP)
+    signals = collect_signals(snap.metrics, {}, NodeJoiner(snap.nodes, snap.pods), window, 5.0)
+    (device,) = signals.devices["n1"]
+    assert device.sample_interval_s is None
+    assert freshness_bound(None, [device], STEP) == FRESHNESS_FALLBACK_S

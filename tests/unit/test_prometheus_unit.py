@@ -279,7 +279,7 @@ def test_warnings_and_wrong_result_types_are_problems(prom: tuple[str, Script], 
     with client_for(url, sleeps) as client:
         warned = client.query("up", 0)
         scalar = client.query("up", 0)
-    assert answer_problem(warned, "vector") == "warnings"
+    assert answer_problem(warned, "vector") == "warnings: partial response: store gateway unavailable"
     assert answer_problem(scalar, "vector") == "not_a_vector"
     assert answer_problem({"status": "error"}, "matrix") == "status_error"
 

@@ -9,6 +9,7 @@ is unusable only marks its metric as a problem: the nodes depending on it become
 from __future__ import annotations
 
 import gc
+import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -35,6 +36,7 @@ from rightsizer.domain.model import (
 from rightsizer.domain.observation import MetricFiles, file_kind
 
 M = TypeVar("M", bound=BaseModel)
+log = logging.getLogger(__name__)
 
 
 class _SnapshotFile(BaseModel):
@@ -89,13 +91,21 @@ def _typed_list(path: Path, data: Any, model: type[M]) -> list[M]:
 
 
 def _parse_matrix(name: str, data: Any) -> MetricData:
-    """A query_range answer → MetricData; an unusable answer becomes ``problem``, never an exception."""
+    """A query_range answer → MetricData; an unusable answer becomes ``problem``, never an exception.
+
+    The problem keeps the answer's own words — ``status_error: <errorType>: <error>``, ``warnings:
+    <text>`` (up to 300 characters) — so a refusal by size or cost (AMP's 413/422, its Query Samples
+    Processed warning; BUG-50) is named in the log, not only as ``partial_response:<metric>``.
+    """
     if not isinstance(data, dict):
         return MetricData(name, problem="not_a_response")
     if data.get("status") != "success":
-        return MetricData(name, problem=f"status_{data.get('status')}")
-    if data.get("warnings"):
-        return MetricData(name, problem="warnings")
+        said = ": ".join(str(data[k]) for k in ("errorType", "error") if data.get(k))
+        return MetricData(name, problem=f"status_{data.get('status')}" + (f": {said}"[:300] if said else ""))
+    warnings = data.get("warnings")
+    if warnings:
+        texts = warnings if isinstance(warnings, list) else [warnings]
+        return MetricData(name, problem=("warnings: " + "; ".join(str(w) for w in texts))[:300])
     body = data.get("data")
     if (
         not isinstance(body, dict)
@@ -128,7 +138,9 @@ def _load_metrics(directory: Path) -> MetricFiles:
         except (OSError, orjson.JSONDecodeError):
             files.setdefault(kind, {})[stem] = MetricData(stem, problem="invalid_json")
             continue
-        files.setdefault(kind, {})[stem] = _parse_matrix(stem, data)
+        parsed = files.setdefault(kind, {})[stem] = _parse_matrix(stem, data)
+        if parsed.problem:
+            log.warning("%s unusable (%s): nodes depending on it are unknown", path.name, parsed.problem)
     return files
 
 

@@ -13,6 +13,7 @@ from typing import Literal
 from rightsizer.domain.catalog import Catalog
 from rightsizer.domain.model import (
     ALL_SIGNALS,
+    ClusterSnapshot,
     Inventory,
     MetricData,
     Node,
@@ -56,7 +57,9 @@ class History:
     Times are Unix seconds. ``resolution`` is the sample spacing of ``metrics`` in seconds (the query
     step; ~57 s for the Alibaba trace). ``metrics`` / ``timestamps`` are ``query_range``-shaped series
     over the whole period (docs/architecture.md §5 metric names). ``signal_set`` declares the signal families the
-    source carries (``{"activity"}`` for a utilisation trace).
+    source carries (``{"activity"}`` for a utilisation trace). ``recorded`` holds metrics format 2
+    snapshots, decided as they are at their own instants (their facts cover their own window only);
+    ``metrics`` then holds their per-step activity for the accounting.
     """
 
     cluster: str
@@ -69,6 +72,7 @@ class History:
     timestamps: Mapping[str, MetricData] = field(default_factory=dict)
     signal_set: frozenset[str] = ALL_SIGNALS
     node_label: str | None = None
+    recorded: tuple[ClusterSnapshot, ...] = ()
 
 
 @dataclass(frozen=True)

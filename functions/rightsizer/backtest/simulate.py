@@ -46,6 +46,7 @@ from rightsizer.backtest.model import (
     _Track,
 )
 from rightsizer.domain.catalog import Catalog, load_catalog
+from rightsizer.domain.errors import ConfigError
 from rightsizer.domain.gpu import expected_devices, is_gpu_node
 from rightsizer.domain.join import NodeJoiner
 from rightsizer.domain.model import (
@@ -58,6 +59,7 @@ from rightsizer.domain.model import (
     Series,
     SnapshotMeta,
 )
+from rightsizer.domain.plan import Plan
 from rightsizer.domain.planner import plan
 from rightsizer.domain.policy import Policy
 from rightsizer.domain.usage import Window, gpu_activity
@@ -480,23 +482,14 @@ def _reborn_node(node: Node, at: float) -> Node:
     return node.model_copy(update={"metadata": meta})
 
 
-def snapshot_at(
+def _apply_removals(
     prep: Prepared,
+    frame: Frame,
     state_out: Mapping[str, float | None],
     reborn: Mapping[str, float],
-    t: float,
-    window_seconds: int,
-) -> ClusterSnapshot | None:
-    """The in-memory snapshot ``plan`` sees at decision time ``t``: the frame's nodes minus removed ones
-    (re-added nodes carry their re-add time as ``creationTimestamp``), their pods, the inventory with the
-    removals applied, and every series restricted to (t − ``window_seconds``, t].
-
-    Returns None when no frame covers ``t``.
-    """
-    k = _frame_index_at(prep, t)
-    if k is None:
-        return None
-    frame = prep.history.frames[k]
+) -> tuple[tuple[Node, ...], tuple[Pod, ...], Inventory]:
+    """The frame's nodes minus removed ones (re-added nodes carry their re-add time as
+    ``creationTimestamp``), their pods, and the inventory with the removals applied."""
     nodes = []
     removed_instances: set[str] = set()
     for n in frame.nodes:
@@ -515,6 +508,28 @@ def snapshot_at(
     names = {n.name for n in nodes}
     pods = tuple(p for p in frame.pods if not p.spec.nodeName or p.spec.nodeName in names)
     inventory = _own_groups(nodes) if frame.inventory is None else _shrink(frame.inventory, removed_instances)
+    return tuple(nodes), pods, inventory
+
+
+def snapshot_at(
+    prep: Prepared,
+    state_out: Mapping[str, float | None],
+    reborn: Mapping[str, float],
+    t: float,
+    window_seconds: int,
+) -> ClusterSnapshot | None:
+    """The in-memory snapshot ``plan`` sees at decision time ``t``: the frame's nodes minus removed ones
+    (re-added nodes carry their re-add time as ``creationTimestamp``), their pods, the inventory with the
+    removals applied, and every series restricted to (t − ``window_seconds``, t].
+
+    Returns None when no frame covers ``t``.
+    """
+    k = _frame_index_at(prep, t)
+    if k is None:
+        return None
+    nodes, pods, inventory = _apply_removals(prep, prep.history.frames[k], state_out, reborn)
+    frame = prep.history.frames[k]
+    names = {n.name for n in nodes}
     h = prep.history
     lo = t - window_seconds
     series, timestamps = _frame_index(prep, k)
@@ -526,7 +541,7 @@ def snapshot_at(
             cluster=h.cluster,
             region=h.region,
         ),
-        nodes=tuple(nodes),
+        nodes=nodes,
         pods=pods,
         pdbs=frame.pdbs,
         resource_claims=frame.resource_claims,
@@ -538,25 +553,74 @@ def snapshot_at(
     )
 
 
-def run_policy(prep: Prepared, policy: Policy, name: str) -> Figures:
+def recorded_at(
+    prep: Prepared, state_out: Mapping[str, float | None], reborn: Mapping[str, float], t: float
+) -> ClusterSnapshot | None:
+    """The newest recorded (metrics format 2) snapshot taken in (t − step, t], as ``plan`` sees it after
+    the simulated removals: its own metrics files (facts over its own idle window), its nodes minus
+    removed ones, their pods, its inventory with the removals applied. None when none was taken then."""
+    taken = [
+        (s.meta.taken_at.timestamp(), k)
+        for k, s in enumerate(prep.history.recorded)
+        if t - prep.model.step < s.meta.taken_at.timestamp() <= t
+    ]
+    if not taken:
+        return None
+    at, k = max(taken)
+    recorded = prep.history.recorded[k]
+    frame_index = _frame_index_at(prep, at)
+    frame = prep.history.frames[frame_index] if frame_index is not None else None
+    if frame is None:
+        return None
+    nodes, pods, inventory = _apply_removals(prep, frame, state_out, reborn)
+    return replace(recorded, nodes=nodes, pods=pods, inventory=inventory)
+
+
+def run_policy(
+    prep: Prepared, policy: Policy, name: str, *, on_plan: Callable[[float, Plan], None] | None = None
+) -> Figures:
     """Replay ``policy``: at every decision step, ``plan()`` on the snapshot of that step; each
     ``scale_in`` it returns removes its node (see the module's model).
+
+    A history of recorded (metrics format 2) snapshots is decided only at the steps a snapshot was taken
+    in, at that snapshot's instant, on its own facts (``recorded_at``).
 
     Args:
         prep: the prepared history.
         policy: the policy to price (its ``idle_window`` sets the metric window of each snapshot).
         name: the label of this run in the report.
+        on_plan: called with (decision time, plan) for every plan the replay makes (the report's
+            per-decision view and tests).
 
     Returns:
         ``Figures`` (GPU-hours, USD, removals, regrets, unserved GPU-minutes).
+
+    Raises:
+        ConfigError: a recorded history replayed with an ``idle_window`` other than the one its
+            snapshots recorded (field ``idle_window``): their facts cover that window only.
     """
+    windows = {s.meta.window_seconds for s in prep.history.recorded}
+    if windows and windows != {int(policy.idle_window)}:
+        raise ConfigError(
+            f"metrics format 2 snapshots record facts over an idle window of {sorted(windows)} s; a policy "
+            f"with idle_window {int(policy.idle_window)} s cannot be judged on them (use --prometheus, "
+            "or snapshots taken with that window)",
+            field="idle_window",
+        )
     state = _State()
     for t in prep.steps:
         _release(state, t)
-        snap = snapshot_at(prep, state.out, state.reborn, t, policy.idle_window)
+        if prep.history.recorded:
+            snap = recorded_at(prep, state.out, state.reborn, t)
+            at = snap.meta.taken_at if snap is not None else _utc(t)
+        else:
+            snap = snapshot_at(prep, state.out, state.reborn, t, policy.idle_window)
+            at = _utc(t)
         removed = 0
         if snap is not None and snap.nodes:
-            result = plan(snap, policy, _utc(t), catalog=prep.catalog)
+            result = plan(snap, policy, at, catalog=prep.catalog)
+            if on_plan is not None:
+                on_plan(at.timestamp(), result)
             state.evaluations += len(result.nodes)
             for action in result.actions:
                 if action.kind == "scale_in" and action.node in prep.tracks:

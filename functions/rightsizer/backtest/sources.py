@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from rightsizer.adapters.snapshot_dir import load_snapshot
 from rightsizer.backtest.simulate import Frame, History, Source
 from rightsizer.domain.catalog import Catalog, load_catalog
-from rightsizer.domain.errors import ConfigError, SnapshotError
+from rightsizer.domain.errors import ConfigError, PermanentError, SnapshotError
 from rightsizer.domain.join import NODE_NAME_LABELS
 from rightsizer.domain.model import (
     SIGNAL_ACTIVITY,
@@ -231,28 +231,6 @@ def _parse_name(name: str) -> datetime | None:
     return value if value.tzinfo is not None else None
 
 
-def _load_format_1(path: Path) -> ClusterSnapshot:
-    """The snapshot at ``path``, when its metrics are raw samples (format 1).
-
-    Raises:
-        ConfigError: a format-2 snapshot (``field`` ``metrics_format``), with the alternatives.
-    """
-    snap = load_snapshot(path, node_label=_recorded_node_label(path))
-    if snap.meta.metrics_format >= 2:
-        # Format 2 keeps facts over the snapshot's own window (per-step maxima, window maxima, spreads,
-        # non-finite flags), not raw samples: windows of other lengths or positions cannot be
-        # recomputed from them, and replaying them with the raw-sample rules would misjudge nodes.
-        raise ConfigError(
-            f"metrics format {snap.meta.metrics_format} snapshots (what `rightsizer snapshot` writes "
-            "now) record facts over their own idle window, not raw samples, so a series of them "
-            "cannot be re-windowed into one history; judge each with `rightsizer plan --snapshot "
-            "DIR`, or backtest from the server with `--prometheus --config FILE --from --to`",
-            source=str(path / "snapshot.json"),
-            field="metrics_format",
-        )
-    return snap
-
-
 def read_snapshot_series(directory: str | Path) -> Source:
     """Read a directory of snapshot directories (docs/architecture.md §5) named by their RFC 3339 time.
 
@@ -261,53 +239,37 @@ def read_snapshot_series(directory: str | Path) -> Source:
     spans from the first snapshot's window start to the last snapshot. Time between snapshots that no
     window covers has no samples: nodes are ``unknown`` there and never removed.
 
-    Only metrics format 1 snapshots (raw samples per step) can be merged: a format-2 snapshot is refused
-    with the reason and the alternatives (``plan --snapshot`` per snapshot, ``--prometheus``).
+    Metrics format 1 snapshots (raw samples per step) are merged into series re-windowed at every
+    decision step. Metrics format 2 snapshots (what ``rightsizer snapshot`` writes) record facts over
+    their own idle window, which cannot be re-windowed: the history keeps them whole
+    (``History.recorded``) and the replay decides at each snapshot's instant on that snapshot's own facts,
+    as ``plan --snapshot`` does, with the simulated removals applied; their per-step activity maxima
+    (every raw sample counted) are merged for the accounting (oracle, regrets, unserved minutes).
 
     Raises:
         ConfigError: not a directory, no snapshots, a sub-directory name that is not RFC 3339 with an
-            offset, snapshots with different step seconds, or a metrics format 2 snapshot
+            offset, snapshots with different step seconds, or snapshots of different metrics formats
             (``field`` ``metrics_format``).
         SnapshotError: a snapshot directory that does not load (names the file and the field).
     """
     root = Path(directory)
-    if not root.is_dir():
-        raise ConfigError("not a directory", source=str(root))
-    entries: list[tuple[datetime, Path]] = []
-    for child in sorted(root.iterdir()):
-        if not child.is_dir():
-            continue
-        at = _parse_name(child.name)
-        if at is None:
-            raise ConfigError(
-                "snapshot directories are named by their RFC 3339 time (e.g. 2026-11-02T10:00:00Z)",
-                source=str(child),
-            )
-        entries.append((at, child))
-    if not entries:
-        raise ConfigError("no snapshot directories found", source=str(root))
-    entries.sort()
-    snaps: list[ClusterSnapshot] = []
-    for _, path in entries:
-        snaps.append(_load_format_1(path))
+    entries = _snapshot_dirs(root)
+    snaps = [load_snapshot(path, node_label=_recorded_node_label(path)) for _, path in entries]
     steps = {s.meta.step_seconds for s in snaps}
     if len(steps) != 1:
         raise ConfigError(f"snapshots use different step seconds {sorted(steps)}", source=str(root))
+    formats = {s.meta.metrics_format for s in snaps}
+    if len(formats) != 1:
+        raise ConfigError(
+            f"snapshots of metrics formats {sorted(formats)} cannot be replayed as one history (format 1 "
+            "is re-windowed from raw samples, format 2 decided on each snapshot's own facts); keep one "
+            "format per directory",
+            source=str(root),
+            field="metrics_format",
+        )
+    recorded = formats == {2}
     notes: list[str] = []
-    merged: dict[str, dict[tuple[tuple[str, str], ...], dict[float, float]]] = {}
-    merged_ts: dict[str, dict[tuple[tuple[str, str], ...], dict[float, float]]] = {}
-    for (at, _), snap in zip(entries, snaps, strict=True):
-        for target, data in ((merged, snap.metrics), (merged_ts, snap.timestamps)):
-            for name, md in data.items():
-                per = target.setdefault(name, {})
-                if md.problem:
-                    notes.append(
-                        f"{name} unusable in the snapshot of {_rfc(at.timestamp())}: its window has no samples"
-                    )
-                    continue
-                for s in md.series:
-                    points = per.setdefault(tuple(sorted(s.labels.items())), {})
-                    points.update(zip(s.times, s.values, strict=True))
+    merged, merged_ts = _merge_series(entries, snaps, recorded, notes)
     first = snaps[0]
     start = first.meta.taken_at.timestamp() - first.meta.window_seconds
     frames = []
@@ -334,7 +296,13 @@ def read_snapshot_series(directory: str | Path) -> Source:
         metrics=_to_metric_data(merged),
         timestamps=_to_metric_data(merged_ts),
         node_label=first.node_label,
+        recorded=tuple(snaps) if recorded else (),
     )
+    if recorded:
+        notes.append(
+            "metrics format 2: each snapshot is decided at its own time on its own facts (its idle "
+            "window); nothing is decided between snapshots"
+        )
     return Source(
         kind="snapshot-series",
         description=f"{root}: {len(snaps)} snapshots of {first.meta.cluster}",
@@ -342,6 +310,60 @@ def read_snapshot_series(directory: str | Path) -> Source:
         inventory="snapshots",
         notes=tuple(dict.fromkeys(notes)),
     )
+
+
+def _snapshot_dirs(root: Path) -> list[tuple[datetime, Path]]:
+    """The snapshot directories under ``root`` by time, oldest first (names are RFC 3339 times).
+
+    Raises:
+        ConfigError: ``root`` is not a directory, holds none, or a sub-directory is not named by a time.
+    """
+    if not root.is_dir():
+        raise ConfigError("not a directory", source=str(root))
+    entries: list[tuple[datetime, Path]] = []
+    for child in sorted(root.iterdir()):
+        if not child.is_dir():
+            continue
+        at = _parse_name(child.name)
+        if at is None:
+            raise ConfigError(
+                "snapshot directories are named by their RFC 3339 time (e.g. 2026-11-02T10:00:00Z)",
+                source=str(child),
+            )
+        entries.append((at, child))
+    if not entries:
+        raise ConfigError("no snapshot directories found", source=str(root))
+    return sorted(entries)
+
+
+_Merged = dict[str, dict[tuple[tuple[str, str], ...], dict[float, float]]]
+
+
+def _merge_series(
+    entries: Sequence[tuple[datetime, Path]],
+    snaps: Sequence[ClusterSnapshot],
+    recorded: bool,
+    notes: list[str],
+) -> tuple[_Merged, _Merged]:
+    """(metrics, timestamps) of all snapshots merged per series and time. Format 2 (``recorded``): only
+    the per-step activity maxima, the one part of its facts that is a history."""
+    merged: _Merged = {}
+    merged_ts: _Merged = {}
+    for (at, _), snap in zip(entries, snaps, strict=True):
+        for target, data in ((merged, snap.metrics), (merged_ts, snap.timestamps)):
+            for name, md in data.items():
+                if recorded and (target is merged_ts or name not in (GPU_UTIL, PROF_ACTIVE)):
+                    continue
+                per = target.setdefault(name, {})
+                if md.problem:
+                    notes.append(
+                        f"{name} unusable in the snapshot of {_rfc(at.timestamp())}: its window has no samples"
+                    )
+                    continue
+                for s in md.series:
+                    points = per.setdefault(tuple(sorted(s.labels.items())), {})
+                    points.update(zip(s.times, s.values, strict=True))
+    return merged, merged_ts
 
 
 def _recorded_node_label(directory: Path) -> str | None:
@@ -417,22 +439,39 @@ class _Fetched:
     problem: str | None = None
 
 
+#: The longest span (s) one backtest ``query_range`` request covers: Amazon Managed Service for Prometheus
+#: refuses queries with a day range of 32 days or more unless they are range queries, and limits the data
+#: one range query scans per 24-hour interval (AMP user guide, "Amazon Managed Service for Prometheus
+#: service quotas"; robusta-dev/krr#522, BUG-50). Requests are split below 32 days whatever the server.
+MAX_QUERY_SPAN_S = 31 * 86_400
+
+
 def fetch_range(
     client: RangeQuerier, expr: str, start: float, end: float, step: int, *, max_points: int = 10_000
 ) -> _Fetched:
     """``query_range`` over [start, end] in chunks of at most ``max_points`` points per series (Prometheus
-    refuses more than 11,000), merged per label set. Chunks do not overlap, so no point is fetched twice.
+    refuses more than 11,000) and at most ``MAX_QUERY_SPAN_S`` (AMP), merged per label set. Chunks do not
+    overlap, so no point is fetched twice.
 
-    An answer that is not a ``success`` matrix or carries warnings makes the whole fetch a ``problem``
-    (its metric then becomes ``partial_response`` for every node): a history with a hole in one chunk is
-    not silently treated as complete.
+    An answer that is not a ``success`` matrix, carries warnings (their text is kept: AMP's Query Samples
+    Processed warning, Thanos partial results) or is refused (``PermanentError``: AMP's 413 "response
+    larger than the max", 422 "aggregated data size limit") makes the whole fetch a ``problem`` naming the
+    chunk (``chunk 3 of 6: …``): its metric then becomes ``partial_response`` for every node. A history
+    with a hole in one chunk is never treated as complete, and nothing is filled with zeros.
     """
     out = _Fetched()
-    span = step * (max_points - 1)
+    span = min(step * (max_points - 1), max(step, MAX_QUERY_SPAN_S // step * step))
+    chunks = max(1, math.ceil((end - start + step) / (span + step)))
     t = start
+    index = 0
     while t <= end:
+        index += 1
         chunk_end = min(end, t + span)
-        answer = client.query_range(expr, t, chunk_end, step)
+        try:
+            answer = client.query_range(expr, t, chunk_end, step)
+        except PermanentError as exc:
+            out.problem = f"chunk {index} of {chunks} refused: {exc}"[:300]
+            return out
         data = answer.get("data") if isinstance(answer, dict) else None
         if (
             not isinstance(answer, dict)
@@ -441,9 +480,11 @@ def fetch_range(
             or not isinstance(data, dict)
             or data.get("resultType") != "matrix"
         ):
-            out.problem = (
-                "warnings" if isinstance(answer, dict) and answer.get("warnings") else "not_a_matrix"
-            )
+            warnings = answer.get("warnings") if isinstance(answer, dict) else None
+            if warnings and not isinstance(warnings, list):
+                warnings = [warnings]
+            said = f"warnings: {'; '.join(map(str, warnings))}" if warnings else "not_a_matrix"
+            out.problem = f"chunk {index} of {chunks}: {said}"[:300]
             return out
         for item in data.get("result") or []:
             labels = tuple(
@@ -539,6 +580,11 @@ def fetch_prometheus_history(
         ),
     }
     notes: list[str] = []
+    if t1 - t0 > MAX_QUERY_SPAN_S:
+        notes.append(
+            f"each query_range request spans at most {MAX_QUERY_SPAN_S // 86_400} days (Amazon Managed "
+            "Service for Prometheus refuses longer day ranges): the period was read in chunks"
+        )
     for name, md in metrics.items():
         if md.problem:
             notes.append(f"{name}: unusable answer ({md.problem}); every node is unknown")

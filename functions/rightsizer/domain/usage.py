@@ -14,6 +14,7 @@ and ``DCGM_FI_DEV_FB_FREE`` (MiB), ``DCGM_FI_DEV_POWER_USAGE`` (W), ``DCGM_FI_DE
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -76,6 +77,9 @@ class DeviceSignals:
     ``active_steps`` holds the step slots (see ``Window.step_index``) where activity was above the
     policy threshold; ``coverage`` is the share of window steps with a finite activity sample (0..1).
     ``liveness`` is ``moving``, ``frozen`` or ``absent`` (energy counter, else power, docs/architecture.md §3).
+    ``sample_interval_s`` is the scrape interval (s) as far as the source shows it, for the freshness
+    bound: format 2 window ÷ raw samples counted; format 1 an upper bound, the shortest gap between the
+    distinct raw sample times its ``timestamp`` matrix shows (``_shortest_gap``); None when unknown.
     """
 
     node: str
@@ -177,6 +181,21 @@ def _merge(
     return finite, bad, newest
 
 
+def _shortest_gap(sample_times: Iterable[float]) -> float | None:
+    """The shortest gap (s) between distinct raw sample times a format-1 ``timestamp(M)`` matrix shows, or
+    None with fewer than two.
+
+    Each step point shows the newest raw sample of its lookback, so consecutive distinct values are whole
+    multiples of the scrape interval apart: the shortest gap is an upper bound of the interval, exact
+    when the interval is at least the step, the step (about) when scrapes are faster — a format-1 snapshot
+    does not record the samples between step points. An exporter that stopped shows no new values, so its
+    own staleness cannot widen the bound (docs/architecture.md §3 "Window, coverage, freshness").
+    """
+    distinct = sorted({t for t in sample_times if math.isfinite(t)})
+    gaps = [b - a for a, b in itertools.pairwise(distinct)]
+    return min(gaps) if gaps else None
+
+
 def collect_signals(
     metrics: Mapping[str, MetricData],
     timestamps: Mapping[str, MetricData],
@@ -224,6 +243,7 @@ def collect_signals(
             info.setdefault("exporter", exporter_of(s.labels))
 
     ts_newest: dict[DeviceKey, float] = {}
+    ts_gap: dict[DeviceKey, float] = {}
     ts_bad: dict[DeviceKey, set[str]] = {}
     for name in ACTIVITY_METRICS:
         data = timestamps.get(name)
@@ -239,6 +259,11 @@ def collect_signals(
             ]
             if finite:
                 ts_newest[key] = max(ts_newest.get(key, -math.inf), max(finite))
+            gap = _shortest_gap(
+                v for t, v in zip(s.times, s.values, strict=True) if window.start < t <= window.end
+            )
+            if gap is not None:
+                ts_gap[key] = min(ts_gap.get(key, math.inf), gap)
             if any(
                 not math.isfinite(v)
                 for t, v in zip(s.times, s.values, strict=True)
@@ -258,6 +283,7 @@ def collect_signals(
         _activity(sig, key, grouped, window, activity_threshold_pct)
         if key in ts_newest:
             sig.newest_sample = ts_newest[key]
+        sig.sample_interval_s = ts_gap.get(key)
         if key in ts_bad:
             sig.non_finite = (*sig.non_finite, *sorted(ts_bad[key]))
         parent = (node, device, "")
