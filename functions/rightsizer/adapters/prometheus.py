@@ -49,6 +49,7 @@ from botocore.awsrequest import AWSRequest
 
 from rightsizer.adapters import prometheus_matrix
 from rightsizer.adapters.prometheus_matrix import MatrixFeeder
+from rightsizer.adapters.prometheus_answers import answer_problem, refusal_answer
 from rightsizer.domain.errors import ConfigError, PermanentError, TransientError
 from rightsizer.domain.join import NodeJoiner
 from rightsizer.domain.observation import (
@@ -331,7 +332,7 @@ class PrometheusClient:
 
         A Prometheus error answer with a JSON body (4xx/5xx after retries) is returned as it is, so the
         snapshot records the failure and the loader marks the metric a problem; a 4xx refusal without one
-        (AMP's text/plain 413) is returned as an API error answer holding its text (``_error_answer``).
+        (AMP's text/plain 413) is returned as an API error answer holding its text (``refusal_answer``).
 
         Raises:
             PrometheusUnavailable: no JSON answer at all (timeouts, connection errors, HTML 502 pages).
@@ -343,9 +344,7 @@ class PrometheusClient:
             json.loads(response.content)
         except ValueError as exc:
             if 400 <= response.status_code < 500 and response.status_code not in RETRY_STATUS:
-                # A refusal of this query without a JSON body (AMP's 413 "response larger than the max" is
-                # text/plain, BUG-50): recorded as an API error answer, so only this file's metric is unknown.
-                return _error_answer(response)
+                return refusal_answer(response.status_code, response.text)
             raise PrometheusUnavailable(
                 f"query_range: HTTP {response.status_code} without a JSON answer",
                 status_code=response.status_code,
@@ -438,13 +437,6 @@ class PrometheusClient:
         return answer
 
 
-def _error_answer(response: httpx.Response) -> bytes:
-    """A ``status: error`` API answer standing for a non-JSON 4xx refusal: ``errorType`` ``http_<status>``,
-    ``error`` the body's first 300 characters."""
-    body = {"status": "error", "errorType": f"http_{response.status_code}", "error": response.text[:300]}
-    return json.dumps(body).encode()
-
-
 def _error_type(response: httpx.Response) -> str | None:
     """The API's ``errorType`` of an error answer (``timeout`` for a query the server gave up on)."""
     if response.status_code < 400:
@@ -484,29 +476,6 @@ def _status_error(path: str, response: httpx.Response, attempts: int) -> Excepti
             retry_after=_retry_after(response) or 30.0,
         )
     return PrometheusQueryError(message, status_code=response.status_code, error_type=error_type)
-
-
-def answer_problem(answer: Mapping[str, Any], result_type: Literal["vector", "matrix"]) -> str | None:
-    """Why an API answer cannot be used, or None: ``status_<s>``, ``warnings: <their text>``,
-    ``not_a_<type>``.
-
-    Warnings make an answer unusable on purpose: Thanos and AMP use them for partial results, and AMP
-    for a query over its Query Samples Processed warning threshold (``max_samples_processed_warning_
-    threshold``, AMP user guide "Managing the query cost"). Their text is kept (up to 300 characters) so
-    the log names what to change, instead of an unexplained ``unknown`` (BUG-50).
-    """
-    if answer.get("status") != "success":
-        return f"status_{answer.get('status')}"
-    warnings = answer.get("warnings")
-    if warnings:
-        texts = warnings if isinstance(warnings, list) else [warnings]
-        return ("warnings: " + "; ".join(str(w) for w in texts))[:300]
-    data = answer.get("data")
-    if not isinstance(data, dict) or data.get("resultType") != result_type:
-        return f"not_a_{result_type}"
-    if not isinstance(data.get("result"), list):
-        return f"not_a_{result_type}"
-    return None
 
 
 def build_client(

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import orjson
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
 
+from rightsizer.adapters.prometheus_answers import answer_problem
 from rightsizer.domain.errors import SnapshotError
 from rightsizer.domain.model import (
     AsgInfo,
@@ -93,26 +94,16 @@ def _typed_list(path: Path, data: Any, model: type[M]) -> list[M]:
 def _parse_matrix(name: str, data: Any) -> MetricData:
     """A query_range answer → MetricData; an unusable answer becomes ``problem``, never an exception.
 
-    The problem keeps the answer's own words — ``status_error: <errorType>: <error>``, ``warnings:
-    <text>`` (up to 300 characters) — so a refusal by size or cost (AMP's 413/422, its Query Samples
-    Processed warning; BUG-50) is named in the log, not only as ``partial_response:<metric>``.
+    The problem keeps the answer's own words (``prometheus_answers.answer_problem``: ``status_error:
+    <errorType>: <error>``, ``warnings: <text>``), so a refusal by size or cost (AMP's 413/422, its Query
+    Samples Processed warning; BUG-50) is named in the log, not only as ``partial_response:<metric>``.
     """
     if not isinstance(data, dict):
         return MetricData(name, problem="not_a_response")
-    if data.get("status") != "success":
-        said = ": ".join(str(data[k]) for k in ("errorType", "error") if data.get(k))
-        return MetricData(name, problem=f"status_{data.get('status')}" + (f": {said}"[:300] if said else ""))
-    warnings = data.get("warnings")
-    if warnings:
-        texts = warnings if isinstance(warnings, list) else [warnings]
-        return MetricData(name, problem=("warnings: " + "; ".join(str(w) for w in texts))[:300])
-    body = data.get("data")
-    if (
-        not isinstance(body, dict)
-        or body.get("resultType") != "matrix"
-        or not isinstance(body.get("result"), list)
-    ):
-        return MetricData(name, problem="not_a_matrix")
+    problem = answer_problem(data, "matrix")
+    if problem is not None:
+        return MetricData(name, problem=problem)
+    body = data["data"]
     series: list[Series] = []
     try:
         for item in body["result"]:
