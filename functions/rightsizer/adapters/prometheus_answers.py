@@ -2,8 +2,8 @@
 
 One reading for the live client (``adapters.prometheus``), the snapshot files it writes and the snapshot
 loader (``adapters.snapshot_dir``): an answer that is not ``success``, carries ``warnings`` or has another
-result type is a *problem* — its metric's nodes are ``unknown`` — and the problem keeps the answer's own
-words (up to 300 characters), so the log names what to change: Thanos partial responses, AMP's refusals by
+result type is a *problem* — its metric's nodes are ``unknown`` — and the problem names the error's class
+and the warnings' own words (up to 300 characters), so the log says what to change: Thanos partial responses, AMP's refusals by
 size or cost (413 "response larger than the max", 422 "the query hit the aggregated data size limit", the
 Query Samples Processed error threshold) and its QSP warning (HTTP 200 with a warning; AMP user guide
 "Managing the query cost"), instead of an unexplained ``unknown``.
@@ -19,15 +19,17 @@ __all__ = ["answer_problem", "refusal_answer"]
 
 
 def answer_problem(answer: Mapping[str, Any], result_type: Literal["vector", "matrix"]) -> str | None:
-    """Why an API answer cannot be used, or None: ``status_<s>[: <errorType>: <error>]``,
-    ``warnings: <their text>``, ``not_a_<type>`` (at most 300 characters).
+    """Why an API answer cannot be used, or None: ``status_<s>[: <errorType>]``, ``warnings: <their
+    text>``, ``not_a_<type>`` (at most 300 characters).
 
     Warnings make an answer unusable on purpose: Thanos and AMP use them for partial results and AMP for a
-    query over its QSP warning threshold.
+    query over its QSP warning threshold. An error's text is not repeated (it can echo series labels,
+    which snapshots do not keep); an HTTP error's text is in the client's exception, which the live path
+    logs.
     """
     if answer.get("status") != "success":
-        said = ": ".join(str(answer[k]) for k in ("errorType", "error") if answer.get(k))
-        return (f"status_{answer.get('status')}" + (f": {said}" if said else ""))[:300]
+        error_type = answer.get("errorType")
+        return (f"status_{answer.get('status')}" + (f": {error_type}" if error_type else ""))[:300]
     warnings = answer.get("warnings")
     if warnings:
         texts = warnings if isinstance(warnings, list) else [warnings]

@@ -94,9 +94,9 @@ def _typed_list(path: Path, data: Any, model: type[M]) -> list[M]:
 def _parse_matrix(name: str, data: Any) -> MetricData:
     """A query_range answer → MetricData; an unusable answer becomes ``problem``, never an exception.
 
-    The problem keeps the answer's own words (``prometheus_answers.answer_problem``: ``status_error:
-    <errorType>: <error>``, ``warnings: <text>``), so a refusal by size or cost (AMP's 413/422, its Query
-    Samples Processed warning; BUG-50) is named in the log, not only as ``partial_response:<metric>``.
+    The problem names the error's class and the warnings' own words (``prometheus_answers.answer_problem``:
+    ``status_error: <errorType>``, ``warnings: <text>``), so a refusal by size or cost (AMP's 413/422, its
+    Query Samples Processed warning; BUG-50) is named in the log, not only as ``partial_response:<metric>``.
     """
     if not isinstance(data, dict):
         return MetricData(name, problem="not_a_response")

@@ -16,8 +16,8 @@ field is written only when a decision reads it, and secrets cannot leak through 
   node labels).
 * DRA objects keep what ``parse_resource_claims`` reads.
 * Metrics files (``metrics/*.json``, Prometheus ``query_range`` answers) keep what ``snapshot_dir``
-  decodes — ``status``, an error's ``errorType``/``error``, ``warnings``, ``data.resultType`` and per
-  series its ``values`` — and of each
+  decodes — ``status``, an error's ``errorType`` (not its text), ``warnings``, ``data.resultType`` and
+  per series its ``values`` — and of each
   series' labels only ``domain.observation_signals.series_label_keys`` (the join's, with the
   ``node_label`` recorded in ``snapshot.json``, the device's, the MIG profile, the exporter): the labels an
   exporter adds (pod labels, ``label_*``, driver and model names) never decide, so they are not written.
@@ -29,6 +29,7 @@ Projection never changes a decision: ``plan --snapshot`` on the projected direct
 
 from __future__ import annotations
 
+import re
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
@@ -375,14 +376,22 @@ def _series(item: Any, keep: frozenset[str]) -> Any:
     return out
 
 
+_ERROR_TYPE: Final = re.compile(r"[A-Za-z0-9_]{1,40}")
+
+
 def project_answer(answer: Any, keep: frozenset[str]) -> Any:
     """A Prometheus ``query_range`` answer reduced to what ``snapshot_dir`` decodes: ``status``, an error
-    answer's ``errorType`` and ``error`` and the ``warnings`` (they make the metric a problem, and their
-    words are logged: BUG-50), ``data.resultType`` and per series its ``values`` and the labels in ``keep``
-    (``series_label_keys``). Not a JSON object: ``None``."""
+    answer's ``errorType`` (a short token; the ``error`` text is not kept) and the ``warnings`` (they make
+    the metric a problem, and both are logged: BUG-50), ``data.resultType`` and per series its ``values``
+    and the labels in ``keep`` (``series_label_keys``). Not a JSON object: ``None``."""
     if not isinstance(answer, Mapping):
         return None
-    out = {k: answer[k] for k in ("status", "errorType", "error", "warnings") if k in answer}
+    out = {k: answer[k] for k in ("status", "warnings") if k in answer}
+    error_type = answer.get("errorType")
+    if isinstance(error_type, str) and _ERROR_TYPE.fullmatch(error_type):
+        # The class of a refusal (timeout, execution, http_413), never its text: an error text can echo
+        # series labels ("duplicate series for the match group {…}").
+        out["errorType"] = error_type
     data = answer.get("data")
     if isinstance(data, Mapping):
         body: dict[str, Any] = {k: data[k] for k in ("resultType",) if k in data}
