@@ -516,7 +516,9 @@ def _backtest_source(args: argparse.Namespace) -> tuple[Any, Config | None]:
     if args.trace:
         return sources.read_trace(args.trace, instance_type=args.instance_type or "g5.xlarge"), None
     if args.snapshot_series:
-        return sources.read_snapshot_series(args.snapshot_series), None
+        from rightsizer.backtest.snapshot_series import read_snapshot_series
+
+        return read_snapshot_series(args.snapshot_series), None
     if not args.config:
         raise ConfigError("--prometheus needs --config FILE", field="--config")
     if not args.from_time or not args.to_time:

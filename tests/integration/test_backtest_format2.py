@@ -20,7 +20,7 @@ import pytest
 
 from rightsizer.backtest.model import SimModel
 from rightsizer.backtest.simulate import prepare, run_policy
-from rightsizer.backtest.sources import read_snapshot_series
+from rightsizer.backtest.snapshot_series import read_snapshot_series
 from rightsizer.cli import read_policy_file
 from rightsizer.domain.plan import Plan
 from tests.builders import AT, rfc

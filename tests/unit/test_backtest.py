@@ -24,7 +24,8 @@ from rightsizer.backtest.report import (
     run_backtest,
     scale_to_zero_policy,
 )
-from rightsizer.backtest.sources import packaged_trace, read_snapshot_series, read_trace
+from rightsizer.backtest.snapshot_series import read_snapshot_series
+from rightsizer.backtest.sources import packaged_trace, read_trace
 from rightsizer.cli import main
 from rightsizer.domain.catalog import load_catalog
 from rightsizer.domain.errors import ConfigError

@@ -1,6 +1,7 @@
 """Where a backtest's history comes from (``rightsizer backtest``): a utilisation trace, a directory of
 snapshot directories, or a live Prometheus (DCGM series by chunked ``query_range``, node inventory from
 kube-state-metrics). Each reader returns a ``rightsizer.backtest.simulate.History``; nothing here decides.
+The snapshot-series reader is ``rightsizer.backtest.snapshot_series``.
 """
 
 from __future__ import annotations
@@ -21,14 +22,12 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from rightsizer.adapters.snapshot_dir import load_snapshot
 from rightsizer.backtest.simulate import Frame, History, Source
 from rightsizer.domain.catalog import Catalog, load_catalog
 from rightsizer.domain.errors import ConfigError, PermanentError, SnapshotError
 from rightsizer.domain.join import NODE_NAME_LABELS
 from rightsizer.domain.model import (
     SIGNAL_ACTIVITY,
-    ClusterSnapshot,
     MetricData,
     Node,
     Pod,
@@ -218,163 +217,6 @@ def _lifetime_frames(nodes: Mapping[str, tuple[Node, Pod, float, float]], end: f
         alive = [(n, p) for n, p, b, g in nodes.values() if b <= at < g or (g == end and b <= at)]
         frames.append(Frame(at=at, nodes=tuple(n for n, _ in alive), pods=tuple(p for _, p in alive)))
     return tuple(frames)
-
-
-# --------------------------------------------------------------------------------------- snapshot series
-
-
-def _parse_name(name: str) -> datetime | None:
-    try:
-        value = datetime.fromisoformat(name.replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
-        return None
-    return value if value.tzinfo is not None else None
-
-
-def read_snapshot_series(directory: str | Path) -> Source:
-    """Read a directory of snapshot directories (docs/architecture.md §5) named by their RFC 3339 time.
-
-    Each snapshot is a frame from its time to the next one's (the first also covers its own metric
-    window); the metric series of all snapshots are merged per series (labels) and time, so the history
-    spans from the first snapshot's window start to the last snapshot. Time between snapshots that no
-    window covers has no samples: nodes are ``unknown`` there and never removed.
-
-    Metrics format 1 snapshots (raw samples per step) are merged into series re-windowed at every
-    decision step. Metrics format 2 snapshots (what ``rightsizer snapshot`` writes) record facts over
-    their own idle window, which cannot be re-windowed: the history keeps them whole
-    (``History.recorded``) and the replay decides at each snapshot's instant on that snapshot's own facts,
-    as ``plan --snapshot`` does, with the simulated removals applied; their per-step activity maxima
-    (every raw sample counted) are merged for the accounting (oracle, regrets, unserved minutes).
-
-    Raises:
-        ConfigError: not a directory, no snapshots, a sub-directory name that is not RFC 3339 with an
-            offset, snapshots with different step seconds, or snapshots of different metrics formats
-            (``field`` ``metrics_format``).
-        SnapshotError: a snapshot directory that does not load (names the file and the field).
-    """
-    root = Path(directory)
-    entries = _snapshot_dirs(root)
-    snaps = [load_snapshot(path, node_label=_recorded_node_label(path)) for _, path in entries]
-    steps = {s.meta.step_seconds for s in snaps}
-    if len(steps) != 1:
-        raise ConfigError(f"snapshots use different step seconds {sorted(steps)}", source=str(root))
-    formats = {s.meta.metrics_format for s in snaps}
-    if len(formats) != 1:
-        raise ConfigError(
-            f"snapshots of metrics formats {sorted(formats)} cannot be replayed as one history (format 1 "
-            "is re-windowed from raw samples, format 2 decided on each snapshot's own facts); keep one "
-            "format per directory",
-            source=str(root),
-            field="metrics_format",
-        )
-    recorded = formats == {2}
-    notes: list[str] = []
-    merged, merged_ts = _merge_series(entries, snaps, recorded, notes)
-    first = snaps[0]
-    start = first.meta.taken_at.timestamp() - first.meta.window_seconds
-    frames = []
-    for k, snap in enumerate(snaps):
-        frames.append(
-            Frame(
-                at=start if k == 0 else snap.meta.taken_at.timestamp(),
-                nodes=snap.nodes,
-                pods=snap.pods,
-                pdbs=snap.pdbs,
-                resource_claims=snap.resource_claims,
-                inventory=snap.inventory if snap.inventory.known else None,
-            )
-        )
-    if any(not s.inventory.known for s in snaps):
-        notes.append("snapshots without nodegroups.json: each node is its own node group there")
-    history = History(
-        cluster=first.meta.cluster,
-        region=first.meta.region,
-        start=start,
-        end=snaps[-1].meta.taken_at.timestamp(),
-        resolution=first.meta.step_seconds,
-        frames=tuple(frames),
-        metrics=_to_metric_data(merged),
-        timestamps=_to_metric_data(merged_ts),
-        node_label=first.node_label,
-        recorded=tuple(snaps) if recorded else (),
-    )
-    if recorded:
-        notes.append(
-            "metrics format 2: each snapshot is decided at its own time on its own facts (its idle "
-            "window); nothing is decided between snapshots"
-        )
-    return Source(
-        kind="snapshot-series",
-        description=f"{root}: {len(snaps)} snapshots of {first.meta.cluster}",
-        history=history,
-        inventory="snapshots",
-        notes=tuple(dict.fromkeys(notes)),
-    )
-
-
-def _snapshot_dirs(root: Path) -> list[tuple[datetime, Path]]:
-    """The snapshot directories under ``root`` by time, oldest first (names are RFC 3339 times).
-
-    Raises:
-        ConfigError: ``root`` is not a directory, holds none, or a sub-directory is not named by a time.
-    """
-    if not root.is_dir():
-        raise ConfigError("not a directory", source=str(root))
-    entries: list[tuple[datetime, Path]] = []
-    for child in sorted(root.iterdir()):
-        if not child.is_dir():
-            continue
-        at = _parse_name(child.name)
-        if at is None:
-            raise ConfigError(
-                "snapshot directories are named by their RFC 3339 time (e.g. 2026-11-02T10:00:00Z)",
-                source=str(child),
-            )
-        entries.append((at, child))
-    if not entries:
-        raise ConfigError("no snapshot directories found", source=str(root))
-    return sorted(entries)
-
-
-_Merged = dict[str, dict[tuple[tuple[str, str], ...], dict[float, float]]]
-
-
-def _merge_series(
-    entries: Sequence[tuple[datetime, Path]],
-    snaps: Sequence[ClusterSnapshot],
-    recorded: bool,
-    notes: list[str],
-) -> tuple[_Merged, _Merged]:
-    """(metrics, timestamps) of all snapshots merged per series and time. Format 2 (``recorded``): only
-    the per-step activity maxima, the one part of its facts that is a history."""
-    merged: _Merged = {}
-    merged_ts: _Merged = {}
-    for (at, _), snap in zip(entries, snaps, strict=True):
-        for target, data in ((merged, snap.metrics), (merged_ts, snap.timestamps)):
-            for name, md in data.items():
-                if recorded and (target is merged_ts or name not in (GPU_UTIL, PROF_ACTIVE)):
-                    continue
-                per = target.setdefault(name, {})
-                if md.problem:
-                    notes.append(
-                        f"{name} unusable in the snapshot of {_rfc(at.timestamp())}: its window has no samples"
-                    )
-                    continue
-                for s in md.series:
-                    points = per.setdefault(tuple(sorted(s.labels.items())), {})
-                    points.update(zip(s.times, s.values, strict=True))
-    return merged, merged_ts
-
-
-def _recorded_node_label(directory: Path) -> str | None:
-    try:
-        import json
-
-        meta = json.loads((directory / "snapshot.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    label = meta.get("node_label") if isinstance(meta, dict) else None
-    return label if isinstance(label, str) and label else None
 
 
 def _to_metric_data(
