@@ -616,10 +616,8 @@ def _reduce_answer(feeder: MatrixFeeder, q: MetricQuery, content: bytes, stats: 
         problem = answer_problem(answer.envelope(), "matrix")
         if answer.status == "success":
             stats.answered(answer.engine_seconds)
-        if problem is None:
+        if problem is None:  # else still unusable, but named: a warning's text says what to reshape (BUG-50)
             feeder.feed(_file_kind(q), q.metric, answer)
-        elif problem == "warnings":  # still unusable, but named: AMP's samples warning means reshape (BUG-50)
-            problem = f"warnings: {'; '.join(map(str, answer.warnings or ()))[:300]}"
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
         return f"malformed: {exc}"
     return problem
