@@ -36,7 +36,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -48,8 +48,8 @@ from botocore.auth import SigV4Auth as _BotocoreSigV4
 from botocore.awsrequest import AWSRequest
 
 from rightsizer.adapters import prometheus_matrix
-from rightsizer.adapters.prometheus_matrix import MatrixFeeder
 from rightsizer.adapters.prometheus_answers import answer_problem, refusal_answer
+from rightsizer.adapters.prometheus_matrix import MatrixFeeder
 from rightsizer.domain.errors import ConfigError, PermanentError, TransientError
 from rightsizer.domain.join import NodeJoiner
 from rightsizer.domain.observation import (
