@@ -22,7 +22,9 @@ from rightsizer.backtest.model import SimModel
 from rightsizer.backtest.simulate import prepare, run_policy
 from rightsizer.backtest.snapshot_series import read_snapshot_series
 from rightsizer.cli import read_policy_file
+from rightsizer.domain.errors import ConfigError
 from rightsizer.domain.plan import Plan
+from rightsizer.domain.policy import Policy
 from tests.builders import AT, rfc
 from tests.integration.test_snapshot_cli import double, prometheus, run, seed_cluster, write_config
 
@@ -94,6 +96,11 @@ def test_a_format_2_series_replays_to_the_live_verdicts_at_each_snapshot(
         expected = {n["node"]: _facts(n) for n in live[at]["nodes"] if n["node"] in replayed}
         assert set(expected) == set(replayed) and replayed == expected
     assert {r.node for r in figures.log} == removed
+
+    # AND a policy with another idle window is refused: the snapshots' facts cover their own window only
+    with pytest.raises(ConfigError) as refused:
+        run_policy(prepare(source.history), Policy(idle_window=3600), "longer")
+    assert refused.value.field == "idle_window"
 
     # AND the CLI replays the same series and reports the removal
     code, out, err = run(
