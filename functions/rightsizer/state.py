@@ -201,6 +201,11 @@ class LeaseStore(Protocol):
         """Held leases with ``expires_at <= now``, sorted by node (the assessment heals their cordons)."""
         ...
 
+    def live(self, now: datetime, prefix: str = "") -> list[Lease]:
+        """Held leases with ``expires_at > now`` whose key starts with ``prefix``, sorted by key (a node
+        group replacement's ``nodegroup:<name>`` leases tell the plan what is being replaced)."""
+        ...
+
     def request_cancel(self, node: str, epoch: int) -> bool:
         """Ask the holder of ``epoch`` to stop (a resolved alert, docs/architecture.md §4 "Webhook").
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -113,6 +114,19 @@ class World:
         config = (self.nodegroup(OLD) or {})["scalingConfig"]
         return config["minSize"], config["desiredSize"], config["maxSize"]
 
+    def new_asg(self) -> str | None:
+        """The Auto Scaling group of the new node group, once EKS (the reconciler) made it."""
+        group = self.nodegroup(NEW)
+        found = ((group or {}).get("resources") or {}).get("autoScalingGroups") or []
+        return str(found[0]["name"]) if found else None
+
+    def nodes_of(self, nodegroup: str) -> list[str]:
+        return sorted(
+            n["metadata"]["name"]
+            for n in self.double.list_nodes()
+            if n["metadata"]["labels"].get("eks.amazonaws.com/nodegroup") == nodegroup
+        )
+
     def cordoned(self) -> list[str]:
         return sorted(
             n["metadata"]["name"]
@@ -137,7 +151,10 @@ def make_world(clients: AwsClients, *, no_capacity: frozenset[str] = frozenset()
                                labels={"app": "infer"}))  # fmt: skip
         observed = Observed(clients, double, {built.asg_name: OLD}, Policy(), busy=set(names))
         reconciler = NodeGroupReconciler(clients, CLUSTER, no_capacity=no_capacity)
-        kubelet = GroupKubelet(clients, double, CLUSTER, never_ready=never_ready)
+        # New Nodes are "created" a day before the series' instant AT, so the plans made at AT judge them.
+        kubelet = GroupKubelet(
+            clients, double, CLUSTER, never_ready=never_ready, created=AT - timedelta(days=1)
+        )
         reconciler.start(0.03)
         kubelet.start(0.03)
         world = World(clients, double, observed, reconciler, kubelet, FakeClock(AT), MemoryState(CLUSTER),
@@ -301,6 +318,49 @@ def test_a_concurrent_scale_in_of_the_old_group_respects_the_budget(three_nodes:
     assert len(record.details["drained"]) == 3 and w.old_sizes() == (0, 0, 3)
     w.kubelet.sync()  # the old instances are gone: so are their Nodes, with our cordons
     assert w.cordoned() == []
+
+
+def test_the_plan_knows_the_replacement_while_it_runs_and_while_the_new_group_settles(world: World) -> None:
+    # The plans the assessment would make every tick, with the replacement's leases as the state holds them.
+    world.observed.leases = world.state
+    workflow = world.workflow(replace_settle=900)
+    workflow.start(world.request())
+    seen: set[str] = set()
+    for result in drive(lambda: workflow.step(EXECUTION), world.advance):
+        record = world.state.load(EXECUTION)
+        assert record is not None
+        if result.finished or record.step in ("ng_validate", "ng_create"):
+            continue
+        if record.step not in seen:
+            seen.add(record.step)
+            new_asg = world.new_asg()
+            if new_asg is not None:  # its Nodes join the plan as they register, empty while the old drain
+                world.observed.asg_names[new_asg] = NEW
+                world.observed.idle |= {n for n in world.nodes_of(NEW) if n not in world.observed.busy}
+            now = world.clock.now()
+            tick = world.observed.plan(now)
+            assert [a.kind for a in tick.actions if a.kind != "recommend"] == [], (record.step, tick.actions)
+            for report in tick.nodes:
+                assert f"replacement_in_progress:{EXECUTION}" in report.reasons, (record.step, report)
+            if record.step == "ng_created":  # the old group untouched yet: validate's own fresh plan, which
+                # does not count its own leases, still proposes the replacement
+                mine = world.observed.plan(now, ignore=EXECUTION)
+                assert [a.kind for a in mine.actions if a.kind != "recommend"] == ["replace_node_group"]
+    assert result.status == "succeeded", result.message
+    assert {"ng_created", "ng_ready", "ng_drain", "ng_gone"} <= seen, seen
+
+    # the old nodes are gone; the new ones (empty in these series) settle for replace_settle, then count
+    world.kubelet.sync()
+    world.observed.busy.clear()
+    world.observed.idle = set(world.nodes_of(NEW))
+    ended = world.clock.now()
+    settling = world.observed.plan(ended)
+    assert [a.kind for a in settling.actions if a.kind != "recommend"] == []
+    assert {r.verdict for r in settling.nodes} == {"protected"}, [(r.node, r.reasons) for r in settling.nodes]
+    stamp = (ended + timedelta(seconds=900)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert all(f"replacement_settling:until:{stamp}" in r.reasons for r in settling.nodes)
+    settled = world.observed.plan(ended + timedelta(seconds=900))
+    assert [a.kind for a in settled.actions] == ["scale_in"]  # one per node group budget
 
 
 class NudgingClock(FakeClock):

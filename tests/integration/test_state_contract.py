@@ -246,6 +246,23 @@ def test_expired_lists_held_expired_leases_by_node(store: StateStore) -> None:
     ]
 
 
+def test_live_lists_held_unexpired_leases_under_a_prefix_by_key(store: StateStore) -> None:
+    store.acquire("nodegroup:gpu-b", "exec-1", T0, 60)
+    store.acquire("nodegroup:gpu-a", "exec-1", T0, 3600)
+    store.acquire("nodegroup:gpu-c", "exec-2", T0, 3600)
+    store.release("nodegroup:gpu-c", "exec-2", 1)  # a tombstone: not held
+    store.acquire("gpu-node-a", "exec-3", T0, 3600)  # another prefix
+    live = store.live(T0 + timedelta(seconds=59), prefix="nodegroup:")
+    assert [(lease.node, lease.owner) for lease in live] == [
+        ("nodegroup:gpu-a", "exec-1"),
+        ("nodegroup:gpu-b", "exec-1"),
+    ]
+    assert [lease.node for lease in store.live(T0 + timedelta(seconds=60), prefix="nodegroup:")] == [
+        "nodegroup:gpu-a"
+    ]
+    assert [lease.node for lease in store.live(T0)] == ["gpu-node-a", "nodegroup:gpu-a", "nodegroup:gpu-b"]
+
+
 def test_eight_racing_starters_exactly_one_wins(store: StateStore) -> None:
     for round_ in range(5):
         node = f"gpu-node-{round_}"

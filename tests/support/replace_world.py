@@ -21,6 +21,8 @@ from rightsizer.domain.model import AsgInfo, ClusterSnapshot
 from rightsizer.domain.plan import NodeReport, Plan
 from rightsizer.domain.planner import plan
 from rightsizer.domain.policy import Policy
+from rightsizer.services.replace import known_replacements
+from rightsizer.state import LeaseStore
 from rightsizer.testing.k8s.double import KubernetesDouble
 from rightsizer.testing.periodic import Periodic
 from tests.builders import AT, const, gpu_node, merge_metrics, node_devices, snapshot
@@ -46,7 +48,11 @@ class GroupKubelet:
         cluster: str,
         *,
         never_ready: frozenset[str] = frozenset(),
+        created: datetime | None = None,
     ) -> None:
+        """``created``: the new Nodes' creationTimestamp (default: the real now; the plans of these worlds
+        are made at the series' instant ``AT``, so a test that judges new Nodes registers them before it)."""
+        self.created = created
         self.clients = clients
         self.double = double
         self.cluster = cluster
@@ -95,7 +101,7 @@ class GroupKubelet:
             gpus=gpus,
             instance_id=instance_id,
             nodegroup=str(ng["nodegroupName"]),
-            created=datetime.now().astimezone(),
+            created=self.created or datetime.now().astimezone(),
             labels=dict(ng.get("labels") or {}),
             allocatable={"nvidia.com/gpu": "0"} if broken else None,
             taints=[
@@ -134,6 +140,8 @@ class Observed:
     policy: Policy
     busy: set[str] = field(default_factory=set)
     idle: set[str] = field(default_factory=set)
+    #: When set, plans know the node group replacements its leases hold (running or settling).
+    leases: LeaseStore | None = None
 
     def groups(self) -> list[AsgInfo]:
         answer = self.clients.autoscaling.describe_auto_scaling_groups(
@@ -153,14 +161,26 @@ class Observed:
         ]
 
     def snapshot(self) -> ClusterSnapshot:
-        metrics = merge_metrics(
-            *(busy_devices(n) for n in sorted(self.busy)), *(node_devices(n, 4) for n in sorted(self.idle))
-        )
         nodes = [n for n in self.double.list_nodes() if n["metadata"]["name"] in self.busy | self.idle]
+        catalog = load_catalog()
+        gpus = {
+            n["metadata"]["name"]: getattr(
+                catalog.get(n["metadata"]["labels"].get("node.kubernetes.io/instance-type", "")),
+                "gpu_count",
+                4,
+            )
+            for n in nodes
+        }
+        metrics = merge_metrics(
+            *(busy_devices(n, gpus.get(n, 4)) for n in sorted(self.busy)),
+            *(node_devices(n, gpus.get(n, 4)) for n in sorted(self.idle)),
+        )
         return snapshot(nodes, self.double.list_pods(), metrics, groups=self.groups(), at=AT)
 
-    def plan(self, _now: datetime | None = None) -> Plan:
-        return plan(self.snapshot(), self.policy, AT)
+    def plan(self, now: datetime | None = None, *, ignore: str | None = None) -> Plan:
+        """The plan at ``AT`` (the series' instant); replacements as the leases hold them at ``now``."""
+        known = known_replacements(self.leases, now or AT, ignore=ignore) if self.leases is not None else []
+        return plan(self.snapshot(), self.policy, AT, replacements=known)
 
     def assess_node(self, node: str, now: datetime) -> NodeReport | None:
         try:

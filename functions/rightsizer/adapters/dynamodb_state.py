@@ -28,13 +28,11 @@ sort_key_attr="sk", expiry_attr="ttl")``: its default ``static_pk_value`` is
 carry ``ttl``; lease expiry is a condition on ``expires_at`` (epoch seconds with microseconds, a
 Number), never TTL, and off-hours sizes must never vanish before they are restored.
 
-IAM actions (resource: the table and ``<table>/index/gsi1``):
-``dynamodb:GetItem``, ``dynamodb:PutItem``, ``dynamodb:UpdateItem``, ``dynamodb:DeleteItem``,
-``dynamodb:Query`` (budget slots write three items in one ``TransactWriteItems``, which IAM authorises as
-PutItem/UpdateItem/DeleteItem per item). Each function's role is limited with ``dynamodb:LeadingKeys`` to
-the ``pk`` families above that its code touches (``template.yaml``, ``tests/integration/test_iam.py``). The Powertools
-Idempotency layer needs nothing beyond these.
-Tests and the demo also use ``dynamodb:CreateTable``, ``DescribeTable`` and ``UpdateTimeToLive``.
+IAM actions (resource: the table and ``<table>/index/gsi1``): ``dynamodb:GetItem``, ``PutItem``,
+``UpdateItem``, ``DeleteItem``, ``Query`` (a slot's ``TransactWriteItems`` is authorised as Put/Update/Delete
+per item), limited per role with ``dynamodb:LeadingKeys`` to the ``pk`` families its code touches
+(``template.yaml``, ``tests/integration/test_iam.py``); Powertools Idempotency needs nothing more. Tests and
+the demo also use ``dynamodb:CreateTable``, ``DescribeTable`` and ``UpdateTimeToLive``.
 
 The client is passed in (built by the wiring with the standard retry mode, which already retries
 throttling); errors leave this module as the taxonomy of :mod:`rightsizer.domain.errors`.
@@ -137,6 +135,10 @@ _DDB_TRANSIENT: Final = frozenset(
 
 if TYPE_CHECKING:
     Item = dict[str, AttributeValueTypeDef]
+
+
+def _by_node(lease: Lease) -> str:
+    return lease.node
 
 
 def _error_code(exc: ClientError) -> str:
@@ -344,17 +346,19 @@ class DynamoDbState:
         item = self._get(self._lease_pk(), f"node#{node}")
         return self._lease(item) if item is not None and self._held(item) else None
 
-    def _held_leases(self) -> list[Lease]:
-        return [
-            self._lease(item) for item in self._query_partition(self._lease_pk(), "node#") if self._held(item)
-        ]
+    def _held_leases(self, prefix: str = "") -> list[Lease]:
+        items = self._query_partition(self._lease_pk(), f"node#{prefix}")
+        return [self._lease(item) for item in items if self._held(item)]
 
     def expired(self, now: datetime) -> list[Lease]:
         """See :meth:`rightsizer.state.LeaseStore.expired`."""
         require_aware(now)
-        return sorted(
-            (lease for lease in self._held_leases() if lease.expired(now)), key=lambda lease: lease.node
-        )
+        return sorted((lease for lease in self._held_leases() if lease.expired(now)), key=_by_node)
+
+    def live(self, now: datetime, prefix: str = "") -> list[Lease]:
+        """See :meth:`rightsizer.state.LeaseStore.live` (one Query on the lease items under the prefix)."""
+        require_aware(now)
+        return sorted((lease for lease in self._held_leases(prefix) if not lease.expired(now)), key=_by_node)
 
     def request_cancel(self, node: str, epoch: int) -> bool:
         """See :meth:`rightsizer.state.LeaseStore.request_cancel`."""

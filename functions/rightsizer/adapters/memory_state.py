@@ -145,6 +145,19 @@ class MemoryState:
                 if row.held and row.expires_at is not None and row.expires_at <= now
             ]
 
+    def live(self, now: datetime, prefix: str = "") -> list[Lease]:
+        """See :meth:`rightsizer.state.LeaseStore.live`."""
+        now = _utc(now)
+        with self._lock:
+            return [
+                self._lease(node, row)
+                for node, row in sorted(self._leases.items())
+                if node.startswith(prefix)
+                and row.held
+                and row.expires_at is not None
+                and row.expires_at > now
+            ]
+
     def request_cancel(self, node: str, epoch: int) -> bool:
         """See :meth:`rightsizer.state.LeaseStore.request_cancel`."""
         with self._lock:

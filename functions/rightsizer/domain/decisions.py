@@ -66,6 +66,8 @@ _STARTED: Final[Mapping[str, ActionTaken]] = {
     "resize_instance": "resize_started",
     "replace_node_group": "replace_started",
 }
+#: Reasons of a node group replacement on the node's group (``domain.replacement.replacement_reasons``).
+_REPLACEMENT_CODES: Final = frozenset({"replacement_in_progress", "replacement_settling"})
 #: The key ``started`` uses for a node group replacement (``rightsizer.services.replace.lease_key``).
 _GROUP_KEY = "nodegroup:{}"
 
@@ -139,6 +141,11 @@ def _why_not(report: NodeReport, action: Action | None, skipped: str | None) -> 
     if action is not None and action.kind not in _STARTED:
         kinds = list(_STARTED)
         return f"{action.kind} is a recommendation: the assessment starts only {', '.join(kinds[:-1])} and {kinds[-1]}"
+    # A node group replacement running on (or just finished to) the node's group explains it first: an
+    # underutilized node of a group being replaced is not acted on because the replacement moves it.
+    replacing = [r for r in report.reasons if code_of(r) in _REPLACEMENT_CODES]
+    if replacing:
+        return f"{report.verdict}: {', '.join(replacing)}"
     codes = _CLASS_CODES.get(report.verdict)
     blocking = [r for r in report.reasons if codes is not None and code_of(r) in codes]
     if blocking:

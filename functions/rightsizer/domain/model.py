@@ -30,6 +30,8 @@ TAG_RESIZE = "rightsizer.io/resize"
 #: off-hours roles carry the same condition (template.yaml), so the check here refuses before a cordon
 #: what AWS would deny after the drain.
 TAG_ENABLED = "rightsizer.io/enabled"
+#: The label EKS puts on every Node of a managed node group: the group's name.
+NODEGROUP_LABEL = "eks.amazonaws.com/nodegroup"
 #: The cluster tag EKS puts on a managed node group's Auto Scaling group (self-managed groups must carry it).
 TAG_EKS_CLUSTER = "eks:cluster-name"
 

@@ -19,6 +19,7 @@ from rightsizer.domain.join import NodeJoiner
 from rightsizer.domain.model import (
     ANN_CORDONED_BY,
     ANN_DO_NOT_DISRUPT,
+    NODEGROUP_LABEL,
     AsgInfo,
     ClusterSnapshot,
     Ec2Instance,
@@ -32,7 +33,13 @@ from rightsizer.domain.plan import Action, NodeReport, Plan, Savings, UnmappedRe
 from rightsizer.domain.pods import PodClassification, PodContext, classify_pods, wants_node
 from rightsizer.domain.policy import Policy
 from rightsizer.domain.recommend import Recommendation, recommend_for_node
-from rightsizer.domain.replacement import GroupMember, group_replacements
+from rightsizer.domain.replacement import (
+    GroupMember,
+    KnownReplacement,
+    group_replacements,
+    held_groups,
+    replacement_reasons,
+)
 from rightsizer.domain.usage import CollectedSignals, UnmappedSeries, Window, collect_signals
 from rightsizer.domain.verdicts import order_reasons, verdict_of
 from rightsizer.domain.volumes import VolumeFacts
@@ -145,7 +152,7 @@ def _selected(node: Node, group: AsgInfo | None, policy: Policy) -> bool:
     if any(node.labels.get(k) != v for k, v in policy.node_selector.items()):
         return False
     if policy.node_groups:
-        names = {node.labels.get("eks.amazonaws.com/nodegroup")}
+        names = {node.labels.get(NODEGROUP_LABEL)}
         if group is not None:
             names |= {group.name, group.nodegroup}
         return bool(names & set(policy.node_groups))
@@ -178,6 +185,7 @@ def plan(
     node_label: str | None = None,
     stale_cordons: frozenset[str] = frozenset(),
     snoozed: Mapping[str, datetime] | None = None,
+    replacements: Sequence[KnownReplacement] = (),
 ) -> Plan:
     """Decide, for every GPU node of ``snapshot``, a verdict with reasons, and the actions to take.
 
@@ -191,6 +199,10 @@ def plan(
             the leases): still not candidates, but they do not count as drains in flight.
         snoozed: node → the aware instant until which a person snoozed its removal (approval snooze,
             docs/architecture.md §4): before it the node is ``protected`` with ``snoozed:until:<t>``.
+        replacements: the node group replacements the state store knows (running, or finished recently):
+            their groups' nodes are ``protected`` (``replacement_in_progress:<execution>``,
+            ``replacement_settling:until:<t>``, ``domain.replacement``) and no group of theirs is proposed
+            for replacement again.
 
     Returns:
         The ``Plan`` (docs/architecture.md §5): nodes sorted by name, actions by hourly savings then id.
@@ -288,6 +300,10 @@ def plan(
         snooze = snooze_reason((snoozed or {}).get(node.name), at)
         if snooze is not None:
             reasons.append(snooze)
+        nodegroup = (
+            group.nodegroup if group is not None and group.nodegroup else node.labels.get(NODEGROUP_LABEL)
+        )
+        reasons.extend(replacement_reasons(nodegroup, replacements, at))
         ec2 = inventory.instances.get(instance or "") if inventory.instances is not None else None
         hourly, price_reasons = _price(node, row, snapshot.meta.region, ec2, inventory.spot_prices)
         decision = NodeDecision(node, group, standalone, row, assessment, classified, reasons, hourly)
@@ -308,7 +324,8 @@ def plan(
 
     _apply_group_rules(decisions, snapshot, policy, at)
     actions = _choose(decisions, policy, stale_cordons)
-    return _assemble(snapshot, policy, at, decisions, actions, signals.unmapped, catalog)
+    held = held_groups(replacements, at)
+    return _assemble(snapshot, policy, at, decisions, actions, signals.unmapped, catalog, held)
 
 
 def _apply_group_rules(
@@ -436,6 +453,7 @@ def _assemble(
     scale_ins: list[Action],
     unmapped: Sequence[UnmappedSeries],
     catalog: Catalog,
+    held: Mapping[str, str],
 ) -> Plan:
     reports: list[NodeReport] = []
     actions = list(scale_ins)
@@ -447,7 +465,7 @@ def _assemble(
             (d, reasons, verdict_of(reasons, cheaper_shape_fits=rec is not None and rec.cheaper_fits))
         )
     replacements, replaced = group_replacements(
-        _group_members(judged), catalog, allowed=policy.allow_replace_node_group
+        _group_members(judged), catalog, allowed=policy.allow_replace_node_group, held=held
     )
     actions.extend(replacements)
     for d, reasons, verdict in judged:

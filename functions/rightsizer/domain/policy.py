@@ -227,6 +227,16 @@ class Policy(BaseModel):
         description="Delete the old node group this many seconds after its last instance left; null keeps it "
         "at size 0 (the default).",
     )
+    replace_settle: Seconds | None = Field(
+        None,
+        ge=0,
+        le=7 * 24 * 3600,
+        description="Seconds after a node group replacement finished (its old group's last instance left) "
+        "during which the new group's nodes stay protected (replacement_settling) from scale-in, resize, "
+        "another replacement and drains; null = idle_window + cooldown: a whole idle window of evidence "
+        "taken after the pods moved, plus the scale-down delay after a scale-up (Cluster Autoscaler's "
+        "scale-down-delay-after-add, Karpenter's consolidateAfter).",
+    )
     alert_node_labels: list[str] = Field(
         default_factory=lambda: list(DEFAULT_ALERT_NODE_LABELS),
         description="Alert labels that may carry the node name, first present wins.",
@@ -277,6 +287,12 @@ class Policy(BaseModel):
             if group is not None and group in self.approval_node_groups:
                 return self.approval_node_groups[group] == "required"
         return self.approval == "required"
+
+    @property
+    def replace_settle_seconds(self) -> int:
+        """Seconds a finished replacement's new nodes stay protected: ``replace_settle``, else
+        ``idle_window + cooldown``."""
+        return self.replace_settle if self.replace_settle is not None else self.idle_window + self.cooldown
 
     def node_group_budget(self, desired_capacity: int) -> int:
         """Nodes of one node group that may be in flight, from ``max_nodes_per_node_group``.

@@ -10,13 +10,23 @@ without a cheaper fit, idle, unknown, protected, or an instance without a Node �
 one node's workload must never be moved to a shape picked for another's.
 
 Savings (USD per hour) = (current − target on-demand price) × the group's nodes; none while a node runs in
-a capacity reservation. Pure.
+a capacity reservation.
+
+**Replacements the plan knows** (:class:`KnownReplacement`, from the live ``nodegroup:<name>`` leases,
+``rightsizer.services.replace.known_replacements``): while one runs, every node of its old and its new
+group carries ``replacement_in_progress:<execution>`` — protected, so no scale-in, resize, drain or second
+replacement picks them (its own child drains are exempt), and the group is not proposed again. After it
+ended past its point of no return the new group's nodes carry ``replacement_settling:until:<t>`` for
+``Policy.replace_settle_seconds``: they stood empty while the old nodes drained, so their idle evidence
+must be taken after the pods moved (Cluster Autoscaler's ``scale-down-delay-after-add``, Karpenter's
+``consolidateAfter``). Pure.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from rightsizer.domain.catalog import HOURS_PER_MONTH, Catalog, InstanceType
 from rightsizer.domain.model import TAG_ENABLED, AsgInfo
@@ -39,6 +49,51 @@ class GroupMember:
     row: InstanceType | None
     demand: Demand | None
     reserved: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class KnownReplacement:
+    """A node group replacement the state store knows of: ``execution_id`` holds (or held) ``groups`` (EKS
+    node group names: the old group and, once validate named it, the new one).
+
+    ``settling_until`` is None while the workflow runs; after it ended past its point of no return, the
+    aware instant until which its new group settles (``groups`` is then the new group only).
+    """
+
+    execution_id: str
+    groups: tuple[str, ...]
+    settling_until: datetime | None = None
+
+
+def replacement_reasons(nodegroup: str | None, known: Iterable[KnownReplacement], at: datetime) -> list[str]:
+    """The reasons a node of managed node group ``nodegroup`` carries at ``at``:
+    ``replacement_in_progress:<execution>`` while a replacement of its group or to its group runs,
+    ``replacement_settling:until:<RFC 3339 UTC>`` while its group settles after replacing another. Empty
+    for a node of no managed node group."""
+    if not nodegroup:
+        return []
+    reasons = []
+    for r in known:
+        if nodegroup not in r.groups:
+            continue
+        if r.settling_until is None:
+            reasons.append(f"replacement_in_progress:{r.execution_id}")
+        elif at < r.settling_until:
+            stamp = r.settling_until.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            reasons.append(f"replacement_settling:until:{stamp}")
+    return reasons
+
+
+def held_groups(known: Iterable[KnownReplacement], at: datetime) -> dict[str, str]:
+    """Node group → why no ``replace_node_group`` may be proposed for it at ``at`` (the first reason of
+    :func:`replacement_reasons`): a replacement of it or to it runs, or it is settling."""
+    known = list(known)
+    held = {}
+    for group in sorted({g for r in known for g in r.groups}):
+        reasons = replacement_reasons(group, known, at)
+        if reasons:
+            held[group] = reasons[0]
+    return held
 
 
 def combined_demand(demands: Sequence[Demand]) -> Demand:
@@ -137,12 +192,20 @@ def group_replacements(
     catalog: Catalog,
     *,
     allowed: bool,
+    held: Mapping[str, str] | None = None,
 ) -> tuple[list[Action], frozenset[str]]:
     """``replace_node_group`` actions for the groups that qualify, and the nodes whose own recommendation
-    they supersede (a group that does not qualify keeps its nodes' ``recommend`` actions)."""
+    they supersede (a group that does not qualify keeps its nodes' ``recommend`` actions). A group in
+    ``held`` (:func:`held_groups`) gets no action; while it is being replaced its nodes' recommendations
+    are superseded by the replacement that runs."""
     actions: list[Action] = []
     covered: set[str] = set()
     for group, members in groups:
+        hold = (held or {}).get(group.nodegroup or "")
+        if hold is not None:
+            if hold.startswith("replacement_in_progress:"):
+                covered.update(m.node for m in members)
+            continue
         why = why_not_replace(group, members, allowed=allowed)
         found = replacement_action(group, members, catalog) if why is None else None
         if found is None:

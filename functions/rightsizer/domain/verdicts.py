@@ -46,6 +46,8 @@ REASON_CODES: tuple[str, ...] = (
     "karpenter_owned",
     "cordoned_by_other",
     "in_flight",
+    "replacement_in_progress",
+    "replacement_settling",
     "node_group_unknown",
     "node_group_at_min_size",
     "disruption_budget_exhausted",
@@ -60,7 +62,8 @@ REASON_CODES: tuple[str, ...] = (
     "capacity_reserved",
 )
 """Every reason code in contract order. Extend, never rename. ``in_flight`` (a node we already cordoned)
-is our extension."""
+and ``replacement_in_progress`` / ``replacement_settling`` (a node group replacement running or just
+finished, ``domain.replacement.replacement_reasons``) are our extensions."""
 
 _ORDER = {code: i for i, code in enumerate(REASON_CODES)}
 

@@ -34,9 +34,9 @@ from rightsizer.services.healing import (
     stale_cordons,
 )
 from rightsizer.services.replace import KIND as REPLACE_KIND
-from rightsizer.services.replace import ReplaceRequest, lease_key
+from rightsizer.services.replace import ReplaceRequest, known_replacements, lease_key
 from rightsizer.services.resize import ResizeRequest
-from rightsizer.state import PlanHistory, StateStore, lease_ttl_seconds
+from rightsizer.state import LeaseStore, PlanHistory, StateStore, lease_ttl_seconds
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +60,8 @@ class PlanningAssessor:
         policy: the decision policy.
         node_label: the series label carrying the node name, if configured.
         snoozes: the snoozes people set (a snoozed node is ``protected``); None = none.
+        leases: the state store's leases, for the node group replacements running or settling (their
+            nodes are ``protected``, ``domain.replacement``); None = none known.
     """
 
     def __init__(
@@ -70,6 +72,7 @@ class PlanningAssessor:
         node_label: str | None = None,
         snoozes: SnoozeReader | None = None,
         observe_node: Callable[[str, datetime], ClusterSnapshot] | None = None,
+        leases: LeaseStore | None = None,
     ) -> None:
         """``observe_node``, when given, is used instead of ``observe``: the snapshot of the node asked
         about only (``observe_node(node, at)``, ``rightsizer.wiring.parts.observe_node_live``) — the
@@ -88,12 +91,16 @@ class PlanningAssessor:
         self._policy = policy
         self._node_label = node_label
         self._snoozes = snoozes
+        self._leases = leases
 
     def assess_node(self, node: str, now: datetime) -> NodeReport | None:
         """The node's report in a plan made at ``now``, or None when it is not a GPU node of the cluster."""
         snoozed = self._snoozes.snoozes(now) if self._snoozes is not None else None
+        known = known_replacements(self._leases, now) if self._leases is not None else []
         snapshot = self._observe(node, now)
-        result = plan(snapshot, self._policy, now, node_label=self._node_label, snoozed=snoozed)
+        result = plan(
+            snapshot, self._policy, now, node_label=self._node_label, snoozed=snoozed, replacements=known
+        )
         try:
             return result.node(node)
         except KeyError:
@@ -236,6 +243,8 @@ def run_assessment(
         node_label=deps.node_label,
         stale_cordons=frozenset(stale),
         snoozed=snoozed,
+        # Replacements running or settling (their leases): never proposed again, their nodes protected.
+        replacements=known_replacements(deps.state, now),
     )
     candidates = [a for a in result.actions if a.kind in STARTED_KINDS and _workflow_key(a) is not None]
     backed_off = failure_backoff(

@@ -8,7 +8,9 @@ as one workflow per group:
 
 - **validate**: ``allow_replace_node_group``, the group's EKS tag ``rightsizer.io/enabled=true``, a fresh
   plan still proposing exactly this replacement (every node underutilized, the target serving the combined
-  peak), a lease on ``nodegroup:<name>``; the new group's spec is copied from the old one (labels, taints,
+  peak), a lease on ``nodegroup:<name>`` and one on ``nodegroup:<new name>`` (while they are held every plan
+  protects both groups, ``known_replacements``; when the workflow ends past its point of no return the new
+  group's passes to ``<execution>:settle`` for ``Policy.replace_settle_seconds``); the new group's spec is copied from the old one (labels, taints,
   subnets, node role, launch template, capacity type, AMI type, scaling bounds). A launch template that
   pins an instance type gets a new version with only ``InstanceType`` changed.
 - **create / created / ready**: ``CreateNodegroup`` (marked in the record *before* the call, so a rollback
@@ -35,28 +37,34 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from rightsizer.domain.catalog import Catalog
 from rightsizer.domain.errors import PermanentError, RightsizerError
-from rightsizer.domain.model import ANN_CORDONED_BY, GPU_RESOURCE, TAG_ENABLED, GroupSizes, Node
+from rightsizer.domain.model import (
+    ANN_CORDONED_BY,
+    GPU_RESOURCE,
+    NODEGROUP_LABEL,
+    TAG_ENABLED,
+    GroupSizes,
+    Node,
+)
 from rightsizer.domain.plan import NodeReport, Plan
+from rightsizer.domain.replacement import KnownReplacement
 from rightsizer.domain.verdicts import (
     reasons_blocking,
 )
 from rightsizer.ports import InstanceTypeChanger, LaunchTemplateVersions, ManagedNodeGroup, NodeGroupReplacer
 from rightsizer.services.drain import FINAL_STATUSES, POLL_S, DrainDeps, DrainRequest, StepResult
 from rightsizer.services.resize import ResizeWorkflow
-from rightsizer.state import WorkflowRecord
+from rightsizer.state import LeaseStore, WorkflowRecord
 
 log = logging.getLogger(__name__)
 
 KIND = "replace_node_group"
 CHILD_KIND = "replace_drain"
-NODEGROUP_LABEL = "eks.amazonaws.com/nodegroup"
 #: Tags the replacement carries: what it replaces, and which execution created it (a retried create).
 TAG_REPLACES = "rightsizer.io/replaces"
 TAG_EXECUTION = "rightsizer.io/execution"
@@ -71,9 +79,15 @@ _CHILD_EXEMPT = frozenset(
 )
 
 
+#: Lease keys of node groups (a replacement holds its old and its new group's); ``:`` is never in a Node name.
+LEASE_PREFIX = "nodegroup:"
+#: The owner suffix of a finished replacement's hold on its new group while it settles.
+SETTLE_SUFFIX = ":settle"
+
+
 def lease_key(nodegroup: str) -> str:
     """The lease (and record) key of a node group's replacement; ``:`` never occurs in a Node name."""
-    return f"nodegroup:{nodegroup}"
+    return f"{LEASE_PREFIX}{nodegroup}"
 
 
 def replacement_name(old: str, target_type: str) -> str:
@@ -98,13 +112,43 @@ class ReplaceDrainRequest(DrainRequest):
     parent: str = ""
 
 
-def child_blockers(report: NodeReport | None, execution_id: str) -> list[str]:
+def child_blockers(report: NodeReport | None, execution_id: str, parent: str = "") -> list[str]:
     """Reasons a fresh report forbids moving an old node's pods: not a GPU node, excluded, unknown metrics
-    (never act on missing data) or a protection other than those in ``_CHILD_EXEMPT``; busy is fine."""
+    (never act on missing data) or a protection other than those in ``_CHILD_EXEMPT`` and the ``parent``
+    replacement's own ``replacement_in_progress:<parent>``; busy is fine."""
     if report is None:
         return ["not_a_gpu_node"]
-    blocking = reasons_blocking(report.reasons, execution_id, exempt=_CHILD_EXEMPT, busy_blocks=False)
-    return blocking
+    own = f"replacement_in_progress:{parent}"
+    reasons = [r for r in report.reasons if not parent or r != own]
+    return reasons_blocking(reasons, execution_id, exempt=_CHILD_EXEMPT, busy_blocks=False)
+
+
+class FreshPlanner(Protocol):
+    """A fresh plan of the cluster at ``at``; ``ignore`` names a replacement execution the plan must not
+    count as in progress (validate asks about its own group while holding its leases)."""
+
+    def __call__(self, at: datetime, *, ignore: str | None = None) -> Plan:
+        """The plan (``rightsizer.domain.planner.plan`` on a fresh observation)."""
+        ...
+
+
+def known_replacements(
+    leases: LeaseStore, now: datetime, *, ignore: str | None = None
+) -> list[KnownReplacement]:
+    """The replacements the plan must know at ``now``, from the live ``nodegroup:<name>`` leases (one Query):
+    a running replacement holds its old and its new group's lease; one that ended past its point of no
+    return leaves the new group's lease to ``<execution>:settle`` until its settle period ends. ``ignore``
+    leaves out one running execution (validate's own)."""
+    running: dict[str, list[str]] = {}
+    settling: list[KnownReplacement] = []
+    for lease in leases.live(now, prefix=LEASE_PREFIX):
+        group = lease.node.removeprefix(LEASE_PREFIX)
+        if lease.owner.endswith(SETTLE_SUFFIX):
+            owner = lease.owner.removesuffix(SETTLE_SUFFIX)
+            settling.append(KnownReplacement(owner, (group,), settling_until=lease.expires_at))
+        elif lease.owner != ignore:
+            running.setdefault(lease.owner, []).append(group)
+    return [KnownReplacement(owner, tuple(groups)) for owner, groups in sorted(running.items())] + settling
 
 
 class ReplaceWorkflow(ResizeWorkflow):
@@ -118,7 +162,8 @@ class ReplaceWorkflow(ResizeWorkflow):
         changer: the EC2 calls of a standalone resize (None: resizes refused).
         replacer: the EKS calls of a replacement (None: replacements refused).
         templates: the EC2 launch template calls of a replacement (None: a pinned template is refused).
-        planner: a fresh plan of the cluster at an instant (validate re-checks the replacement on it).
+        planner: a fresh plan of the cluster at an instant (validate re-checks the replacement on it, its own
+            leases not counted).
         catalog: instance types (GPU counts, prices); the packaged one by default.
     """
 
@@ -128,7 +173,7 @@ class ReplaceWorkflow(ResizeWorkflow):
         changer: InstanceTypeChanger | None,
         replacer: NodeGroupReplacer | None = None,
         templates: LaunchTemplateVersions | None = None,
-        planner: Callable[[datetime], Plan] | None = None,
+        planner: FreshPlanner | None = None,
         catalog: Catalog | None = None,
     ) -> None:
         super().__init__(deps, changer, catalog)
@@ -145,8 +190,28 @@ class ReplaceWorkflow(ResizeWorkflow):
     def _still_candidate(self, record: WorkflowRecord, report: NodeReport | None) -> tuple[bool, list[str]]:
         if self._kind(record) != CHILD_KIND:
             return super()._still_candidate(record, report)
-        blocking = child_blockers(report, record.execution_id)
+        blocking = child_blockers(report, record.execution_id, str(record.details.get("parent", "")))
         return not blocking, blocking
+
+    def _renew(self, record: WorkflowRecord) -> None:
+        super()._renew(record)
+        epoch = record.details.get("new_lease_epoch")
+        if self._kind(record) == KIND and epoch is not None:
+            # The new group's lease: while it is held, the plan protects the new group's nodes.
+            self.deps.state.renew(
+                str(record.details["new_lease"]), record.execution_id, int(epoch), self._now(), self._ttl
+            )
+
+    def _release(self, record: WorkflowRecord) -> None:
+        super()._release(record)
+        epoch = record.details.get("new_lease_epoch")
+        if self._kind(record) != KIND or epoch is None:
+            return
+        key, settle = str(record.details["new_lease"]), self.deps.policy.replace_settle_seconds
+        self.deps.state.release(key, record.execution_id, int(epoch))
+        if record.details.get("point_of_no_return") and settle > 0:
+            # The new group serves: it settles before anything may take it apart (domain.replacement).
+            self.deps.state.acquire(key, record.execution_id + SETTLE_SUFFIX, self._now(), settle)
 
     def _holders_block(self, record: WorkflowRecord) -> bool:
         # The workload of the old node is what the replacement moves; the eviction API and PDBs still apply.
@@ -253,6 +318,14 @@ class ReplaceWorkflow(ResizeWorkflow):
         if lease is None:
             return self._end(record, "abandoned", "lease_held_by_other", step="ng_validate")
         record = self._save(record, lease_epoch=lease.epoch)
+        new_key = lease_key(replacement_name(old, target))
+        held = deps.state.acquire(new_key, record.execution_id, now, self._ttl)
+        if held is None:
+            # Another replacement made (or is making) a group of that name, or it is still settling.
+            return self._end(record, "abandoned", f"lease_held_by_other:{new_key}", step="ng_validate")
+        record = self._save(
+            record, details={**record.details, "new_lease": new_key, "new_lease_epoch": held.epoch}
+        )
         if not policy.allow_replace_node_group:
             return self._end(
                 record, "abandoned", "replace_not_allowed:allow_replace_node_group", step="ng_validate"
@@ -273,7 +346,9 @@ class ReplaceWorkflow(ResizeWorkflow):
         if refusal is not None or current is None:
             return self._end(record, "abandoned", refusal or "instance_type_unknown", step="ng_validate")
         fresh = [
-            a for a in self.planner(now).actions if a.kind == KIND and a.node_group == old and a.to == target
+            a
+            for a in self.planner(now, ignore=record.execution_id).actions
+            if a.kind == KIND and a.node_group == old and a.to == target
         ]
         if not fresh:
             return self._end(record, "abandoned", f"not_a_candidate:no {KIND} of {old} to {target} in a fresh plan",

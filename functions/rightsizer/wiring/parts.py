@@ -462,10 +462,11 @@ def build_assessor(
     *,
     range_metrics: MetricsRangeReader | None = None,
     snoozes: SnoozeReader | None = None,
+    leases: LeaseStore | None = None,
 ) -> PlanningAssessor:
     """The ``Assessor`` of the drain's validate/revalidate steps: a fresh plan of the one node asked about
     (:func:`observe_node_live`), whose cost does not grow with the cluster; ``snoozes`` protect nodes
-    people snoozed."""
+    people snoozed, ``leases`` the node groups being replaced or settling."""
     from rightsizer.services.assess import PlanningAssessor
 
     return PlanningAssessor(
@@ -473,6 +474,7 @@ def build_assessor(
         policy,
         node_label=config.prometheus.node_label,
         snoozes=snoozes,
+        leases=leases,
         observe_node=lambda node, now: observe_node_live(
             config, policy, observers, node, now, range_metrics=range_metrics
         ),

@@ -279,7 +279,12 @@ class Runtime:
             raise ConfigError("acting needs the EKS cluster name", field="cluster.name")
         policy = policy or self.policy()
         assessor = parts.build_assessor(
-            self._config, policy, self.observers, range_metrics=self._range_metrics, snoozes=self.approvals
+            self._config,
+            policy,
+            self.observers,
+            range_metrics=self._range_metrics,
+            snoozes=self.approvals,
+            leases=self.state,
         )
         asks = policy.approval == "required" or "required" in policy.approval_node_groups.values()
         return DrainDeps(
@@ -311,13 +316,14 @@ class Runtime:
         """The drain workflow — drains, resizes of opted-in standalone instances and replacements of opted-in
         managed node groups — (one per call, around the current policy)."""
         from rightsizer.domain.planner import plan
-        from rightsizer.services.replace import ReplaceWorkflow
+        from rightsizer.services.replace import ReplaceWorkflow, known_replacements
 
         deps = self.drain_deps()
         node_label = self._config.prometheus.node_label
 
-        def fresh_plan(at: datetime) -> Plan:
-            return plan(self.observe_fresh(at), deps.policy, at, node_label=node_label)
+        def fresh_plan(at: datetime, *, ignore: str | None = None) -> Plan:
+            known = known_replacements(self.state, at, ignore=ignore)
+            return plan(self.observe_fresh(at), deps.policy, at, node_label=node_label, replacements=known)
 
         return ReplaceWorkflow(
             deps, self.instance_type_changer, self.nodegroup_replacer, self.launch_templates, fresh_plan
@@ -391,8 +397,11 @@ class Runtime:
             nodes=cast(ClusterReader, self.cluster),
             sizer=self.nodegroups,
             scaler=self.scaler,
-            # Snoozes are the decision's facts (read once per tick), not a reason of each assessment.
-            assessor=PlanningAssessor(self.observe, policy, node_label=self._config.prometheus.node_label),
+            # Snoozes are the decision's facts (read once per tick), not a reason of each assessment; the
+            # node group replacements running or settling are (their nodes are protected, the group skipped).
+            assessor=PlanningAssessor(
+                self.observe, policy, node_label=self._config.prometheus.node_label, leases=self.state
+            ),
             state=self.state,
             starter=normal,
             forced_starter=forced,
