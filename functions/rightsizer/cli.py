@@ -209,8 +209,9 @@ def cmd_apply(args: argparse.Namespace) -> int:
 
 def cmd_savings(args: argparse.Namespace) -> int:
     """``rightsizer savings --config FILE [--json]``: realized savings read back from the ledger (state
-    table ``aws.table``) — instance-hours actually avoided and USD per UTC day and node group
-    (``rightsizer.services.realized``). Never acts."""
+    table ``aws.table``) — instance-hours actually avoided and USD per UTC day, node group and action kind
+    (``scale_in``; ``replace_node_group``: old-type instance-hours replaced, priced at the difference;
+    ``rightsizer.services.realized``). Never acts."""
     from rightsizer.services.realized import realized_savings
     from rightsizer.wiring import Runtime
 
@@ -228,6 +229,7 @@ def cmd_savings(args: argparse.Namespace) -> int:
                         "instance_hours": r.instance_hours,
                         "usd": r.usd,
                         "removals": r.removals,
+                        "kind": r.kind,
                     }
                     for r in rows
                 ],
@@ -235,10 +237,11 @@ def cmd_savings(args: argparse.Namespace) -> int:
             }
         )
         return EXIT_OK
-    print(f"{'day':<11} {'node group':<28} {'instance-hours':>14} {'USD':>10}  removals")
+    print(f"{'day':<11} {'node group':<28} {'action':<19} {'instance-hours':>14} {'USD':>10}  actions")
     for r in rows:
         print(
-            f"{r.day.isoformat():<11} {r.node_group:<28} {r.instance_hours:>14.3f} {r.usd:>10.2f}  {r.removals}"
+            f"{r.day.isoformat():<11} {r.node_group:<28} {r.kind:<19} {r.instance_hours:>14.3f} {r.usd:>10.2f}"
+            f"  {r.removals}"
         )
     print(
         f"total: {sum(r.instance_hours for r in rows):.3f} instance-hours, {sum(r.usd for r in rows):,.2f} USD"

@@ -179,8 +179,8 @@ def render_status(report: dict[str, Any]) -> str:
     out += ["", "Realized savings (ledger):"]
     for r in savings["by_day_and_node_group"]:
         out.append(
-            f"  {r['day']}  {r['node_group']:<24} {r['instance_hours']:>8.2f} instance-hours  "
-            f"{r['usd']:>9,.2f} USD  ({r['removals']} removal(s))"
+            f"  {r['day']}  {r['node_group']:<24} {r.get('kind', 'scale_in'):<18} {r['instance_hours']:>8.2f} "
+            f"instance-hours  {r['usd']:>9,.2f} USD  ({r['removals']} action(s))"
         )
     for k in savings["by_action_kind"]:
         out.append(f"  {k['kind']}: {k['applied']} applied, {k['hourly_usd']:,.2f} USD/hour")

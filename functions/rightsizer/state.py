@@ -331,6 +331,8 @@ class LedgerEntry:
         entry_id: idempotency key; default = first 16 hex of sha256(execution|node|kind|step|result),
             so recording the same outcome twice (a retried step) keeps one entry. Pass your own to
             record repeated outcomes of one step (e.g. one per attempt).
+        instances: how many EC2 instances the savings are for (a node group replacement's old nodes);
+            ``None`` = the node's one instance.
     """
 
     execution_id: str
@@ -346,6 +348,7 @@ class LedgerEntry:
     at: datetime
     ttl: int = 0
     entry_id: str = ""
+    instances: int | None = None
 
     def __post_init__(self) -> None:
         if self.result not in LEDGER_RESULTS:

@@ -38,6 +38,7 @@ from rightsizer.domain.model import ANN_CORDONED_BY, TAG_ENABLED
 from rightsizer.domain.policy import Policy
 from rightsizer.handler_support import use_drain_workflow
 from rightsizer.services.drain import DrainDeps, DrainRequest, StepResult
+from rightsizer.services.realized import realized_savings
 from rightsizer.services.replace import ReplaceRequest, ReplaceWorkflow, lease_key
 from rightsizer.services.runner import InProcessRunner
 from rightsizer.testing.fakes import FakeClock
@@ -208,8 +209,15 @@ def test_the_replacement_moves_the_group_to_the_recommended_type(world: World) -
     catalog = load_catalog()
     per_node = (catalog.get("g5.12xlarge").hourly_usd or 0) - (catalog.get("g5.xlarge").hourly_usd or 0)  # type: ignore[union-attr]
     booked = [e for e in world.state.entries(execution_id=EXECUTION) if e.hourly_savings_usd is not None]
-    assert [(e.step, e.result) for e in booked] == [("ng_gone", "applied")]
+    assert [(e.step, e.result, e.instances) for e in booked] == [("ng_gone", "applied", 2)]
     assert booked[0].hourly_savings_usd == pytest.approx(per_node * 2)
+    # AND `rightsizer savings` books it: 2 h after the old instances left, 2 × 2 old-type instance-hours
+    # not run, at the price difference (5.672 − 1.006 USD/h per node)
+    rows = realized_savings(world.state.entries(), booked[0].at + timedelta(hours=2))
+    assert [(r.kind, r.node_group, r.instance_hours, r.removals) for r in rows] == [
+        ("replace_node_group", OLD, pytest.approx(4.0), 1)
+    ]
+    assert rows[0].usd == pytest.approx(2 * 2 * (5.672 - 1.006))
 
 
 def test_the_old_group_is_deleted_after_the_grace_period_when_asked(world: World) -> None:

@@ -507,6 +507,22 @@ def test_ledger_entry_carries_ttl_and_exact_savings(backend: Backend) -> None:
         assert raw["monthly_savings_usd"] == {"N": "884.76"}
 
 
+def test_a_replacement_s_entry_keeps_how_many_instances_it_saves_for(backend: Backend) -> None:
+    store = backend.store
+    group = entry("exec-r", "nodegroup:gpu-a10g", "ng_gone", T0, kind="replace_node_group", instance_id=None,
+                  hourly_savings_usd=9.332, instances=2)  # fmt: skip
+    single = entry("exec-s", "gpu-node-a", "remove", T0)
+    store.record(group)
+    store.record(single)
+    assert store.entries(execution_id="exec-r") == [group] and group.instances == 2
+    assert store.entries(execution_id="exec-s")[0].instances is None
+    if backend.raw is not None:
+        raw = backend.raw("ledger#exec-r", f"entry#{group.entry_id}")
+        assert raw is not None and raw["instances"] == {"N": "2"}
+        single_raw = backend.raw("ledger#exec-s", f"entry#{single.entry_id}")
+        assert single_raw is not None and "instances" not in single_raw
+
+
 def test_recording_the_same_outcome_twice_keeps_one_entry(store: StateStore) -> None:
     first = entry("exec-1", "gpu-node-a", "remove", T0)
     retry = entry("exec-1", "gpu-node-a", "remove", T0 + timedelta(minutes=2))

@@ -22,11 +22,65 @@ def entry(
     result: LedgerResult = "applied",
     hourly: float | None = 5.672,
     node: str | None = "n1",
+    instances: int | None = None,
 ) -> LedgerEntry:
     return LedgerEntry(
         execution_id=eid, node=node, instance_id=None, node_group=group, kind=kind, step=step, result=result,
-        reason="", hourly_savings_usd=hourly, monthly_savings_usd=None, at=at,
+        reason="", hourly_savings_usd=hourly, monthly_savings_usd=None, at=at, instances=instances,
     )  # fmt: skip
+
+
+#: g5.12xlarge → g5.xlarge on two nodes (us-east-1 on-demand, the packaged catalog): (5.672 − 1.006) × 2.
+REPLACED = (5.672 - 1.006) * 2
+
+
+def replacement(
+    eid: str, at: datetime, *, step: str = "ng_gone", result: LedgerResult = "applied"
+) -> LedgerEntry:
+    return entry(eid, at, kind="replace_node_group", step=step, result=result, hourly=REPLACED,
+                 node="nodegroup:gpu-a10g", instances=2)  # fmt: skip
+
+
+def test_a_replacement_books_the_price_difference_from_when_the_old_instances_left() -> None:
+    # the old group's last instance left at 22:00; at 01:30 that is 2 h + 1.5 h of two g5.12xlarge not run,
+    # each replaced by a g5.xlarge: 4 + 3 old-type instance-hours, priced at the difference
+    rows = realized_savings([replacement("r1", T0)], T0 + timedelta(hours=3.5))
+    assert rows == [
+        RealizedSavings(
+            date(2026, 11, 2), "gpu-a10g", 4.0, pytest.approx(2 * REPLACED), 1, "replace_node_group"
+        ),  # type: ignore[arg-type]
+        RealizedSavings(
+            date(2026, 11, 3), "gpu-a10g", 3.0, pytest.approx(1.5 * REPLACED), 0, "replace_node_group"
+        ),  # type: ignore[arg-type]
+    ]
+    assert rows[0].usd == pytest.approx(2 * (5.672 - 1.006) * 2)  # 18.664 USD on the first day
+
+
+def test_a_replacement_and_a_scale_in_of_one_group_are_separate_rows() -> None:
+    rows = realized_savings(
+        [entry("s1", T0 - timedelta(hours=1)), replacement("r1", T0)], T0 + timedelta(hours=1)
+    )
+    assert [(r.kind, r.instance_hours, round(r.usd, 3)) for r in rows] == [
+        ("replace_node_group", 2.0, round(REPLACED, 3)),
+        ("scale_in", 2.0, round(2 * 5.672, 3)),
+    ]
+
+
+def test_only_the_replacement_s_applied_ng_gone_entry_books() -> None:
+    others = [
+        replacement("r1", T0, step="ng_validate", result="dry_run"),
+        replacement("r2", T0, step="rollback", result="rolled_back"),
+        replacement("r3", T0, step="ng_created"),  # no saving yet: the old instances still run
+    ]
+    assert realized_savings(others, T0 + timedelta(hours=1)) == []
+
+
+def test_an_off_hours_restore_of_the_old_group_ends_the_replacement_s_saving() -> None:
+    restore = entry(
+        "o1", T0 + timedelta(minutes=30), kind="scale_node_group", step="restored", hourly=None, node=None
+    )
+    rows = realized_savings([replacement("r1", T0), restore], T0 + timedelta(hours=5))
+    assert [(r.kind, r.instance_hours) for r in rows] == [("replace_node_group", 1.0)]
 
 
 def test_an_open_removal_counts_until_now_split_at_utc_midnight() -> None:

@@ -94,6 +94,12 @@ def get_int(item: Item, name: str) -> int:
     return int(item[name]["N"])
 
 
+def opt_int(item: Item, name: str) -> int | None:
+    """The number attribute ``name`` of ``item`` as an int, or ``None``."""
+    value = item.get(name)
+    return None if value is None else int(value["N"])
+
+
 def opt_float(item: Item, name: str) -> float | None:
     """The number attribute ``name`` of ``item`` as a float, or ``None``."""
     value = item.get(name)

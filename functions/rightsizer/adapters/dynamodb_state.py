@@ -20,13 +20,11 @@ Key layout (``<cluster>`` is the EKS cluster name, which cannot contain ``#``), 
 - off-hours saved sizes (never a ``ttl``): ``offhours#<cluster>#<node group>`` / ``sizes``;
 - Powertools Idempotency (with ``ttl``): ``idempotency#<function name>`` / the request hash.
 
-Leases and slots share one partition per cluster so :meth:`DynamoDbState.expired` and
-:meth:`DynamoDbState.reap_slots` are single Queries; the traffic is a few writes per drain step.
-Powertools Idempotency shares the table with ``DynamoDBPersistenceLayer(table_name=…, key_attr="pk",
-sort_key_attr="sk", expiry_attr="ttl")``: its default ``static_pk_value`` is
-``idempotency#<function name>``, a prefix this module never writes. Only ledger and idempotency items
-carry ``ttl``; lease expiry is a condition on ``expires_at`` (epoch seconds with microseconds, a
-Number), never TTL, and off-hours sizes must never vanish before they are restored.
+Leases and slots share one partition per cluster (``expired``, ``live``, ``reap_slots``: one Query each).
+Powertools Idempotency shares the table (``DynamoDBPersistenceLayer(key_attr="pk", sort_key_attr="sk",
+expiry_attr="ttl")``, ``static_pk_value`` ``idempotency#<function name>``, a prefix this module never
+writes). Only ledger and idempotency items carry ``ttl``; lease expiry is a condition on ``expires_at``
+(epoch seconds with µs), never TTL; off-hours sizes must never vanish before they are restored.
 
 IAM actions (resource: the table and ``<table>/index/gsi1``): ``dynamodb:GetItem``, ``PutItem``,
 ``UpdateItem``, ``DeleteItem``, ``Query`` (a slot's ``TransactWriteItems`` is authorised as Put/Update/Delete
@@ -44,6 +42,7 @@ import json
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime, timedelta
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Final, cast
 
 from botocore.exceptions import ClientError
@@ -61,6 +60,7 @@ from rightsizer.adapters.dynamodb_codec import (
     get_time,
     iso,
     opt_float,
+    opt_int,
     opt_s,
     opt_time,
     placeholders,
@@ -135,10 +135,6 @@ _DDB_TRANSIENT: Final = frozenset(
 
 if TYPE_CHECKING:
     Item = dict[str, AttributeValueTypeDef]
-
-
-def _by_node(lease: Lease) -> str:
-    return lease.node
 
 
 def _error_code(exc: ClientError) -> str:
@@ -353,12 +349,14 @@ class DynamoDbState:
     def expired(self, now: datetime) -> list[Lease]:
         """See :meth:`rightsizer.state.LeaseStore.expired`."""
         require_aware(now)
-        return sorted((lease for lease in self._held_leases() if lease.expired(now)), key=_by_node)
+        return sorted((lease for lease in self._held_leases() if lease.expired(now)), key=attrgetter("node"))
 
     def live(self, now: datetime, prefix: str = "") -> list[Lease]:
         """See :meth:`rightsizer.state.LeaseStore.live` (one Query on the lease items under the prefix)."""
         require_aware(now)
-        return sorted((lease for lease in self._held_leases(prefix) if not lease.expired(now)), key=_by_node)
+        return sorted(
+            (lease for lease in self._held_leases(prefix) if not lease.expired(now)), key=attrgetter("node")
+        )
 
     def request_cancel(self, node: str, epoch: int) -> bool:
         """See :meth:`rightsizer.state.LeaseStore.request_cancel`."""
@@ -567,6 +565,7 @@ class DynamoDbState:
             "node_group": None if entry.node_group is None else attr_s(entry.node_group),
             "hourly_savings_usd": attr_money(entry.hourly_savings_usd),
             "monthly_savings_usd": attr_money(entry.monthly_savings_usd),
+            "instances": None if entry.instances is None else attr_n(entry.instances),
         }
         item.update({name: value for name, value in optional.items() if value is not None})
         try:
@@ -597,6 +596,7 @@ class DynamoDbState:
             at=get_time(item, "at"),
             ttl=get_int(item, TTL_ATTRIBUTE),
             entry_id=get_s(item, "entry_id"),
+            instances=opt_int(item, "instances"),
         )
 
     def entries(self, execution_id: str | None = None, node: str | None = None) -> list[LedgerEntry]:

@@ -1,11 +1,19 @@
-"""Realized savings read back from the ledger: instance-hours actually avoided, per UTC day and node group.
+"""Realized savings read back from the ledger: instance-hours actually avoided, per UTC day, node group and
+action kind.
 
-A plan's savings are a promise; this is the bill. Every applied removal in the ledger (a drain that ended
-``applied`` with a price, ``kind == "scale_in"``) avoids its instance from the moment it was recorded until
-capacity came back to its node group — an off-hours ``scale_node_group`` ``restored`` entry of the same
-group after it — or until ``now``. The avoided hours are split at UTC midnights and priced at the removal's
-USD per hour. Scale-ups the ledger does not see (Cluster Autoscaler, Karpenter, an operator) are not
-subtracted: the figures are an upper bound when something else re-adds capacity, and say so.
+A plan's savings are a promise; this is the bill. Two kinds of ledger entries book savings:
+
+- ``scale_in``: a drain that ended ``applied`` with a price avoids its instance from the moment it was
+  recorded; one instance-hour per hour at the removal's USD per hour.
+- ``replace_node_group``: the replacement's ``ng_gone`` entry (``applied``, recorded once no instance of
+  the old group is in service) avoids the old type for each of its ``instances`` old nodes: the
+  instance-hours of the old type not run, priced at the price difference (old − new, the entry's USD per
+  hour for all of them). The new group's instances are paid for; only the difference is saved.
+
+Each runs until capacity came back to its (old) node group — an off-hours ``scale_node_group``
+``restored`` entry of the same group after it — or until ``now``. The hours are split at UTC midnights.
+Scale-ups the ledger does not see (Cluster Autoscaler, Karpenter, an operator) are not subtracted: the
+figures are an upper bound when something else re-adds capacity, and say so.
 """
 
 from __future__ import annotations
@@ -20,24 +28,31 @@ RESTORE_KIND = "scale_node_group"
 RESTORE_STEP = "restored"
 
 
+REPLACE_KIND = "replace_node_group"
+REPLACE_STEP = "ng_gone"
+
+
 @dataclass(frozen=True, slots=True)
 class RealizedSavings:
-    """Avoided capacity of one node group on one UTC day: ``instance_hours`` hours, ``usd`` USD."""
+    """Avoided capacity of one node group on one UTC day by one action kind: ``instance_hours`` hours of
+    instances not run (for ``replace_node_group``: of the old type, replaced by the cheaper one), ``usd``
+    USD saved; ``removals`` counts the actions that started saving that day (instances removed, groups
+    replaced)."""
 
     day: date
     node_group: str
     instance_hours: float
     usd: float
     removals: int
+    kind: str = "scale_in"
 
 
 def _removal(entry: LedgerEntry) -> bool:
-    return (
-        entry.kind == "scale_in"
-        and entry.result == "applied"
-        and entry.hourly_savings_usd is not None
-        and entry.node is not None
-    )
+    if entry.result != "applied" or entry.hourly_savings_usd is None:
+        return False
+    if entry.kind == REPLACE_KIND:
+        return entry.step == REPLACE_STEP and entry.node_group is not None
+    return entry.kind == "scale_in" and entry.node is not None
 
 
 def _restore(entry: LedgerEntry) -> bool:
@@ -54,7 +69,8 @@ def _split_by_day(start: datetime, end: datetime) -> Iterable[tuple[date, float]
 
 
 def realized_savings(entries: Iterable[LedgerEntry], now: datetime) -> list[RealizedSavings]:
-    """Instance-hours avoided and USD saved per (UTC day, node group), oldest day first, then by group.
+    """Instance-hours avoided and USD saved per (UTC day, node group, kind), oldest day first, then by group
+    and kind.
 
     Args:
         entries: ledger entries of one cluster (any order).
@@ -71,20 +87,21 @@ def realized_savings(entries: Iterable[LedgerEntry], now: datetime) -> list[Real
     for e in ordered:
         if _restore(e) and e.node_group:
             restores.setdefault(e.node_group, []).append(e.at)
-    totals: dict[tuple[date, str], list[float]] = {}
+    totals: dict[tuple[date, str, str], list[float]] = {}
     for e in ordered:
         if not _removal(e) or e.at >= now:
             continue
         group = e.node_group or "(standalone)"
         end = min([t for t in restores.get(group, []) if t > e.at] + [now])
+        instances = e.instances if e.instances is not None else 1
         first = True
         for day, hours in _split_by_day(e.at, end):
-            slot = totals.setdefault((day, group), [0.0, 0.0, 0.0])
-            slot[0] += hours
+            slot = totals.setdefault((day, group, e.kind), [0.0, 0.0, 0.0])
+            slot[0] += hours * instances
             slot[1] += hours * (e.hourly_savings_usd or 0.0)
             slot[2] += 1 if first else 0
             first = False
     return [
-        RealizedSavings(day, group, hours, usd, int(count))
-        for (day, group), (hours, usd, count) in sorted(totals.items())
+        RealizedSavings(day, group, hours, usd, int(count), kind)
+        for (day, group, kind), (hours, usd, count) in sorted(totals.items())
     ]

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from rightsizer.domain.catalog import Catalog
+from rightsizer.domain.catalog import HOURS_PER_MONTH, Catalog
 from rightsizer.domain.errors import PermanentError, RightsizerError
 from rightsizer.domain.model import (
     ANN_CORDONED_BY,
@@ -59,7 +59,7 @@ from rightsizer.domain.verdicts import (
 from rightsizer.ports import InstanceTypeChanger, LaunchTemplateVersions, ManagedNodeGroup, NodeGroupReplacer
 from rightsizer.services.drain import FINAL_STATUSES, POLL_S, DrainDeps, DrainRequest, StepResult
 from rightsizer.services.resize import ResizeWorkflow
-from rightsizer.state import LeaseStore, WorkflowRecord
+from rightsizer.state import LeaseStore, LedgerEntry, WorkflowRecord
 
 log = logging.getLogger(__name__)
 
@@ -662,7 +662,22 @@ class ReplaceWorkflow(ResizeWorkflow):
         record = self._save(record, details={**record.details, "hourly_savings_usd": hourly})
         new, target = record.details["new_nodegroup"], record.details["target_type"]
         reason = f"{old} ({record.details['old_type']}) at 0 after {left} node(s) moved to {new} ({target})"
-        self._ledger(record, "ng_gone", "applied", reason, savings=True)
+        # One entry for the group, the savings of its ``left`` old instances from now on (services.realized).
+        entry = LedgerEntry(
+            execution_id=record.execution_id,
+            node=record.node,
+            instance_id=None,
+            node_group=old,
+            kind=KIND,
+            step="ng_gone",
+            result="applied",
+            reason=reason,
+            hourly_savings_usd=hourly,
+            monthly_savings_usd=None if hourly is None else hourly * HOURS_PER_MONTH,
+            at=self._now(),
+            instances=left,
+        )
+        self.deps.state.record(entry)
         after = self.deps.policy.replace_delete_old_after
         if after is None:
             return self._end(

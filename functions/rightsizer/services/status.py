@@ -141,6 +141,7 @@ def read_status(
             "instance_hours": round(r.instance_hours, 6),
             "usd": round(r.usd, 6),
             "removals": r.removals,
+            "kind": r.kind,
         }
         for r in realized_savings(entries, now)
     ]
