@@ -19,8 +19,8 @@ as one workflow per group:
   group (``CREATE_FAILED``/``DEGRADED``, capacity health issues) or ``replace_ready_timeout`` rolls back.
 - **drain**: the old nodes, one disruption budget at a time, through the drain workflow's own steps
   (child records of kind ``replace_drain``: validate with its lease and budget slot → cordon → revalidate →
-  evict → wait), which leave each drained node cordoned. A concurrent scale-in competes for the same
-  slots; a child refused for the budget or a lease is retried, one that fails or rolls back is retried
+  evict → wait), which leave each drained node cordoned. A scale-in validated before our leases were taken
+  competes for the same slots (later ones are refused: ``replacement_in_progress``); a child refused for the budget or a lease is retried, one that fails or rolls back is retried
   at most ``DRAIN_ATTEMPTS`` times before the replacement rolls back.
 - **scale_old / gone**: the point of no return: ``UpdateNodegroupConfig`` min 0 / desired 0 (max kept), then
   wait until no instance is in service; only then are the savings booked (old minus new on-demand price
