@@ -64,7 +64,7 @@ from tests.support.prometheus_server import (  # noqa: E402
 from rightsizer.adapters import prometheus as prom  # noqa: E402
 from rightsizer.domain.join import NodeJoiner  # noqa: E402
 from rightsizer.domain.model import Node  # noqa: E402
-from rightsizer.domain.observation import SeriesShard, series_shards  # noqa: E402
+from rightsizer.domain.observation import DeviceShard, device_shards, series_shards  # noqa: E402
 from rightsizer.domain.planner import plan  # noqa: E402
 from rightsizer.domain.policy import Policy  # noqa: E402
 from rightsizer.domain.usage import Window  # noqa: E402
@@ -158,6 +158,17 @@ def sharded(client: prom.PrometheusClient, size: int, joiner: NodeJoiner) -> int
     return sum(len(d) for d in signals.devices.values())
 
 
+def devices(client: prom.PrometheusClient, size: int, joiner: NodeJoiner) -> int:
+    """The default without ``prometheus.node_label``: device shards by the GPU UUID's last hex digit
+    (``device_shards``; this data's UUIDs end in the GPU index 0-7, so 8 shards hold series)."""
+    window = Window(end=END, seconds=WINDOW, step=STEP)
+    shards = device_shards(-(-size // SHARD_NODES))
+    signals = prom.collect_live(client, joiner, window, Policy(), job=f"n{size}", shards=shards)
+    assert not signals.problems and not signals.node_problems, (signals.problems, signals.node_problems)
+    assert len(signals.devices) == size, (len(signals.devices), size)
+    return sum(len(d) for d in signals.devices.values())
+
+
 def _instant(client: prom.PrometheusClient, exprs: list[str]) -> int:
     def run(expr: str) -> int:
         answer = client.query(expr, END)
@@ -246,14 +257,14 @@ def measure(
 
 
 def assess_child(url: str, size: int, shard_nodes: int) -> None:
-    """In a fresh process: the assess function's metrics work for N nodes, in series shards of
-    ``shard_nodes`` when N is larger (0: never); prints RSS figures (MiB)."""
+    """In a fresh process: the assess function's metrics work for N nodes, in device shards of about
+    ``shard_nodes`` nodes when N is larger (0: never); prints RSS figures (MiB)."""
     base = snapshot(node_docs(size), [])
     policy = Policy(max_nodes_per_run=size)
     window = Window.ending(AT, policy.idle_window, STEP)
-    shards: tuple[SeriesShard, ...] = ()
-    if 0 < shard_nodes < size:
-        shards = series_shards("node", [n.name for n in base.nodes], shard_nodes)
+    shards: tuple[DeviceShard, ...] = ()
+    if 0 < shard_nodes < size:  # the product's default without prometheus.node_label
+        shards = device_shards(-(-size // shard_nodes))
     before = _status_mib("VmRSS")
     with prom.PrometheusClient(url, timeout=120) as client:
         joiner = NodeJoiner(base.nodes, base.pods, "node")
@@ -265,7 +276,7 @@ def assess_child(url: str, size: int, shard_nodes: int) -> None:
 
 def assess_rss(url: str, sizes: tuple[int, ...]) -> None:
     print("\nassess peak RSS (fresh process: snapshot of N GPU nodes, collect_live, plan):")
-    for shard_nodes, label in ((0, "unsharded"), (SHARD_NODES, f"shards of {SHARD_NODES}")):
+    for shard_nodes, label in ((0, "unsharded"), (SHARD_NODES, f"device shards, {SHARD_NODES} nodes")):
         rows = []
         for size in sizes:
             out = subprocess.run(
@@ -315,11 +326,12 @@ def print_ratios(rows: list[tuple[int, dict[str, dict[str, float]]]]) -> None:
         f"{'nodes':>6} {'method':<8} {'engine/floor':>13} {'promCPU/floor':>14} {'total/floor':>12} {'total/anchor':>13}"
     )
     for size, r in rows:
-        f, a = r["floor"], r["anchor"]
-        for name in ("anchor", "live", "sharded"):
+        f = r["floor"]
+        for name in ("anchor", "live", "sharded", "devices"):
             if name not in r:
                 continue
             m = r[name]
+            a = r.get("anchor", f)
             print(
                 f"{size:>6} {name:<8} {_ratio(m['engine_s'], f['engine_s']):>13} "
                 f"{_ratio(m['prom_cpu_s'], f['prom_cpu_s']):>14} {_ratio(m['total_cpu_s'], f['total_cpu_s']):>12} "
@@ -438,6 +450,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=1, help="runs per method (least total CPU kept)")
     parser.add_argument("--shard-nodes", type=int, default=SHARD_NODES, help="GPU nodes per series shard")
     parser.add_argument("--data-dir", help="keep/reuse the backfilled TSDB here")
+    parser.add_argument(
+        "--methods", default="anchor,live,sharded,devices", help="besides the floor, comma-separated"
+    )
     parser.add_argument("--backfill-jobs", type=int, default=2, help="promtool processes at once")
     parser.add_argument("--backfill-only", action="store_true", help="build (or check) the TSDB and stop")
     parser.add_argument("--assess-rss", action="store_true", help="also measure assess peak RSS per N")
@@ -474,7 +489,8 @@ def main(argv: list[str] | None = None) -> int:
                     floor(warm, size, joiner)  # warm the page cache
                 methods = [("floor", floor), ("anchor", anchor), ("live", live)]
                 if size > SHARD_NODES:
-                    methods.append(("sharded", sharded))
+                    methods += [("sharded", sharded), ("devices", devices)]
+                methods = [(n, fn) for n, fn in methods if n == "floor" or n in args.methods.split(",")]
                 results = {name: measure(fn, server, size, joiner, args.repeat) for name, fn in methods}
                 for name, r in results.items():
                     print(f"{size:>6} {name:<8} " + " ".join(f"{r[c]:>13.2f}" for c in COLS), flush=True)
