@@ -16,7 +16,7 @@ def entry(
     eid: str,
     at: datetime,
     *,
-    group: str = "gpu-a10g",
+    group: str | None = "gpu-a10g",
     kind: str = "scale_in",
     step: str = "terminate",
     result: LedgerResult = "applied",
@@ -45,14 +45,11 @@ def test_a_replacement_books_the_price_difference_from_when_the_old_instances_le
     # the old group's last instance left at 22:00; at 01:30 that is 2 h + 1.5 h of two g5.12xlarge not run,
     # each replaced by a g5.xlarge: 4 + 3 old-type instance-hours, priced at the difference
     rows = realized_savings([replacement("r1", T0)], T0 + timedelta(hours=3.5))
-    assert rows == [
-        RealizedSavings(
-            date(2026, 11, 2), "gpu-a10g", 4.0, pytest.approx(2 * REPLACED), 1, "replace_node_group"
-        ),  # type: ignore[arg-type]
-        RealizedSavings(
-            date(2026, 11, 3), "gpu-a10g", 3.0, pytest.approx(1.5 * REPLACED), 0, "replace_node_group"
-        ),  # type: ignore[arg-type]
+    assert [(r.day, r.node_group, r.kind, r.instance_hours, r.removals) for r in rows] == [
+        (date(2026, 11, 2), "gpu-a10g", "replace_node_group", 4.0, 1),
+        (date(2026, 11, 3), "gpu-a10g", "replace_node_group", 3.0, 0),
     ]
+    assert [r.usd for r in rows] == [pytest.approx(2 * REPLACED), pytest.approx(1.5 * REPLACED)]
     assert rows[0].usd == pytest.approx(2 * (5.672 - 1.006) * 2)  # 18.664 USD on the first day
 
 
@@ -126,3 +123,16 @@ def test_groups_and_days_are_reported_separately_and_in_order() -> None:
 def test_naive_now_is_refused() -> None:
     with pytest.raises(ValueError, match="aware"):
         realized_savings([], datetime(2026, 11, 2))  # noqa: DTZ001
+
+
+def test_a_resize_books_the_price_difference_of_its_one_instance() -> None:
+    # g5.4xlarge -> g5.xlarge (1.624 - 1.006 USD/h) on a standalone instance, resized 90 minutes ago
+    resized = entry("z1", T0, group=None, kind="resize_instance", step="uncordon", hourly=1.624 - 1.006)
+    rolled = entry(
+        "z2", T0, group=None, kind="resize_instance", step="uncordon", result="rolled_back", hourly=None
+    )
+    rows = realized_savings([resized, rolled], T0 + timedelta(minutes=90))
+    assert [(r.kind, r.node_group, r.instance_hours, r.removals) for r in rows] == [
+        ("resize_instance", "(standalone)", 1.5, 1)
+    ]
+    assert rows[0].usd == pytest.approx(1.5 * (1.624 - 1.006))

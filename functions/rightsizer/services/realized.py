@@ -5,6 +5,8 @@ A plan's savings are a promise; this is the bill. Two kinds of ledger entries bo
 
 - ``scale_in``: a drain that ended ``applied`` with a price avoids its instance from the moment it was
   recorded; one instance-hour per hour at the removal's USD per hour.
+- ``resize_instance``: a resize that ended ``applied`` (the instance runs the new type, its Node Ready)
+  avoids the old type of its one instance from then, priced at the difference it booked.
 - ``replace_node_group``: the replacement's ``ng_gone`` entry (``applied``, recorded once no instance of
   the old group is in service) avoids the old type for each of its ``instances`` old nodes: the
   instance-hours of the old type not run, priced at the price difference (old − new, the entry's USD per
@@ -52,7 +54,7 @@ def _removal(entry: LedgerEntry) -> bool:
         return False
     if entry.kind == REPLACE_KIND:
         return entry.step == REPLACE_STEP and entry.node_group is not None
-    return entry.kind == "scale_in" and entry.node is not None
+    return entry.kind in ("scale_in", "resize_instance") and entry.node is not None
 
 
 def _restore(entry: LedgerEntry) -> bool:
