@@ -418,3 +418,12 @@ def write_snapshot_dir(
         }
         (root / "metrics" / f"{name}.json").write_text(json.dumps(body))
     return root
+
+
+#: Reason codes that name who priced a node (every priced node has one), not why it got its verdict.
+PRICE_SOURCE_CODES = frozenset({"priced_on_demand"})
+
+
+def verdict_reasons(reasons: Iterable[str]) -> list[str]:
+    """``reasons`` without the price-source ones (:data:`PRICE_SOURCE_CODES`), in order."""
+    return [r for r in reasons if r.split(":", 1)[0] not in PRICE_SOURCE_CODES]

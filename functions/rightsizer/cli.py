@@ -21,6 +21,7 @@ import yaml
 
 from rightsizer import logsafety
 from rightsizer.adapters.snapshot_dir import load_snapshot
+from rightsizer.cli_prices import add_prices_parser
 from rightsizer.config import Config, load_config
 from rightsizer.domain.errors import ConfigError, RightsizerError
 from rightsizer.domain.model import ClusterSnapshot
@@ -764,6 +765,7 @@ def build_parser() -> argparse.ArgumentParser:
     o.set_defaults(func=cmd_offhours)
 
     _add_backtest_parser(sub)
+    add_prices_parser(sub)
 
     d = sub.add_parser("demo", help="run the main job on the embedded default")
     d.add_argument("--json", action="store_true", help="print the outcome as JSON")

@@ -96,6 +96,15 @@ class AwsConfig(_Section):
     region: str = Field("us-east-1", description="Default AWS region.")
     endpoint_url: str | None = Field(None, description="Endpoint override for every AWS client (tests).")
     table: str | None = Field(None, description="DynamoDB table for leases, slots, ledger, off-hours state.")
+    pricing_api: bool = Field(
+        True,
+        description="Read the region's on-demand prices from the AWS Price List Query API (pricing:GetProducts);"
+        " false prices from the packaged us-east-1 catalog (an isolated VPC).",
+    )
+    pricing_endpoint_url: str | None = Field(
+        None,
+        description="Endpoint override for the Price List Query API client (tests); default endpoint_url.",
+    )
 
 
 class OffhoursGroup(_Section):

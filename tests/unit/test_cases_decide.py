@@ -30,6 +30,7 @@ from tests.builders import (
     pod,
     rfc,
     snapshot,
+    verdict_reasons,
 )
 
 CASES = Path(__file__).resolve().parents[1] / "fixtures" / "cases"
@@ -42,7 +43,7 @@ def load_case(name: str) -> Any:
 
 
 def codes(reasons: list[str]) -> list[str]:
-    return [r.split(":", 1)[0] for r in reasons]
+    return [r.split(":", 1)[0] for r in verdict_reasons(reasons)]
 
 
 # --- BUG-01: Hostname is the exporter pod name or 'localhost' -------------------------------------------
@@ -266,7 +267,7 @@ def test_stale_samples_are_unknown() -> None:
     ts = device_series(labels, util=const(stamp))["DCGM_FI_DEV_GPU_UTIL"]
     report = plan(snapshot([node], [], metrics, timestamps={"DCGM_FI_DEV_GPU_UTIL": ts}), Policy()).node("s")
     assert report.verdict == "unknown"
-    assert report.reasons == ["stale_metrics:600s"]
+    assert verdict_reasons(report.reasons) == ["stale_metrics:600s"]
 
 
 # --- BUG-05: missing series ----------------------------------------------------------------------------
@@ -432,7 +433,10 @@ def test_bug18_pod_classification() -> None:
     node = gpu_node(case["node"], instance_type="g5.xlarge", gpus=1)
     report = plan(snapshot([node], pods, node_devices(case["node"], 1)), Policy()).node(case["node"])
     assert report.verdict == "protected"
-    assert report.reasons == ["bare_pod:default/debug-shell", "local_storage:research/notebook-7d8f-abcde"]
+    assert verdict_reasons(report.reasons) == [
+        "bare_pod:default/debug-shell",
+        "local_storage:research/notebook-7d8f-abcde",
+    ]
     allowed = Policy(delete_emptydir_data=True, allow_bare_pods=True)
     report = plan(snapshot([node], pods, node_devices(case["node"], 1)), allowed).node(case["node"])
     assert report.verdict == "idle"
@@ -442,7 +446,7 @@ def test_system_pods_without_pdb_block_and_with_pdb_do_not() -> None:
     node = gpu_node("k", instance_type="g5.xlarge", gpus=1)
     coredns = pod("coredns-abc", "k", namespace="kube-system", labels={"k8s-app": "kube-dns"})
     snap = snapshot([node], [coredns], node_devices("k", 1))
-    assert plan(snap, Policy()).node("k").reasons == ["system_pod:kube-system/coredns-abc"]
+    assert verdict_reasons(plan(snap, Policy()).node("k").reasons) == ["system_pod:kube-system/coredns-abc"]
     with_pdb = snapshot(
         [node],
         [coredns],
@@ -462,21 +466,21 @@ def test_pdb_with_no_disruptions_and_multiple_pdbs_block() -> None:
     node = gpu_node("q", instance_type="g5.xlarge", gpus=1)
     web = pod("web-1", "q", namespace="prod", labels={"app": "web", "tier": "front"})
     one = snapshot([node], [web], node_devices("q", 1), pdbs=[pdb_obj("web", "prod", {"app": "web"}, 0)])
-    assert plan(one, Policy()).node("q").reasons == ["pdb_blocks:prod/web-1:web"]
+    assert verdict_reasons(plan(one, Policy()).node("q").reasons) == ["pdb_blocks:prod/web-1:web"]
     two = snapshot(
         [node], [web], node_devices("q", 1),
         pdbs=[pdb_obj("web", "prod", {"app": "web"}, 1), pdb_obj("front", "prod", {"tier": "front"}, 1)],
     )  # fmt: skip
     # Both PodDisruptionBudgets are named (issue 12), not only the pod.
-    assert plan(two, Policy()).node("q").reasons == ["multiple_pdbs:prod/web-1:front,web"]
+    assert verdict_reasons(plan(two, Policy()).node("q").reasons) == ["multiple_pdbs:prod/web-1:front,web"]
 
 
 def test_grace_period_longer_than_drain_timeout_blocks() -> None:
     node = gpu_node("gr", instance_type="g5.xlarge", gpus=1)
     slow = pod("ckpt-0", "gr", grace=900)
-    assert plan(snapshot([node], [slow], node_devices("gr", 1)), Policy()).node("gr").reasons == [
-        "grace_exceeds_drain_timeout:default/ckpt-0"
-    ]
+    assert verdict_reasons(
+        plan(snapshot([node], [slow], node_devices("gr", 1)), Policy()).node("gr").reasons
+    ) == ["grace_exceeds_drain_timeout:default/ckpt-0"]
     assert (
         plan(snapshot([node], [slow], node_devices("gr", 1)), Policy(drain_timeout="20m")).node("gr").verdict
         == "idle"
@@ -549,7 +553,10 @@ def test_bug22_running_jobs_and_do_not_disrupt_protect() -> None:
     assert q.verdict in ("busy", "underutilized")
     assert "running_batch_pod:ml/llama-ft-job-0-abcde" in q.reasons
     assert r.verdict == "protected"
-    assert r.reasons == ["running_batch_pod:ml/eval-sweep-7", "do_not_disrupt:ml/eval-sweep-7"]
+    assert verdict_reasons(r.reasons) == [
+        "running_batch_pod:ml/eval-sweep-7",
+        "do_not_disrupt:ml/eval-sweep-7",
+    ]
     assert [a for a in result.actions if a.kind == "scale_in"] == []
 
 
@@ -651,7 +658,7 @@ def test_node_without_inventory_is_node_group_unknown() -> None:
     node = gpu_node("ng", instance_type="g5.xlarge", gpus=1)
     result = plan(snapshot([node], [], node_devices("ng", 1), inventory_known=False), Policy())
     assert result.node("ng").verdict == "protected"
-    assert result.node("ng").reasons == ["node_group_unknown:no_inventory"]
+    assert verdict_reasons(result.node("ng").reasons) == ["node_group_unknown:no_inventory"]
     assert result.actions == []
 
 
@@ -678,7 +685,11 @@ def test_spot_and_region_pricing_reasons() -> None:
         labels={"eks.amazonaws.com/capacityType": "SPOT", "topology.kubernetes.io/region": "eu-west-1"},
     )  # fmt: skip
     report = plan(snapshot([node], [], node_devices("sp", 1)), Policy()).node("sp")
-    assert report.reasons == ["idle_window_clean", "price_region_fallback:eu-west-1", "spot_priced_on_demand"]
+    assert verdict_reasons(report.reasons) == [
+        "idle_window_clean",
+        "price_region_fallback:eu-west-1",
+        "spot_priced_on_demand",
+    ]
     assert report.hourly_usd == pytest.approx(1.006)
 
 
@@ -717,10 +728,10 @@ def test_asg_min_size_and_unknown_group() -> None:
     )
     report = plan(at_min, Policy()).node("ms")
     assert report.verdict == "protected"
-    assert report.reasons == ["node_group_at_min_size:gpu-a10g=1"]
+    assert verdict_reasons(report.reasons) == ["node_group_at_min_size:gpu-a10g=1"]
     gone = snapshot([node], [], node_devices("ms", 1), groups=[])
     gone.inventory.asg_of_instance["i-ms"] = "deleted-asg"
-    assert plan(gone, Policy()).node("ms").reasons == ["node_group_unknown:deleted-asg"]
+    assert verdict_reasons(plan(gone, Policy()).node("ms").reasons) == ["node_group_unknown:deleted-asg"]
 
 
 def test_rfc_helper_roundtrip() -> None:
@@ -734,5 +745,5 @@ def test_instance_the_asg_is_already_acting_on_is_left_alone(state: str) -> None
     group.instances["i-tx"] = state
     result = plan(snapshot([node], [], node_devices("tx", 1), groups=[group]), Policy())
     assert result.node("tx").verdict == "protected"
-    assert result.node("tx").reasons == [f"other_autoscaler:asg_lifecycle_{state}"]
+    assert verdict_reasons(result.node("tx").reasons) == [f"other_autoscaler:asg_lifecycle_{state}"]
     assert result.actions == []

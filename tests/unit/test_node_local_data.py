@@ -20,6 +20,7 @@ from tests.builders import (
     pv,
     pvc,
     snapshot,
+    verdict_reasons,
 )
 from tests.unit.test_drain import make_world, reasons
 
@@ -76,7 +77,10 @@ def test_node_local_data_protects_the_node_until_the_switch_is_set(
     found = _node_reasons([volume], pvcs=pvcs, pvs=pvs)
     assert _local(found) == ["local_storage:default/db-0"]
     allowed = _node_reasons([volume], pvcs=pvcs, pvs=pvs, policy=Policy(evict_node_local_data=True))
-    assert {r.split(":")[0] for r in allowed} <= {"idle_window_clean", "disruption_budget_exhausted"}
+    assert {r.split(":")[0] for r in verdict_reasons(allowed)} <= {
+        "idle_window_clean",
+        "disruption_budget_exhausted",
+    }
 
 
 def test_a_zonal_volume_protects_the_node_only_when_no_other_node_can_reach_it() -> None:

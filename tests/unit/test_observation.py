@@ -17,7 +17,7 @@ from rightsizer.domain.observation import file_kind, observation_queries
 from rightsizer.domain.planner import plan
 from rightsizer.domain.policy import Policy
 from rightsizer.domain.usage import ENERGY, FB_FREE, FB_USED, GPU_UTIL, POWER, UP
-from tests.builders import AT, STEP, WINDOW, gpu_node, rfc
+from tests.builders import AT, STEP, WINDOW, gpu_node, rfc, verdict_reasons
 
 END = AT.timestamp()
 NODE = "gpu-a"
@@ -89,7 +89,7 @@ def test_every_query_has_its_own_file_and_the_file_names_parse_back() -> None:
 def test_a_format_2_snapshot_decides_on_its_files(tmp_path: Path) -> None:
     row = decide(write(tmp_path, idle_files()))
     # clean evidence: the only finding is the missing AWS inventory of this minimal snapshot
-    assert row.reasons == ["node_group_unknown:no_inventory"]
+    assert verdict_reasons(row.reasons) == ["node_group_unknown:no_inventory"]
     assert row.coverage == 1.0
     assert row.fb_used_max_mib == 300.0
 
@@ -137,7 +137,7 @@ def test_a_step_point_means_a_maximum_in_format_2_and_a_sample_in_format_1(tmp_p
     assert f"partial_response:{FB_FREE}" in v1.reasons and any(
         r.startswith("exporter_frozen") for r in v1.reasons
     )
-    assert v2.reasons == ["node_group_unknown:no_inventory"]
+    assert verdict_reasons(v2.reasons) == ["node_group_unknown:no_inventory"]
 
 
 def test_an_unknown_metrics_format_is_refused_with_its_field(tmp_path: Path) -> None:

@@ -43,7 +43,7 @@ from rightsizer.domain.observation import observation_queries, series_shards
 from rightsizer.domain.planner import plan
 from rightsizer.domain.policy import Policy
 from rightsizer.domain.usage import ENERGY, FB_FREE, FB_USED, GPU_UTIL, POWER, UP, Window
-from tests.builders import AT, STEP, WINDOW, gpu_node, snapshot
+from tests.builders import AT, STEP, WINDOW, gpu_node, snapshot, verdict_reasons
 
 AKID = "AKIDEXAMPLE"
 SECRET = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY"
@@ -558,7 +558,7 @@ def test_healthy_answers_make_an_idle_node(prom: tuple[str, Script], sleeps: lis
     script.by_query = idle_answers()
     signals, p = run_plan(url, sleeps, script.by_query)
     assert signals.problems == ()
-    assert [(n.verdict, n.reasons) for n in p.nodes] == [("idle", ["idle_window_clean"])]
+    assert [(n.verdict, verdict_reasons(n.reasons)) for n in p.nodes] == [("idle", ["idle_window_clean"])]
     assert len(script.seen) == 15
     assert {s.path for s in script.seen} == {"/api/v1/query_range"}
 

@@ -39,6 +39,8 @@ if TYPE_CHECKING:
     from mypy_boto3_ec2.client import EC2Client
     from mypy_boto3_eks.client import EKSClient
 
+    from rightsizer.adapters.pricing import PriceListPrices
+
 __all__ = [
     "ASG_BATCH",
     "AwsClients",
@@ -90,6 +92,7 @@ def make_client(
     endpoint_url: str | None = None,
     *,
     session: boto3.session.Session | None = None,
+    config: Config | None = None,
 ) -> Any:
     """One AWS SDK client for ``service`` (``"dynamodb"``, ``"stepfunctions"`` …) with standard retries (5
     attempts): the one place every AWS client of the product is built.
@@ -100,13 +103,14 @@ def make_client(
         endpoint_url: override (a moto server in tests and the demo); ``None`` = AWS.
         session: a boto3 session to build from (it caches service models: reuse it across cold-start
             wiring or tests); by default a new one.
+        config: botocore settings merged over the standard retries (e.g. shorter timeouts).
     """
     session = session or boto3.session.Session(region_name=region)
     return session.client(
         service,  # type: ignore[call-overload]
         region_name=region,
         endpoint_url=endpoint_url,
-        config=_RETRY_CONFIG,
+        config=_RETRY_CONFIG.merge(config) if config is not None else _RETRY_CONFIG,
     )
 
 
@@ -165,12 +169,16 @@ def unique(items: Iterable[str]) -> list[str]:
 class AwsInventory:
     """Reads node group, Auto Scaling and EC2 state in the snapshot's shapes (docs/architecture.md §5)."""
 
-    def __init__(self, clients: AwsClients, *, activity_pages: int = 2) -> None:
-        """Args: clients; activity_pages: DescribeScalingActivities pages read per ASG (newest first)."""
+    def __init__(
+        self, clients: AwsClients, *, activity_pages: int = 2, prices: PriceListPrices | None = None
+    ) -> None:
+        """Args: clients; activity_pages: DescribeScalingActivities pages read per ASG (newest first);
+        prices: the region's on-demand prices (Price List Query API, cached), None to carry none."""
         self._ec2 = clients.ec2
         self._eks = clients.eks
         self._asg = clients.autoscaling
         self._activity_pages = activity_pages
+        self._prices = prices
 
     def describe(self, instance_ids: Sequence[str], cluster: str) -> dict[str, Any]:
         """Return the ``nodegroups.json`` document for a cluster and the nodes' instance ids.
@@ -213,11 +221,14 @@ class AwsInventory:
         Calls EC2 DescribeInstances with an ``instance-id`` filter, paginated, so that an id that no
         longer exists is simply absent instead of failing the whole call (``InvalidInstanceID.NotFound``);
         then, when any is a spot instance (``InstanceLifecycle == "spot"``), DescribeSpotPriceHistory for
-        their types and zones (``Linux/UNIX``, the price in effect now).
+        their types and zones (``Linux/UNIX``, the price in effect now); and, with a price source, the
+        region's on-demand prices (``rightsizer.adapters.pricing``: Price List Query API GetProducts,
+        cached for hours; never raises, a failure is recorded in the document).
 
         Returns:
-            ``{"Reservations": [...], "SpotPriceHistory": [...]}`` as AWS returns them (datetimes as
-            RFC 3339 strings); ``SpotPriceHistory`` is empty without spot instances.
+            ``{"Reservations": [...], "SpotPriceHistory": [...], "OnDemandPrices": {...}}``, the first two
+            as AWS returns them (datetimes as RFC 3339 strings); ``SpotPriceHistory`` is empty without spot
+            instances; ``OnDemandPrices`` (``PriceBook.document``) only with a price source.
         """
         reservations: list[Any] = []
         paginator = self._ec2.get_paginator("describe_instances")
@@ -228,10 +239,13 @@ class AwsInventory:
         spot = [
             i for r in reservations for i in r.get("Instances", []) if i.get("InstanceLifecycle") == "spot"
         ]
-        return {
+        document: dict[str, Any] = {
             "Reservations": json_safe(reservations),
             "SpotPriceHistory": json_safe(self._spot_prices(spot)),
         }
+        if self._prices is not None:
+            document["OnDemandPrices"] = self._prices.document()
+        return document
 
     def _spot_prices(self, instances: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
         if not instances:

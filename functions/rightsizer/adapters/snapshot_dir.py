@@ -12,10 +12,10 @@ import gc
 import logging
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import orjson
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, PositiveFloat, ValidationError
 
 from rightsizer.adapters.prometheus_answers import answer_problem
 from rightsizer.domain.errors import SnapshotError
@@ -35,6 +35,7 @@ from rightsizer.domain.model import (
     SnapshotMeta,
 )
 from rightsizer.domain.observation import MetricFiles, file_kind
+from rightsizer.domain.prices import PriceBook
 
 M = TypeVar("M", bound=BaseModel)
 log = logging.getLogger(__name__)
@@ -254,12 +255,28 @@ class _SpotPrice(BaseModel):
     Timestamp: AwareDatetime
 
 
+class _OnDemandPrices(BaseModel):
+    """Our ``OnDemandPrices`` (``PriceBook.document``): the region's on-demand prices and their source."""
+
+    model_config = ConfigDict(extra="ignore")
+    Region: str
+    Source: Literal["pricing_api", "catalog"]
+    FetchedAt: str = ""
+    UsdPerHour: dict[str, PositiveFloat] = Field(default_factory=dict)
+    Error: str | None = None
+
+    def book(self) -> PriceBook:
+        return PriceBook(self.Region, self.Source, self.UsdPerHour, self.FetchedAt, self.Error)
+
+
 class _InstancesFile(BaseModel):
-    """DescribeInstances ``Reservations`` plus our ``SpotPriceHistory`` (DescribeSpotPriceHistory, Linux)."""
+    """DescribeInstances ``Reservations`` plus our ``SpotPriceHistory`` (DescribeSpotPriceHistory, Linux) and
+    ``OnDemandPrices`` (Price List Query API GetProducts, absent in older snapshots)."""
 
     model_config = ConfigDict(extra="ignore")
     Reservations: list[_Reservation] = Field(default_factory=list)
     SpotPriceHistory: list[_SpotPrice] = Field(default_factory=list)
+    OnDemandPrices: _OnDemandPrices | None = None
 
 
 def _spot_prices(history: list[_SpotPrice]) -> dict[tuple[str, str], float]:
@@ -324,10 +341,16 @@ def _inventory(path: Path, data: Any, instances_path: Path, instances_data: Any)
             for i in r.Instances
         }
         spot = _spot_prices(inst_file.SpotPriceHistory)
+        on_demand = inst_file.OnDemandPrices.book() if inst_file.OnDemandPrices is not None else None
     else:
-        spot = {}
+        spot, on_demand = {}, None
     return Inventory(
-        known=True, groups=groups, asg_of_instance=membership, instances=instances, spot_prices=spot
+        known=True,
+        groups=groups,
+        asg_of_instance=membership,
+        instances=instances,
+        spot_prices=spot,
+        on_demand=on_demand,
     )
 
 

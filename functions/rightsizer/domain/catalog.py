@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import csv
 import io
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib import resources
 
 from rightsizer.domain.drivers import DriverMinimum, parse_driver_minimums
+from rightsizer.domain.prices import PriceBook
 from rightsizer.domain.quantity import parse_cpu_millis, parse_memory_mib
 
 HOURS_PER_MONTH = 730.0
-CATALOG_REGION = "us-east-1"
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,7 +26,8 @@ class InstanceType:
 
     Units: ``memory_gib`` GiB, ``gpu_memory_mib`` MiB per GPU, ``allocatable_cpu_m`` millicores,
     ``allocatable_memory_mib`` MiB (Karpenter's allocatable figures), ``local_nvme_gb`` GB,
-    ``hourly_usd`` on-demand USD per hour in us-east-1 (Linux) or None when unknown.
+    ``hourly_usd`` on-demand Linux USD per hour: the packaged us-east-1 price, or in a catalog with a region's
+    prices applied (``Catalog.with_prices``) that region's price, None when unknown or not sold there.
     """
 
     name: str
@@ -65,12 +67,43 @@ class GpuPerformance:
 @dataclass(frozen=True, slots=True)
 class Catalog:
     """Instance types by name, idle power ceilings (W) by ``gpu_model``, GPU performance by model and memory,
-    and the minimum NVIDIA driver per ``gpu_model`` (``gpu-drivers.csv``, the resize preflight)."""
+    and the minimum NVIDIA driver per ``gpu_model`` (``gpu-drivers.csv``, the resize preflight).
+
+    ``prices`` is the region's price book applied by :meth:`with_prices` (None: the packaged us-east-1
+    prices); ``packaged_usd`` keeps the packaged price of every type a region's book re-priced.
+    """
 
     types: dict[str, InstanceType]
     idle_power_w: dict[str, float]
     performance: dict[tuple[str, int], GpuPerformance] = field(default_factory=dict)
     driver_minimums: dict[str, DriverMinimum] = field(default_factory=dict)
+    prices: PriceBook | None = None
+    packaged_usd: Mapping[str, float] = field(default_factory=dict)
+
+    def with_prices(self, book: PriceBook | None) -> Catalog:
+        """This catalog priced for ``book``'s region.
+
+        A book the Price List Query API answered replaces every row's ``hourly_usd`` by the region's price,
+        None for a type the region does not sell on demand (so it is never recommended there); the packaged
+        price stays in ``packaged_usd`` for a node of such a type that runs anyway. A book without API prices
+        (denied, unreachable) changes no price and is only remembered, so reasons can say why.
+        """
+        if book is None:
+            return self
+        if not book.from_api:
+            return replace(self, prices=book)
+        packaged = {name: row.hourly_usd for name, row in self.types.items() if row.hourly_usd is not None}
+        types = {
+            name: replace(row, hourly_usd=book.usd_per_hour.get(name)) for name, row in self.types.items()
+        }
+        return replace(self, types=types, prices=book, packaged_usd=packaged)
+
+    def on_demand_usd(self, name: str) -> float | None:
+        """USD per hour of ``name`` on demand: the region's price, else the packaged us-east-1 one, else None."""
+        row = self.types.get(name)
+        if row is not None and row.hourly_usd is not None:
+            return row.hourly_usd
+        return self.packaged_usd.get(name)
 
     def get(self, name: str | None) -> InstanceType | None:
         """The catalog row for ``name`` (e.g. ``"g5.12xlarge"``), or None."""

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
+from rightsizer.domain.prices import PriceBook
 from rightsizer.domain.quantity import parse_count
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -614,7 +615,9 @@ class Inventory:
 
     ``known`` is False when the snapshot has no ``nodegroups.json`` (every node ⇒ ``node_group_unknown``).
     ``asg_of_instance`` maps instance id → ASG name (DescribeAutoScalingInstances, and the ASGs'
-    Instances lists); an instance absent from it is standalone when ``known``.
+    Instances lists); an instance absent from it is standalone when ``known``. ``spot_prices`` maps (type,
+    zone) → USD per hour (DescribeSpotPriceHistory); ``on_demand`` is the region's on-demand price book
+    (Price List Query API, or why it could not be read), None when the snapshot carries none.
     """
 
     known: bool = False
@@ -622,6 +625,7 @@ class Inventory:
     asg_of_instance: dict[str, str] = field(default_factory=dict)
     instances: dict[str, Ec2Instance] | None = None
     spot_prices: dict[tuple[str, str], float] = field(default_factory=dict)
+    on_demand: PriceBook | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from rightsizer.domain.catalog import CATALOG_REGION, HOURS_PER_MONTH, Catalog, InstanceType, load_catalog
+from rightsizer.domain.catalog import HOURS_PER_MONTH, Catalog, InstanceType, load_catalog
 from rightsizer.domain.gpu import GpuAssessment, assess_gpus, is_gpu_node
 from rightsizer.domain.holds import snooze_reason
 from rightsizer.domain.join import NodeJoiner
@@ -32,6 +32,7 @@ from rightsizer.domain.periods import schedule_contains
 from rightsizer.domain.plan import Action, NodeReport, Plan, Savings, UnmappedReport, action_id
 from rightsizer.domain.pods import PodClassification, PodContext, classify_pods, wants_node
 from rightsizer.domain.policy import Policy
+from rightsizer.domain.prices import price_reason
 from rightsizer.domain.recommend import Recommendation, recommend_for_node
 from rightsizer.domain.replacement import (
     GroupMember,
@@ -90,19 +91,24 @@ def _price(
     region: str,
     instance: Ec2Instance | None,
     spot: dict[tuple[str, str], float],
+    catalog: Catalog,
 ) -> tuple[float | None, list[str]]:
     """USD/hour the node costs and the pricing reasons (docs/architecture.md §3 "Pricing", issue 17 "Honest savings").
 
-    On-demand from the packaged catalog (us-east-1, see ``CATALOG_PRICES_DATE``); a spot instance at its
-    zone's current spot price (EC2 DescribeSpotPriceHistory, carried in the snapshot) when known, else at
-    the on-demand price with ``spot_priced_on_demand``. An instance in an On-Demand Capacity Reservation or
-    a Capacity Block is flagged ``capacity_reserved``: the reservation is paid for whether it runs or not.
+    On demand: the region's price from the AWS Price List Query API when the snapshot carries one
+    (``catalog.prices``, reason ``priced_on_demand:pricing_api:<region>``), else the packaged catalog's
+    us-east-1 price (``priced_on_demand:catalog:us-east-1:<date>`` there, ``price_region_fallback:<region>``
+    elsewhere). A spot instance at its zone's current spot price (EC2 DescribeSpotPriceHistory, carried in
+    the snapshot) when known, else on demand with ``spot_priced_on_demand``. An instance in an On-Demand
+    Capacity Reservation or a Capacity Block is flagged ``capacity_reserved``: the reservation is paid for
+    whether it runs or not.
     """
     reasons: list[str] = []
     if instance is not None and instance.capacity_reservation_id:
         kind = "capacity_block" if instance.lifecycle == "capacity-block" else "odcr"
         reasons.append(f"capacity_reserved:{kind}:{instance.capacity_reservation_id}")
-    if row is None or row.hourly_usd is None:
+    on_demand = catalog.on_demand_usd(row.name) if row is not None else None
+    if row is None or on_demand is None:
         return None, [*reasons, f"price_unknown:{node.instance_type or 'no_instance_type'}"]
     node_region = node.labels.get("topology.kubernetes.io/region") or region
     capacity_type = (
@@ -118,9 +124,10 @@ def _price(
         if price is not None:
             return price, [*reasons, f"priced_spot:{zone}"]
         reasons.append("spot_priced_on_demand")
-    if node_region != CATALOG_REGION:
-        reasons.append(f"price_region_fallback:{node_region}")
-    return row.hourly_usd, reasons
+    reason = price_reason(catalog.prices, node_region, row.name)
+    if catalog.prices is not None and node_region != catalog.prices.region:
+        on_demand = catalog.packaged_usd.get(row.name, on_demand)  # the book is another region's
+    return on_demand, [*reasons, reason]
 
 
 def _node_protections(node: Node) -> list[str]:
@@ -193,7 +200,8 @@ def plan(
         snapshot: the cluster state (docs/architecture.md §5 snapshot directory, validated).
         policy: the decision policy.
         now: the decision instant ``at`` (aware); defaults to the snapshot's ``taken_at``.
-        catalog: the instance catalog (defaults to the packaged one).
+        catalog: the instance catalog (defaults to the packaged one); the region's on-demand prices the
+            snapshot carries (``inventory.on_demand``, AWS Price List Query API) are applied to it.
         node_label: the operator's node-name label on DCGM series (config ``prometheus.node_label``).
         stale_cordons: nodes carrying our cordon annotation without a live workflow (the caller knows
             the leases): still not candidates, but they do not count as drains in flight.
@@ -213,7 +221,7 @@ def plan(
     at = now or snapshot.meta.taken_at
     if at.tzinfo is None:
         raise ValueError("plan() needs an aware datetime for now")
-    catalog = catalog or load_catalog()
+    catalog = (catalog or load_catalog()).with_prices(snapshot.inventory.on_demand)
     window = Window.ending(at, policy.idle_window, snapshot.meta.step_seconds)
     joiner = NodeJoiner(snapshot.nodes, snapshot.pods, node_label or snapshot.node_label)
     if isinstance(snapshot.signals, CollectedSignals):
@@ -305,7 +313,7 @@ def plan(
         )
         reasons.extend(replacement_reasons(nodegroup, replacements, at))
         ec2 = inventory.instances.get(instance or "") if inventory.instances is not None else None
-        hourly, price_reasons = _price(node, row, snapshot.meta.region, ec2, inventory.spot_prices)
+        hourly, price_reasons = _price(node, row, snapshot.meta.region, ec2, inventory.spot_prices, catalog)
         decision = NodeDecision(node, group, standalone, row, assessment, classified, reasons, hourly)
         decision.recommendation = recommend_for_node(
             node=node,

@@ -60,6 +60,7 @@ REASON_CODES: tuple[str, ...] = (
     "price_unknown",
     "priced_spot",
     "capacity_reserved",
+    "priced_on_demand",
 )
 """Every reason code in contract order. Extend, never rename. ``in_flight`` (a node we already cordoned)
 and ``replacement_in_progress`` / ``replacement_settling`` (a node group replacement running or just

@@ -311,7 +311,8 @@ class DemoEnvironment:
         prefers the context), ``cluster.name`` names the EKS cluster for the AWS inventory, and
         ``aws.endpoint_url`` / ``aws.table`` the moto server and the state table. ``prometheus`` keeps
         its defaults: there is no Prometheus here, pass :attr:`metrics` where a ``MetricsRangeReader`` is
-        needed.
+        needed. ``aws.pricing_api`` is off: moto serves no Price List API, so the demo's prices are the
+        packaged catalog's (us-east-1, the demo's region).
         """
         return Config(
             cluster=ClusterConfig(
@@ -321,7 +322,9 @@ class DemoEnvironment:
                 kubeconfig=str(self.kubeconfig),
             ),
             prometheus=PrometheusConfig(step=self.metrics.step_seconds),
-            aws=AwsConfig(region=self.region, endpoint_url=self.endpoint_url, table=self.table_name),
+            aws=AwsConfig(
+                region=self.region, endpoint_url=self.endpoint_url, table=self.table_name, pricing_api=False
+            ),
             policy=policy or Policy(),
             offhours=offhours or OffhoursConfig(),
         )

@@ -40,6 +40,7 @@ from rightsizer.services.snapshot import Observation, ObserveRequest
 from rightsizer.state import ApprovalStore, LeaseStore, PlanHistory, StateStore
 
 if TYPE_CHECKING:
+    from rightsizer.adapters.pricing import PriceListPrices
     from rightsizer.adapters.prometheus import PrometheusClient
     from rightsizer.domain.join import NodeJoiner
     from rightsizer.services.approval import ApprovalDesk, ApprovalNotifier, TaskCallback
@@ -59,6 +60,7 @@ __all__ = [
     "build_nodegroup_sizer",
     "build_observers",
     "build_plan_history",
+    "build_prices",
     "build_state",
     "build_workflow_starter",
     "config_from_stack",
@@ -132,12 +134,35 @@ def build_cluster_reader(config: Config, *, page_size: int = 500) -> ClusterRead
 
 
 def build_inventory(config: Config) -> NodeGroupInventory | None:
-    """The AWS inventory (EKS, Auto Scaling, EC2) when ``cluster.name`` is set, else None."""
+    """The AWS inventory (EKS, Auto Scaling, EC2) when ``cluster.name`` is set, else None; it carries the
+    region's on-demand prices (:func:`build_prices`) unless ``aws.pricing_api`` is off."""
     if not config.cluster.name:
         return None
     from rightsizer.adapters.aws import AwsInventory, make_clients
 
-    return AwsInventory(make_clients(_region(config), endpoint_url=config.aws.endpoint_url))
+    clients = make_clients(_region(config), endpoint_url=config.aws.endpoint_url)
+    return AwsInventory(clients, prices=build_prices(config) if config.aws.pricing_api else None)
+
+
+def build_prices(config: Config) -> PriceListPrices:
+    """The cluster region's on-demand prices from the AWS Price List Query API (``pricing:GetProducts``),
+    cached per process (``rightsizer.adapters.pricing``), for the packaged catalog's instance types.
+
+    The client talks to the endpoint region nearest the cluster (us-east-1, eu-central-1 or ap-south-1)
+    with short timeouts and 2 attempts: an unreachable API (a private subnet without a route to it) costs
+    seconds, not minutes, before the packaged prices are used.
+    """
+    from botocore.config import Config as BotoConfig
+
+    from rightsizer.adapters.aws import make_client
+    from rightsizer.adapters.pricing import PriceListPrices, pricing_endpoint_region
+    from rightsizer.domain.catalog import load_catalog
+
+    region = _region(config)
+    quick = BotoConfig(connect_timeout=5, read_timeout=20, retries={"mode": "standard", "max_attempts": 2})
+    endpoint = config.aws.pricing_endpoint_url or config.aws.endpoint_url
+    client = make_client("pricing", pricing_endpoint_region(region), endpoint, config=quick)
+    return PriceListPrices(client, region, load_catalog().types)
 
 
 def resolve_config_secret(
