@@ -37,6 +37,7 @@ from tests.support.planted_cluster import (
     static_tokens,
     write_config,
 )
+from tests.support.pricing_double import PricingDouble
 
 if TYPE_CHECKING:
     from tests.support.prometheus_server import PrometheusServer
@@ -66,6 +67,7 @@ def prometheus(prometheus_factory: Any) -> PrometheusServer:
 
 
 def test_snapshot_then_plan_reproduces_the_live_plan(
+    request: pytest.FixtureRequest,
     tmp_path: Path,
     double: KubernetesDouble,
     moto_server: MotoServer,
@@ -75,7 +77,16 @@ def test_snapshot_then_plan_reproduces_the_live_plan(
 ) -> None:
     # GIVEN a cluster on the double whose nodes are the moto node group's instances, and DCGM history
     seed_cluster(double, gpu_cluster.nodegroups["gpu-a10g"].instance_ids)
-    config = write_config(tmp_path, double, moto_server, prometheus.url, gpu_cluster.cluster)
+    prices = PricingDouble().start()  # the region's prices, read while snapshotting, must replay offline
+    request.addfinalizer(prices.stop)
+    config = write_config(
+        tmp_path,
+        double,
+        moto_server,
+        prometheus.url,
+        gpu_cluster.cluster,
+        pricing_endpoint_url=prices.endpoint_url,
+    )
     policy = tmp_path / "policy.yaml"
     policy.write_text("max_nodes_per_run: 10\nmax_nodes_per_node_group: 10\ncooldown: 0s\n", encoding="utf-8")
     out = tmp_path / "snap"
@@ -132,6 +143,13 @@ def test_snapshot_then_plan_reproduces_the_live_plan(
     assert util["data"]["result"][0]["values"][-1][0] == END  # (at − W, at]: right end included
     assert not (out / "resourceclaims.json").exists()  # DRA not served
     assert load_snapshot(out).inventory.known
+    book = json.loads((out / "instances.json").read_text())["OnDemandPrices"]
+    assert (book["Region"], book["Source"], book["UsdPerHour"]["g5.2xlarge"]) == (
+        "us-east-1",
+        "pricing_api",
+        1.212,
+    )
+    assert prices.requests, "the snapshot asked the Price List Query API"
 
 
 def test_snapshot_keeps_only_the_env_the_decision_reads_and_drops_managed_fields(

@@ -346,6 +346,7 @@ class GpuCluster:
     kubeconfig: Path
     reconciler: NodeGroupReconciler
     follower: InstanceFollower
+    region: str = REGION
 
     @property
     def asg_name(self) -> str:
@@ -375,7 +376,7 @@ class GpuCluster:
         return self.double.get_node(name)
 
 
-def _node_object(node: GpuNode, created: datetime) -> dict[str, Any]:
+def _node_object(node: GpuNode, created: datetime, region: str = REGION) -> dict[str, Any]:
     obj = gpu_node(
         node.name,
         instance_type=INSTANCE_TYPE,
@@ -384,7 +385,11 @@ def _node_object(node: GpuNode, created: datetime) -> dict[str, Any]:
         ip=node.ip,
         nodegroup=NODEGROUP,
         created=created,
-        labels={"topology.kubernetes.io/zone": "us-east-1a", "nvidia.com/gpu.product": "NVIDIA-A10G"},
+        labels={
+            "topology.kubernetes.io/region": region,
+            "topology.kubernetes.io/zone": f"{region}a",
+            "nvidia.com/gpu.product": "NVIDIA-A10G",
+        },
         capacity={"cpu": "8", "memory": "32Gi"},
         allocatable={"cpu": "7910m", "memory": "29317Mi"},
     )
@@ -409,10 +414,11 @@ def gpu_cluster(
     extra_pods: Sequence[ExtraPod] = (),
     exporter: Callable[[list[GpuNode]], DcgmExporter | None] = lambda _nodes: None,
     sizes: tuple[int, int] = (1, 6),
+    region: str = REGION,
 ) -> Iterator[tuple[GpuCluster, DcgmExporter | None]]:
-    """Build the cluster (``nodes`` instances in ``gpu-a10g``, min/max ``sizes``), start its background
-    workers, yield it with the exporter ``exporter(nodes)`` built (not started), and stop everything —
-    whatever happens inside."""
+    """Build the cluster (``nodes`` instances in ``gpu-a10g``, min/max ``sizes``) in ``region``, start its
+    background workers, yield it with the exporter ``exporter(nodes)`` built (not started), and stop
+    everything — whatever happens inside."""
     stack = contextlib.ExitStack()
     with stack:
         # moto logs every request through werkzeug; a failing test's output should show the chain instead.
@@ -422,12 +428,12 @@ def gpu_cluster(
         moto = start_serialized_moto()
         stack.callback(stop_moto, moto)
         session = boto3.session.Session(
-            region_name=REGION, aws_access_key_id="testing", aws_secret_access_key="testing"
+            region_name=region, aws_access_key_id="testing", aws_secret_access_key="testing"
         )
-        clients = make_clients(REGION, endpoint_url=moto.endpoint_url, session=session)
+        clients = make_clients(region, endpoint_url=moto.endpoint_url, session=session)
         dynamodb = session.client("dynamodb", endpoint_url=moto.endpoint_url)
         spec = NodeGroupSpec(NODEGROUP, INSTANCE_TYPE, min_size=sizes[0], desired=nodes, max_size=sizes[1])
-        built = build_cluster(clients, cluster=CLUSTER, region=REGION, nodegroups=[spec])
+        built = build_cluster(clients, cluster=CLUSTER, region=region, nodegroups=[spec])
         create_state_table(dynamodb, TABLE)
         ids = built.nodegroups[NODEGROUP].instance_ids
         described = clients.ec2.describe_instances(InstanceIds=list(ids))
@@ -448,7 +454,7 @@ def gpu_cluster(
         double = KubernetesDouble(seed=11, resource_api_versions=None)
         created = datetime.now(UTC) - timedelta(days=2)
         for node in gpu_nodes:
-            double.add_node(_node_object(node, created))
+            double.add_node(_node_object(node, created, region))
             double.add_pod(_exporter_pod(node))
         for extra in extra_pods:
             double.add_pod(pod(extra.name, gpu_nodes[extra.node_index].name, **dict(extra.options)))
@@ -468,7 +474,7 @@ def gpu_cluster(
         made = exporter(gpu_nodes)
         if made is not None:
             stack.callback(made.stop)
-        reconciler = NodeGroupReconciler(clients, CLUSTER, region=REGION)
+        reconciler = NodeGroupReconciler(clients, CLUSTER, region=region)
         reconciler.reconcile()
         reconciler.start(0.5)
         stack.callback(reconciler.stop)
@@ -476,7 +482,7 @@ def gpu_cluster(
         follower.start()
         stack.callback(follower.stop)
         cluster = GpuCluster(
-            moto, clients, dynamodb, built, double, gpu_nodes, kubeconfig, reconciler, follower
+            moto, clients, dynamodb, built, double, gpu_nodes, kubeconfig, reconciler, follower, region
         )
         yield cluster, made
         # Only on success: a background failure would otherwise hide behind a confusing assertion.
@@ -485,13 +491,22 @@ def gpu_cluster(
         assert double.internal_errors == [], double.internal_errors
 
 
-def write_config(path: Path, cluster: GpuCluster, prometheus_url: str, *, policy: Path = POLICY_FILE) -> Path:
+def write_config(
+    path: Path,
+    cluster: GpuCluster,
+    prometheus_url: str,
+    *,
+    policy: Path = POLICY_FILE,
+    pricing_endpoint_url: str | None = None,
+) -> Path:
     """A config file for ``cluster``: the double by kubeconfig context, EKS name for AWS, moto, the state
-    table, Prometheus with a 1 s step and the exporter's job, and the policy file."""
-    document = {
+    table, Prometheus with a 1 s step and the exporter's job, and the policy file; the Price List Query API
+    at ``pricing_endpoint_url`` when given (``tests.support.pricing_double``), else at moto (which answers
+    500: the packaged prices)."""
+    document: dict[str, Any] = {
         "cluster": {
             "name": CLUSTER,
-            "region": REGION,
+            "region": cluster.region,
             "context": KUBE_CONTEXT,
             "kubeconfig": str(cluster.kubeconfig),
         },
@@ -502,9 +517,11 @@ def write_config(path: Path, cluster: GpuCluster, prometheus_url: str, *, policy
             "node_label": "node",
             "timeout": "10s",
         },
-        "aws": {"region": REGION, "endpoint_url": cluster.moto.endpoint_url, "table": TABLE},
+        "aws": {"region": cluster.region, "endpoint_url": cluster.moto.endpoint_url, "table": TABLE},
         "policy": str(policy),
     }
+    if pricing_endpoint_url is not None:
+        document["aws"]["pricing_endpoint_url"] = pricing_endpoint_url
     path.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
     return path
 

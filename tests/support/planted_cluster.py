@@ -113,14 +113,28 @@ def write_kubeconfig(path: Path, server: str) -> Path:
 
 
 def write_config(
-    tmp_path: Path, double: KubernetesDouble, moto: MotoServer, prom_url: str, cluster: str
+    tmp_path: Path,
+    double: KubernetesDouble,
+    moto: MotoServer,
+    prom_url: str,
+    cluster: str,
+    *,
+    pricing_endpoint_url: str | None = None,
 ) -> Path:
+    """The config of these tests; the Price List Query API at ``pricing_endpoint_url`` (a
+    ``tests.support.pricing_double``), else off: moto, which runs in this process, prints to stdout for a
+    service it lacks, and these tests read the CLI's stdout."""
     kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", double.base_url)
     config = tmp_path / "rightsizer.yaml"
+    pricing = (
+        f"  pricing_endpoint_url: {pricing_endpoint_url}\n"
+        if pricing_endpoint_url
+        else "  pricing_api: false\n"
+    )
     config.write_text(
         f"cluster:\n  name: {cluster}\n  context: double\n  kubeconfig: {kubeconfig}\n"
         f"prometheus:\n  url: {prom_url}\n  step: {STEP}s\n  job: {JOB}\n"
-        f"aws:\n  region: us-east-1\n  endpoint_url: {moto.endpoint_url}\n",
+        f"aws:\n  region: us-east-1\n  endpoint_url: {moto.endpoint_url}\n{pricing}",
         encoding="utf-8",
     )
     return config

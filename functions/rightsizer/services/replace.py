@@ -345,11 +345,8 @@ class ReplaceWorkflow(ResizeWorkflow):
             refusal = "approval_required:node group replacement has no approval step"
         if refusal is not None or current is None:
             return self._end(record, "abandoned", refusal or "instance_type_unknown", step="ng_validate")
-        fresh = [
-            a
-            for a in self.planner(now, ignore=record.execution_id).actions
-            if a.kind == KIND and a.node_group == old and a.to == target
-        ]
+        fresh_plan = self.planner(now, ignore=record.execution_id)
+        fresh = [a for a in fresh_plan.actions if a.kind == KIND and a.node_group == old and a.to == target]
         if not fresh:
             return self._end(record, "abandoned", f"not_a_candidate:no {KIND} of {old} to {target} in a fresh plan",
                              step="ng_validate")  # fmt: skip
@@ -357,12 +354,10 @@ class ReplaceWorkflow(ResizeWorkflow):
         if not old_nodes:
             return self._end(record, "abandoned", "no_nodes_to_replace", step="ng_validate")
         spec, template_note, record = self._new_spec(record, group, pinned, target)
-        old_row, new_row = self.catalog.get(current), self.catalog.get(target)
-        per_node = (
-            old_row.hourly_usd - new_row.hourly_usd
-            if old_row and new_row and old_row.hourly_usd is not None and new_row.hourly_usd is not None
-            else None
-        )
+        # Priced as the fresh plan priced it: the region's prices, and none while a reservation is held.
+        members = sum(1 for n in fresh_plan.nodes if n.node_group == old)
+        saved = fresh[0].hourly_savings_usd
+        per_node = None if saved is None or not members else saved / members
         details = {
             **record.details,
             "node_group": old,
