@@ -124,8 +124,12 @@ def test_time_slicing_replicas_for_models_without_mig() -> None:
     assert "timeSlicing" in action.manifests[0] and "replicas: 5" in action.manifests[0]
 
 
-def _standalone(tags: dict[str, str], instance_type: str = "g5.4xlarge") -> Any:
-    node = gpu_node("solo", instance_type=instance_type, gpus=1, instance_id="i-solo", nodegroup=None)
+def _standalone(
+    tags: dict[str, str], instance_type: str = "g5.4xlarge", labels: dict[str, str] | None = None
+) -> Any:
+    node = gpu_node(
+        "solo", instance_type=instance_type, gpus=1, instance_id="i-solo", nodegroup=None, labels=labels
+    )
     metrics = node_devices("solo", 1, util=const(30), fb_used=const(4096), power=const(100))
     snap = snapshot([node], [pod("api-0", "solo", gpus=1, cpu="2", memory="8Gi")], metrics, groups=[])
     instances = {"i-solo": Ec2Instance("i-solo", instance_type, tags, "ebs", "running")}
@@ -144,3 +148,63 @@ def test_resize_instance_only_for_opted_in_standalone_instances() -> None:
     assert kept.kind == "recommend" and "resize_allow_instance_store_loss" in kept.reason
     assert only_action(plan(_standalone({}), allowed)).kind == "recommend"
     assert only_action(plan(tagged, Policy())).kind == "recommend"
+
+
+@pytest.mark.parametrize(
+    ("labels", "allow_unknown", "kind", "why"),
+    [
+        # GPU Feature Discovery labels (NVIDIA/k8s-device-plugin internal/lm/nvml.go): L4 needs >= 520.61.05.
+        ({"nvidia.com/cuda.driver-version.full": "535.183.01"}, False, "resize_instance", None),
+        (
+            {
+                "nvidia.com/cuda.driver.major": "520",
+                "nvidia.com/cuda.driver.minor": "61",
+                "nvidia.com/cuda.driver.rev": "05",
+            },
+            False,
+            "resize_instance",
+            None,
+        ),
+        ({"nvidia.com/cuda.driver-version.full": "520.61.04"}, False, "recommend", "driver_too_old"),
+        ({"nvidia.com/cuda.driver-version.full": "470.256.02"}, True, "recommend", "driver_too_old"),
+        ({}, False, "recommend", "driver_version_unknown"),
+        (
+            {"nvidia.com/cuda.driver-version.full": "not-a-version"},
+            False,
+            "recommend",
+            "driver_version_unknown",
+        ),
+        ({}, True, "resize_instance", None),
+    ],
+)
+def test_a_resize_to_another_gpu_model_is_executable_only_when_its_preflight_will_pass(
+    labels: dict[str, str], allow_unknown: bool, kind: str, why: str | None
+) -> None:
+    """g5.xlarge (A10G) → g6.xlarge (L4): the plan applies the resize validate step's driver rule, so a
+    resize validate would refuse is a recommendation (no executable USD) that names the refusal."""
+    snap = _standalone({"rightsizer.io/resize": "allowed"}, "g5.xlarge", labels)
+    policy = Policy(
+        allow_resize=True, resize_allow_instance_store_loss=True, resize_allow_unknown_driver=allow_unknown
+    )
+    result = plan(snap, policy)
+    action = only_action(result)
+    assert (action.kind, action.to if kind == "resize_instance" else action.to["instance_type"]) == (
+        kind,
+        "g6.xlarge",
+    )
+    if why is None:
+        assert result.savings.hourly_usd == pytest.approx(1.006 - 0.8048)
+    else:
+        assert result.savings.hourly_usd == 0
+        assert f"the resize preflight would refuse it: {why}" in action.reason
+
+
+def test_a_same_model_resize_needs_no_driver_labels() -> None:
+    """g5.4xlarge → g5.xlarge keeps the A10G: the driver that drives it now drives it after."""
+    action = only_action(
+        plan(
+            _standalone({"rightsizer.io/resize": "allowed"}),
+            Policy(allow_resize=True, resize_allow_instance_store_loss=True),
+        )
+    )
+    assert action.kind == "resize_instance"

@@ -107,14 +107,22 @@ def _scenarios() -> list[tuple[ClusterSnapshot, Policy]]:
         labels={"nvidia.com/mig.strategy": "single", "nvidia.com/gpu.product": "A100-SXM4-40GB-MIG-1g.5gb"},
     )
     solo = gpu_node("solo-0", instance_type="g5.12xlarge", gpus=4, nodegroup=None)  # standalone: resizable
-    nodes = [spot, beta, mig, solo]
+    # standalone g5.xlarge whose cheapest fit is another GPU model (L4): the plan reads the driver labels
+    driver = {"major": "535", "minor": "183", "revision": "01"}
+    gfd = {f"nvidia.com/cuda.driver-version.{k}": v for k, v in driver.items()}
+    gfd |= {f"nvidia.com/cuda.driver.{k[:3] if k == 'revision' else k}": v for k, v in driver.items()}
+    gfd["nvidia.com/cuda.driver-version.full"] = "535.183.01"
+    cross = gpu_node("solo-1", instance_type="g5.xlarge", gpus=1, nodegroup=None, labels=gfd)
+    nodes = [spot, beta, mig, solo, cross]
     metrics = merge_metrics(
         *(node_devices(n["metadata"]["name"], 1, **idle) for n in nodes[:3]),
         node_devices("solo-0", 4, per_gpu={0: {"util": const(60.0)}}),
+        node_devices("solo-1", 1, util=const(30.0), fb_used=const(4096.0), power=const(100.0)),
     )
     pods = [
         pod("web-0", "beta-0", labels={"app": "web"}),
         pod("pending-0", None, gpus=1, phase="Pending", node_selector={"example.com/pool": "a"}),
+        pod("api-0", "solo-1", gpus=1, cpu="2", memory="8Gi"),
     ]
     built = snapshot(nodes, pods, metrics, pdbs=[pdb("web", "default", {"app": "web"}, allowed=0)])
     groups = [asg(g.name, g.instances, nodegroup=g.nodegroup) for g in built.inventory.groups.values()]
@@ -126,7 +134,7 @@ def _scenarios() -> list[tuple[ClusterSnapshot, Policy]]:
         asg_of_instance=built.inventory.asg_of_instance,
         instances={
             **_instances(nodes[:3], lifecycle="spot", availability_zone=""),
-            **_instances([solo], tags={"rightsizer.io/resize": "allowed"}),
+            **_instances([solo, cross], tags={"rightsizer.io/resize": "allowed"}),
         },
     )
     built = ClusterSnapshot(**{**built.__dict__, "inventory": inventory})

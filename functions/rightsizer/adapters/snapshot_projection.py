@@ -44,6 +44,7 @@ from rightsizer.adapters.snapshot_dir import (
     _NodegroupResources,
     _NodegroupsFile,
 )
+from rightsizer.domain.drivers import GFD_DEPRECATED_PARTS, GFD_FULL, GFD_PARTS
 from rightsizer.domain.model import (
     ANN_CORDONED_BY,
     ANN_DO_NOT_DISRUPT,
@@ -103,6 +104,10 @@ NODE_LABELS: Final = frozenset(
         "nvidia.com/gpu.product",
         "nvidia.com/mig.strategy",
         "nvidia.com/mig.config",
+        # The installed NVIDIA driver (GPU Feature Discovery): the resize preflight, also in the plan.
+        GFD_FULL,
+        *GFD_PARTS,
+        *GFD_DEPRECATED_PARTS,
     }
 )
 #: Node annotations ``planner._node_protections`` reads (do-not-disrupt family, our cordon marker).

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rightsizer.domain.catalog import HOURS_PER_MONTH, Catalog, InstanceType
+from rightsizer.domain.drivers import driver_check
 from rightsizer.domain.gpu import GpuAssessment
 from rightsizer.domain.model import TAG_RESIZE, AsgInfo, Ec2Instance, Node
 from rightsizer.domain.plan import Action, ActionKind, action_id
@@ -309,12 +310,23 @@ def recommend_for_node(
             f"pods request {cpu_m}m CPU / {mem_mib:.0f} MiB"
         )
         instance = instances.get(node.instance_id or "") if instances is not None else None
+        # The resize's validate refuses a target GPU the node's driver may not drive; the plan applies the
+        # same rule, so USD is counted as executable only for a resize that will run (issue 17 item 4).
+        driver = driver_check(
+            row.gpu_model,
+            target.gpu_model,
+            target.gpu_manufacturer,
+            node.labels,
+            catalog.driver_minimums,
+            allow_unknown=policy.resize_allow_unknown_driver,
+        )
         if (
             standalone
             and policy.allow_resize
             and instance is not None
             and instance.tags.get(TAG_RESIZE) == "allowed"
             and (row.local_nvme_gb == 0 or policy.resize_allow_instance_store_loss)
+            and driver.ok
         ):
             return Recommendation(
                 True,
@@ -347,6 +359,13 @@ def recommend_for_node(
             why_not = "tag rightsizer.io/resize=allowed and allow_resize: true enable an in-place resize"
             if row.local_nvme_gb and not policy.resize_allow_instance_store_loss:
                 why_not = "instance-store data is lost on resize: set resize_allow_instance_store_loss: true"
+            elif (
+                not driver.ok
+                and policy.allow_resize
+                and instance is not None
+                and instance.tags.get(TAG_RESIZE) == "allowed"
+            ):
+                why_not = f"the resize preflight would refuse it: {driver.code}: {driver.detail}"
             how = f"standalone instance: {why_not}"
         return Recommendation(
             True,
