@@ -28,7 +28,13 @@ from rightsizer.domain.model import ANN_CORDONED_AT, ANN_CORDONED_BY
 from rightsizer.domain.names import dns1123_label_problem, dns1123_subdomain_problem
 from rightsizer.ports import JSON, AccessCheck, EvictionOutcome
 
-__all__ = ["EVENT_COMPONENT", "EVENT_NAMESPACE", "KubernetesNodeWrites", "checked_name"]
+__all__ = [
+    "EVENT_COMPONENT",
+    "EVENT_NAMESPACE",
+    "KubernetesNodeWrites",
+    "checked_name",
+    "require_utc_rfc3339",
+]
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +68,14 @@ _EVENT_MESSAGE_LIMIT: Final = 1024
 _MERGE_PATCH: Final = "application/merge-patch+json"
 
 
-def _utc_rfc3339(value: str) -> str:
-    """Validate ``value`` as an RFC 3339 instant in UTC and return it unchanged (cordoned-at, docs/architecture.md §4)."""
+def require_utc_rfc3339(value: str) -> str:
+    """Validate ``value`` as an RFC 3339 instant in UTC and return it unchanged (cordoned-at, docs/architecture.md §4).
+
+    The adapter and ``testing.fakes`` both check a cordon's ``at`` with this one rule.
+
+    Raises:
+        ValueError: not RFC 3339, or naive / not UTC.
+    """
     try:
         parsed = datetime.fromisoformat(value)
     except ValueError as exc:
@@ -127,7 +139,7 @@ class KubernetesNodeWrites(KubernetesTransport):
             KubernetesAccessError: 403 on ``get nodes`` / ``patch nodes``, or 401 twice.
         """
         checked_name(node)
-        _utc_rfc3339(at)
+        require_utc_rfc3339(at)
         current = self.get_node(node)
         if current is None:
             raise StalePlan("node_not_found")

@@ -29,11 +29,12 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Final
 
 from rightsizer.adapters.aws_errors import ActionRefusedError
 from rightsizer.adapters.kubernetes import EVENT_COMPONENT, EVENT_NAMESPACE, KubernetesAccessError
+from rightsizer.adapters.kubernetes_writes import require_utc_rfc3339
 from rightsizer.domain.errors import StalePlan, TransientError
 from rightsizer.domain.model import ANN_CORDONED_AT, ANN_CORDONED_BY, GroupSizes, opt_in_refusal
 from rightsizer.domain.pods import READABLE_CONTROLLERS
@@ -323,7 +324,7 @@ class FakeClusterWriter:
         ``uncordoned_by_other`` / ``node_changed`` in the same cases (see ``KubernetesCluster.cordon``)."""
         with self._lock:
             self.calls.append(("cordon", node, execution_id, at))
-            _require_utc(at)
+            require_utc_rfc3339(at)
             current = self._get_node(node)
             if current is None:
                 raise StalePlan("node_not_found")
@@ -583,15 +584,6 @@ def _kubelet_confirms(pod: JSON, nodes: Mapping[str, JSON]) -> bool:
     node = nodes.get((pod.get("spec") or {}).get("nodeName") or "")
     conditions = ((node or {}).get("status") or {}).get("conditions") or []
     return all(c.get("status") == "True" for c in conditions if c.get("type") == "Ready")
-
-
-def _require_utc(at: str) -> None:
-    try:
-        parsed = datetime.fromisoformat(at)
-    except ValueError as exc:
-        raise ValueError(f"cordoned-at must be RFC 3339, got {at!r}") from exc
-    if parsed.utcoffset() != timedelta(0):  # None (naive) or another offset
-        raise ValueError(f"cordoned-at must be in UTC, got {at!r}")
 
 
 # ------------------------------------------------------------------------------------------ NodeScaler
