@@ -10,7 +10,6 @@ raw list's, and does not grow with the number of objects listed.
 
 from __future__ import annotations
 
-import multiprocessing
 import tracemalloc
 from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
@@ -28,6 +27,7 @@ from rightsizer.services.snapshot import ObserveRequest, observe
 from rightsizer.testing.k8s import KubernetesDouble
 from rightsizer.wiring.parts import snapshot_from_observation
 from tests.builders import AT, claim_volume, exporter_pod, gpu_node, pdb, pod, pv, pvc
+from tests.support.child_double import child_doubles
 
 pytestmark = pytest.mark.integration
 
@@ -120,20 +120,7 @@ def _serve(pods: int, conn: Connection) -> None:
 
 @pytest.fixture
 def remote() -> Iterator[Callable[[int], str]]:
-    ctx = multiprocessing.get_context("fork")
-    started: list[tuple[Any, Any]] = []
-
-    def start(pods: int) -> str:
-        parent, child = ctx.Pipe()
-        process = ctx.Process(target=_serve, args=(pods, child), daemon=True)
-        process.start()
-        started.append((process, parent))
-        return str(parent.recv())
-
-    yield start
-    for process, conn in started:
-        conn.send("stop")
-        process.join(timeout=30)
+    yield from child_doubles(_serve)
 
 
 def test_a_projected_list_holds_about_one_raw_page(remote: Callable[[int], str]) -> None:

@@ -468,20 +468,28 @@ def test_a_failing_series_shard_makes_only_its_nodes_unknown(prometheus_factory:
         signals = collect_live(
             client, NodeJoiner(base.nodes, base.pods, "node"), window, policy, "node", shards=shards
         )
-    # THEN only the big shard's activity failed, and only for its nodes
-    assert signals.problems == ()
-    assert set(signals.node_problems) == set(names[1:])
-    assert {m for ms in signals.node_problems.values() for m in ms} == {GPU_UTIL}
-    rows = {n.node: n for n in plan(dataclasses.replace(base, signals=signals), policy).nodes}
-    # AND the small shard's node is judged on its data (idle), every node of the failed shard is unknown
-    assert rows[names[0]].verdict == "idle", rows[names[0]].reasons
-    for name in names[1:]:
-        assert rows[name].verdict == "unknown"
-        assert f"partial_response:{GPU_UTIL}" in rows[name].reasons, rows[name].reasons
+    # THEN only the big shard's activity failed, and only for its nodes; the small shard's node is judged
+    # on its data (idle), every node of the failed shard is unknown
+    assert_only_the_failed_shard_is_unknown(signals, base, policy, ok=names[0], failed=names[1:])
     # AND unsharded, the same server fails the whole activity answer: every node would be unknown
     with PrometheusClient(server.url) as client:
         whole = collect_live(client, NodeJoiner(base.nodes, base.pods, "node"), window, policy, "node")
     assert GPU_UTIL in whole.problems
+
+
+def assert_only_the_failed_shard_is_unknown(
+    signals: Any, base: Any, policy: Policy, *, ok: str, failed: list[str]
+) -> None:
+    """The activity answer failed for the nodes of ``failed`` only: no whole-metric problem, those nodes
+    ``unknown`` with ``partial_response:<GPU_UTIL>``, and the quiet node ``ok`` judged idle on its data."""
+    assert signals.problems == ()
+    assert set(signals.node_problems) == set(failed)
+    assert {m for ms in signals.node_problems.values() for m in ms} == {GPU_UTIL}
+    rows = {n.node: n for n in plan(dataclasses.replace(base, signals=signals), policy).nodes}
+    assert rows[ok].verdict == "idle", rows[ok].reasons
+    for name in failed:
+        assert rows[name].verdict == "unknown"
+        assert f"partial_response:{GPU_UTIL}" in rows[name].reasons, rows[name].reasons
 
 
 def test_a_failing_device_shard_makes_only_the_nodes_of_its_gpus_unknown(prometheus_factory: Any) -> None:
@@ -510,14 +518,7 @@ def test_a_failing_device_shard_makes_only_the_nodes_of_its_gpus_unknown(prometh
     with PrometheusClient(server.url) as client:
         signals = collect_live(client, NodeJoiner(base.nodes, base.pods), window, policy, shards=shards)
     # THEN only the even shard's activity failed, and only for the nodes of its GPUs
-    assert signals.problems == ()
-    assert set(signals.node_problems) == set(names[1:])
-    assert {m for ms in signals.node_problems.values() for m in ms} == {GPU_UTIL}
-    rows = {n.node: n for n in plan(dataclasses.replace(base, signals=signals), policy).nodes}
-    assert rows[names[0]].verdict == "idle", rows[names[0]].reasons
-    for name in names[1:]:
-        assert rows[name].verdict == "unknown"
-        assert f"partial_response:{GPU_UTIL}" in rows[name].reasons, rows[name].reasons
+    assert_only_the_failed_shard_is_unknown(signals, base, policy, ok=names[0], failed=names[1:])
 
 
 def test_ssm_and_secretsmanager_references_resolve_against_moto(moto_server: Any, boto_session: Any) -> None:

@@ -11,11 +11,9 @@ AND a list whose continue token expires (410) mid-way is written once, not splic
 from __future__ import annotations
 
 import json
-import multiprocessing
 from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
 
 import pytest
 from botocore.credentials import ReadOnlyCredentials
@@ -32,6 +30,7 @@ from rightsizer.testing.k8s.api import RecordedRequest
 from rightsizer.wiring.parts import snapshot_from_observation
 from tests.builders import AT, claim_volume, gpu_node, pdb, pod, pv, pvc
 from tests.integration.test_paged_lists import cpu_node, peak_bytes
+from tests.support.child_double import child_doubles
 
 pytestmark = pytest.mark.integration
 
@@ -93,20 +92,7 @@ def _serve(nodes: int, conn: Connection) -> None:
 
 @pytest.fixture
 def remote() -> Iterator[Callable[[int], str]]:
-    ctx = multiprocessing.get_context("fork")
-    started: list[tuple[Any, Any]] = []
-
-    def start(nodes: int) -> str:
-        parent, child = ctx.Pipe()
-        process = ctx.Process(target=_serve, args=(nodes, child), daemon=True)
-        process.start()
-        started.append((process, parent))
-        return str(parent.recv())
-
-    yield start
-    for process, conn in started:
-        conn.send("stop")
-        process.join(timeout=30)
+    yield from child_doubles(_serve)
 
 
 def test_a_snapshot_is_written_in_about_one_page_of_memory_whatever_the_cluster_size(
