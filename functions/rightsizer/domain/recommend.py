@@ -310,23 +310,30 @@ def recommend_for_node(
             f"pods request {cpu_m}m CPU / {mem_mib:.0f} MiB"
         )
         instance = instances.get(node.instance_id or "") if instances is not None else None
-        # The resize's validate refuses a target GPU the node's driver may not drive; the plan applies the
-        # same rule, so USD is counted as executable only for a resize that will run (issue 17 item 4).
-        driver = driver_check(
-            row.gpu_model,
-            target.gpu_model,
-            target.gpu_manufacturer,
-            node.labels,
-            catalog.driver_minimums,
-            allow_unknown=policy.resize_allow_unknown_driver,
-        )
-        if (
+        opted_in = (
             standalone
             and policy.allow_resize
             and instance is not None
             and instance.tags.get(TAG_RESIZE) == "allowed"
-            and (row.local_nvme_gb == 0 or policy.resize_allow_instance_store_loss)
+        )
+        # The resize's validate refuses a target GPU the node's driver may not drive; the plan applies the
+        # same rule, so USD is counted as executable only for a resize that will run (issue 17 item 4).
+        driver = (
+            driver_check(
+                row.gpu_model,
+                target.gpu_model,
+                target.gpu_manufacturer,
+                node.labels,
+                catalog.driver_minimums,
+                allow_unknown=policy.resize_allow_unknown_driver,
+            )
+            if opted_in
+            else None
+        )
+        if (
+            driver is not None
             and driver.ok
+            and (row.local_nvme_gb == 0 or policy.resize_allow_instance_store_loss)
         ):
             return Recommendation(
                 True,
@@ -359,12 +366,7 @@ def recommend_for_node(
             why_not = "tag rightsizer.io/resize=allowed and allow_resize: true enable an in-place resize"
             if row.local_nvme_gb and not policy.resize_allow_instance_store_loss:
                 why_not = "instance-store data is lost on resize: set resize_allow_instance_store_loss: true"
-            elif (
-                not driver.ok
-                and policy.allow_resize
-                and instance is not None
-                and instance.tags.get(TAG_RESIZE) == "allowed"
-            ):
+            elif driver is not None and not driver.ok:
                 why_not = f"the resize preflight would refuse it: {driver.code}: {driver.detail}"
             how = f"standalone instance: {why_not}"
         return Recommendation(
