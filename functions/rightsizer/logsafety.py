@@ -60,7 +60,13 @@ SDK_LOGGERS: Final = (
 MIN_SECRET_LEN: Final = 8
 
 _PATTERNS: Final = (
-    (re.compile(r"(?i)\b(bearer|basic)(\s+)[A-Za-z0-9\-._~+/]+=*"), r"\1\2" + REDACTED),
+    # A short lower-case word after "bearer"/"basic" is prose ("wrong bearer token"), never a credential.
+    (
+        re.compile(
+            r"(?i)\b(bearer|basic)(\s+)(?!(?-i:[a-z]{1,7})(?![A-Za-z0-9\-._~+/=]))[A-Za-z0-9\-._~+/]+=*"
+        ),
+        r"\1\2" + REDACTED,
+    ),
     (re.compile(r"k8s-aws-v1\.[A-Za-z0-9_\-]+"), "k8s-aws-v1." + REDACTED),
     (
         re.compile(

@@ -37,6 +37,23 @@ def test_credential_patterns_are_redacted(line: str) -> None:
     assert REDACTED in cleaned
 
 
+@pytest.mark.parametrize(
+    ("line", "redacted"),
+    [
+        ("401: missing or wrong bearer token", False),
+        ("use Basic auth or a bearer token", False),
+        ("Authorization: Bearer abc123", True),
+        ("Authorization: Bearer Token", True),
+        ("Authorization: bearer tokenvalue", True),
+        ("Authorization: Basic dXNlcjpwdw==", True),
+    ],
+)
+def test_prose_after_bearer_stays_and_every_credential_shape_goes(line: str, redacted: bool) -> None:
+    # a credential has a digit, an upper-case letter, a symbol or 8+ characters; a short lower-case word is prose
+    assert (REDACTED in redact(line)) is redacted
+    assert redact(line) == line or redacted
+
+
 def test_registered_secrets_are_redacted_anywhere_even_in_tracebacks() -> None:
     secret = "webhook-token-only-known-by-value-42"
     register_secret(secret)
