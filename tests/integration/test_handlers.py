@@ -116,6 +116,7 @@ def deployment(
             "RIGHTSIZER_PROMETHEUS_AUTH": "none",
             "RIGHTSIZER_PROMETHEUS_SECRET": "",
             "RIGHTSIZER_NODE_LABEL": "",
+            "RIGHTSIZER_PRICING_API": "true",
             "RIGHTSIZER_POLICY_PARAMETER": "",
             "RIGHTSIZER_POLICY_INLINE": POLICY,
             "RIGHTSIZER_OFFHOURS": "{}",

@@ -718,3 +718,30 @@ def test_with_enable_resize_the_drain_role_holds_exactly_what_a_drain_and_a_resi
     other = Call("ec2:ModifyInstanceAttribute", {"InstanceId": instance, "UserData": {"Value": "x"}}, "test")
     (request,) = requests_of(other, lookup, table=TABLE)
     assert policy.allowing(request) == []
+
+
+def test_with_price_list_api_false_no_role_may_ask_prices_and_the_assessment_never_does(
+    deployed: Deployed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN the stack deployed with PriceListApi=false (a VPC without a route to the Price List endpoint)
+    monkeypatch.setenv("RIGHTSIZER_PRICING_API", "false")
+    deployed.parameters["PriceListApi"] = "false"
+    clear_caches()
+
+    # WHEN the scheduled assessment runs
+    with (
+        as_function(deployed, "assess"),
+        recording(Lookup(deployed.session, deployed.endpoint_url)) as recorder,
+    ):
+        summary = handler("assess")(event("assess-tick"), LambdaContext(function_name="rightsizer-assess"))
+
+    # THEN it planned on the packaged prices without asking the Price List API once
+    assert summary["started"], summary
+    actions = {c.action for c in recorder.calls}
+    assert "ec2:DescribeInstances" in actions and "pricing:GetProducts" not in actions, sorted(actions)
+    # AND no function role holds pricing:GetProducts: a call would be denied
+    ask = Request("pricing:GetProducts", "*", {}, "test")
+    for role in ("AssessRole", "AlertWebhookRole", "DrainRole", "OffhoursRole"):
+        policy = RolePolicy(deployed.resolver(), role)
+        assert not any(a == "pricing:GetProducts" for _, a in policy.grants()), role
+        assert policy.allowing(ask) == [], role

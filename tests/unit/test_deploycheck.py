@@ -9,6 +9,8 @@ import pytest
 
 from rightsizer.cli import main
 from rightsizer.deploycheck import check_deployment, samconfig_overrides, template_parameters
+from rightsizer.domain.policy import Policy
+from rightsizer.wiring.settings import DeploymentSettings, deployment_config
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "template.yaml"
@@ -65,6 +67,7 @@ def test_a_good_deployment_passes() -> None:
             "PrometheusSecretRef: 'my-secret': empty, secretsmanager:<name>",
         ),
         ({"DryRun": "yes"}, "DryRun: 'yes' is not one of ['true', 'false']"),
+        ({"PriceListApi": "off"}, "PriceListApi: 'off' is not one of ['true', 'false']"),
         ({"ScheduleTimezone": "Berlin time"}, "ScheduleTimezone"),
         ({"AlarmEmail": "oncall"}, "AlarmEmail: 'oncall': an e-mail address, or empty"),
     ],
@@ -104,3 +107,13 @@ def test_cli_validate_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert main(["validate", "--policy", str(bad)]) == 2
     assert "max_nodes_per_rn" in capsys.readouterr().err
     assert main(["validate"]) == 2
+
+
+@pytest.mark.parametrize(("value", "asks"), [("true", True), ("false", False), ("", True)])
+def test_the_price_list_switch_reaches_the_config_the_functions_decide_on(value: str, asks: bool) -> None:
+    environ = {
+        "RIGHTSIZER_CLUSTER_NAME": "prod-eks",
+        "AWS_REGION": "eu-west-1",
+        "RIGHTSIZER_PRICING_API": value,
+    }
+    assert deployment_config(DeploymentSettings.from_env(environ), Policy()).aws.pricing_api is asks

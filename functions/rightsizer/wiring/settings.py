@@ -74,6 +74,9 @@ class DeploymentSettings(BaseSettings):
     )
     prometheus_username: str | None = None
     node_label: str | None = None
+    pricing_api: bool = Field(
+        True, description="Template parameter PriceListApi (RIGHTSIZER_PRICING_API): config aws.pricing_api."
+    )
     policy_parameter: str | None = Field(None, description="SSM parameter with the policy YAML.")
     policy_inline: str | None = Field(None, description="The policy as YAML/JSON text.")
     policy_max_age: float = Field(
@@ -184,6 +187,7 @@ def deployment_config(settings: DeploymentSettings, policy: Policy) -> Config:
             "region": settings.region,
             "endpoint_url": settings.aws_endpoint_url,
             "table": settings.table,
+            "pricing_api": settings.pricing_api,
         },
         "policy": policy,
         "offhours": _mapping(settings.offhours, source="RIGHTSIZER_OFFHOURS"),
