@@ -9,11 +9,19 @@ plus 5 minutes, every 10th node busy on 3 GPUs, then for each cluster measures, 
 - **sharded**: the same in series shards of ``--shard-nodes`` GPU nodes (``node=~"…"``), what the
   product does with ``prometheus.node_label`` set on a fleet larger than ``prometheus.shard_nodes``;
   only for N > ``--shard-nodes``;
+- **devices**: the same in device shards by GPU index (``gpu=~"0|8"``, ``device_shards``), the product's
+  default without ``node_label``; only for N > ``--shard-nodes``;
+- **uuids** (only when asked in ``--methods``): device shards by the last hex digit of the GPU UUID
+  (``UUID=~"(?s:.*)[08]"``), the default before, kept to compare (this data's UUIDs end in the GPU
+  index 0-7, so only 8 of 16 such shards hold series; real UUIDs spread over all 16);
 - **anchor**: three aggregated instant queries that answer "max util / max FB / samples per node"
   (``max by (node) (max_over_time(m[W]))``, ``count by (node) (count_over_time(m[W]))``) — what a naive
   dashboard would ask, with none of the product's evidence checks;
 - **floor**: each needed series family read once, ``count(count_over_time(m[W]))`` (5 DCGM families
   and ``up``): the least any faithful reader must make the TSDB do.
+
+``--shard-nodes`` may list several sizes (``1000,2500,5000``): each sharded method then runs once per
+size, named ``<method>/<shards>`` (its shard count at that N).
 
 For each it prints: requests, response MiB, wall s, the slowest single request (wall s) and the slowest
 single query's engine time (``stats=all`` → ``evalTotalTime``), Prometheus CPU s (``/proc/<pid>/stat``
@@ -64,7 +72,7 @@ from tests.support.prometheus_server import (  # noqa: E402
 from rightsizer.adapters import prometheus as prom  # noqa: E402
 from rightsizer.domain.join import NodeJoiner  # noqa: E402
 from rightsizer.domain.model import Node  # noqa: E402
-from rightsizer.domain.observation import DeviceShard, device_shards, series_shards  # noqa: E402
+from rightsizer.domain.observation import DeviceShard, Shard, device_shards, series_shards  # noqa: E402
 from rightsizer.domain.planner import plan  # noqa: E402
 from rightsizer.domain.policy import Policy  # noqa: E402
 from rightsizer.domain.usage import Window  # noqa: E402
@@ -138,7 +146,8 @@ def joiner_for(size: int) -> NodeJoiner:
 
 # ------------------------------------------------------------------------------------------ methods
 
-SHARD_NODES = 1000  # --shard-nodes
+SHARD_NODES = 1000  # --shard-nodes (the size a sharded method runs with)
+Method = Callable[[prom.PrometheusClient, int, NodeJoiner], int]
 
 
 def live(client: prom.PrometheusClient, size: int, joiner: NodeJoiner) -> int:
@@ -149,24 +158,72 @@ def live(client: prom.PrometheusClient, size: int, joiner: NodeJoiner) -> int:
     return sum(len(d) for d in signals.devices.values())
 
 
-def sharded(client: prom.PrometheusClient, size: int, joiner: NodeJoiner) -> int:
+def _collect_sharded(
+    client: prom.PrometheusClient,
+    size: int,
+    joiner: NodeJoiner,
+    shards: tuple[Shard, ...],
+    node_label: str | None,
+) -> int:
     window = Window(end=END, seconds=WINDOW, step=STEP)
-    shards = series_shards("node", [node_name(size, i) for i in range(size)], SHARD_NODES)
-    signals = prom.collect_live(client, joiner, window, Policy(), "node", job=f"n{size}", shards=shards)
+    signals = prom.collect_live(client, joiner, window, Policy(), node_label, job=f"n{size}", shards=shards)
     assert not signals.problems and not signals.node_problems, (signals.problems, signals.node_problems)
     assert len(signals.devices) == size, (len(signals.devices), size)
     return sum(len(d) for d in signals.devices.values())
+
+
+def _node_shards(size: int) -> tuple[Shard, ...]:
+    return series_shards("node", [node_name(size, i) for i in range(size)], SHARD_NODES)
+
+
+def sharded(client: prom.PrometheusClient, size: int, joiner: NodeJoiner) -> int:
+    return _collect_sharded(client, size, joiner, _node_shards(size), "node")
 
 
 def devices(client: prom.PrometheusClient, size: int, joiner: NodeJoiner) -> int:
-    """The default without ``prometheus.node_label``: device shards by the GPU UUID's last hex digit
-    (``device_shards``; this data's UUIDs end in the GPU index 0-7, so 8 shards hold series)."""
-    window = Window(end=END, seconds=WINDOW, step=STEP)
-    shards = device_shards(-(-size // SHARD_NODES))
-    signals = prom.collect_live(client, joiner, window, Policy(), job=f"n{size}", shards=shards)
-    assert not signals.problems and not signals.node_problems, (signals.problems, signals.node_problems)
-    assert len(signals.devices) == size, (len(signals.devices), size)
-    return sum(len(d) for d in signals.devices.values())
+    """The default without ``prometheus.node_label``: device shards by GPU index (``device_shards``)."""
+    return _collect_sharded(client, size, joiner, device_shards(-(-size // SHARD_NODES)), None)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class UuidShard(DeviceShard):
+    """The device shard of before (kept to compare): the series whose ``UUID`` ends in one of the hex
+    digits ``indices``; ``rest`` those ending otherwise or without a ``UUID``."""
+
+    @property
+    def label(self) -> str:
+        return "UUID"
+
+    def matcher(self) -> str:
+        if self.rest:
+            return f'UUID!~"(?s:.*)[{"".join(self.others)}]"'
+        return f'UUID=~"(?s:.*)[{"".join(self.indices)}]"'
+
+    def holds(self, index: str) -> bool:
+        last = index[-1:]
+        return not (last and last in self.others) if self.rest else bool(last) and last in self.indices
+
+
+def uuid_shards(count: int) -> tuple[Shard, ...]:
+    """``device_shards`` of before: by the UUID's last hex digit d, shard i holding d mod n = i."""
+    n = len(device_shards(count))
+    digits = [tuple("0123456789abcdef"[j] for j in range(i, 16, n)) for i in range(n)]
+    others = tuple(d for g in digits[:-1] for d in g)
+    return (
+        (*(UuidShard(g) for g in digits[:-1]), UuidShard(digits[-1], rest=True, others=others)) if n else ()
+    )
+
+
+def uuids(client: prom.PrometheusClient, size: int, joiner: NodeJoiner) -> int:
+    """Device shards by the GPU UUID's last hex digit, the default before (compared)."""
+    return _collect_sharded(client, size, joiner, uuid_shards(-(-size // SHARD_NODES)), None)
+
+
+def shard_count(name: str, size: int) -> int:
+    """How many shards the sharded method ``name`` uses at ``size`` nodes (``SHARD_NODES`` per shard)."""
+    if name == "sharded":
+        return len(_node_shards(size))
+    return len(device_shards(-(-size // SHARD_NODES)))
 
 
 def _instant(client: prom.PrometheusClient, exprs: list[str]) -> int:
@@ -221,7 +278,7 @@ def _peak_rss_mib() -> float:
 
 
 def measure(
-    method: Callable[[prom.PrometheusClient, int, NodeJoiner], int],
+    method: Method,
     server: PrometheusServer,
     size: int,
     joiner: NodeJoiner,
@@ -235,7 +292,7 @@ def measure(
             try:
                 answered = method(client, size, joiner)
             except (AssertionError, prom.PrometheusError) as exc:  # e.g. a query past the timeout
-                print(f"{size:>6} {method.__name__:<8} FAILED: {str(exc)[:300]}", flush=True)
+                print(f"{size:>6} {method.__name__:<14} FAILED: {str(exc)[:300]}", flush=True)
                 answered = -1
             wall = time.perf_counter() - t0
             figures = {
@@ -323,17 +380,16 @@ def _ratio(a: float, b: float) -> str:
 def print_ratios(rows: list[tuple[int, dict[str, dict[str, float]]]]) -> None:
     print("\nratios (total CPU = Prometheus CPU + client CPU):")
     print(
-        f"{'nodes':>6} {'method':<8} {'engine/floor':>13} {'promCPU/floor':>14} {'total/floor':>12} {'total/anchor':>13}"
+        f"{'nodes':>6} {'method':<14} {'engine/floor':>13} {'promCPU/floor':>14} {'total/floor':>12} {'total/anchor':>13}"
     )
     for size, r in rows:
         f = r["floor"]
-        for name in ("anchor", "live", "sharded", "devices"):
-            if name not in r:
+        for name, m in r.items():
+            if name == "floor":
                 continue
-            m = r[name]
             a = r.get("anchor", f)
             print(
-                f"{size:>6} {name:<8} {_ratio(m['engine_s'], f['engine_s']):>13} "
+                f"{size:>6} {name:<14} {_ratio(m['engine_s'], f['engine_s']):>13} "
                 f"{_ratio(m['prom_cpu_s'], f['prom_cpu_s']):>14} {_ratio(m['total_cpu_s'], f['total_cpu_s']):>12} "
                 f"{_ratio(m['total_cpu_s'], a['total_cpu_s']):>13}"
             )
@@ -448,7 +504,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--sizes", default="100,2000", help="GPU node counts, comma-separated")
     parser.add_argument("--repeat", type=int, default=1, help="runs per method (least total CPU kept)")
-    parser.add_argument("--shard-nodes", type=int, default=SHARD_NODES, help="GPU nodes per series shard")
+    parser.add_argument(
+        "--shard-nodes",
+        default=str(SHARD_NODES),
+        help="GPU nodes per series shard (comma-separated: a sweep)",
+    )
     parser.add_argument("--data-dir", help="keep/reuse the backfilled TSDB here")
     parser.add_argument(
         "--methods", default="anchor,live,sharded,devices", help="besides the floor, comma-separated"
@@ -460,9 +520,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--url", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child_assess:
-        assess_child(args.url, args.child_assess, args.shard_nodes)
+        assess_child(args.url, args.child_assess, int(args.shard_nodes))
         return 0
-    SHARD_NODES = args.shard_nodes
+    sweep = [int(s) for s in args.shard_nodes.split(",")]
+    SHARD_NODES = sweep[0]
     sizes = tuple(int(s) for s in args.sizes.split(","))
     binaries = find_binaries()
     if binaries is None:
@@ -481,19 +542,36 @@ def main(argv: list[str] | None = None) -> int:
             f"{len(TIMES)} scrapes at {SCRAPE} s, {samples / 1e6:.1f} M samples; window {WINDOW} s, step {STEP} s"
         )
         try:
-            print(f"{'nodes':>6} {'method':<8} " + " ".join(f"{c:>13}" for c in COLS))
+            print(f"{'nodes':>6} {'method':<14} " + " ".join(f"{c:>13}" for c in COLS))
             rows: list[tuple[int, dict[str, dict[str, float]]]] = []
             for size in sizes:
                 joiner = joiner_for(size)
                 with prom.PrometheusClient(server.url, timeout=600) as warm:
                     floor(warm, size, joiner)  # warm the page cache
-                methods = [("floor", floor), ("anchor", anchor), ("live", live)]
-                if size > SHARD_NODES:
-                    methods += [("sharded", sharded), ("devices", devices)]
-                methods = [(n, fn) for n, fn in methods if n == "floor" or n in args.methods.split(",")]
-                results = {name: measure(fn, server, size, joiner, args.repeat) for name, fn in methods}
-                for name, r in results.items():
-                    print(f"{size:>6} {name:<8} " + " ".join(f"{r[c]:>13.2f}" for c in COLS), flush=True)
+                asked = args.methods.split(",")
+                methods: list[tuple[str, Method]] = [("floor", floor), ("anchor", anchor), ("live", live)]
+                methods = [(n, fn) for n, fn in methods if n == "floor" or n in asked]
+                results: dict[str, dict[str, float]] = {}
+                for name, fn in methods:
+                    results[name] = measure(fn, server, size, joiner, args.repeat)
+                    print(
+                        f"{size:>6} {name:<14} " + " ".join(f"{results[name][c]:>13.2f}" for c in COLS),
+                        flush=True,
+                    )
+                for per_shard in sweep:
+                    SHARD_NODES = per_shard
+                    for name, fn in (("sharded", sharded), ("devices", devices), ("uuids", uuids)):
+                        if name not in asked or size <= per_shard:
+                            continue
+                        label = f"{name}/{shard_count(name, size)}" if len(sweep) > 1 else name
+                        if label in results:  # the same shard count as an earlier size of the sweep
+                            continue
+                        results[label] = measure(fn, server, size, joiner, args.repeat)
+                        print(
+                            f"{size:>6} {label:<14} " + " ".join(f"{results[label][c]:>13.2f}" for c in COLS),
+                            flush=True,
+                        )
+                SHARD_NODES = sweep[0]
                 rows.append((size, results))
             print_ratios(rows)
             if args.assess_rss:

@@ -65,8 +65,8 @@ class PrometheusConfig(_Section):
         1000,
         ge=1,
         description="GPU nodes per series shard: larger fleets are read in shards, concurrently, and "
-        "merged; by node_label when set (this many nodes per shard), else by the last hex digit of the "
-        "GPU UUID (a power of two of shards, at most 16); a failed shard makes only its nodes unknown.",
+        "merged; by node_label when set (this many nodes per shard), else by the GPU index (dcgm-exporter "
+        "label gpu; a power of two of shards, at most 16); a failed shard makes only its nodes unknown.",
     )
     step: Seconds = Field(60, gt=0, description="Query step in seconds (≤ idle_window).")
     timeout: Seconds = Field(30, gt=0, description="Read timeout per query in seconds.")

@@ -455,10 +455,10 @@ def test_series_shards_merge_exactly_into_the_unsharded_facts(fleets: Any, step:
 
 
 @pytest.mark.parametrize(("step", "count"), [(60, 2), (15, 16)])
-def test_gpu_uuid_shards_merge_exactly_into_the_unsharded_facts(fleets: Any, step: int, count: int) -> None:
+def test_gpu_index_shards_merge_exactly_into_the_unsharded_facts(fleets: Any, step: int, count: int) -> None:
     """GIVEN the randomized fleets on a real Prometheus, collected without a node-name label
-    WHEN each DCGM query is split into device shards by the last hex digit of the GPU ``UUID`` (what the
-    live plan does by default on a large fleet: ``device_shards``), plus sub-windows
+    WHEN each DCGM query is split into device shards by the GPU index (label ``gpu``; what the live plan
+    does by default on a large fleet: ``device_shards``), plus sub-windows
     THEN every per-device fact, the ``up`` coverage, the unmapped series and the present metrics equal
     the unsharded collection's; Prometheus puts every DCGM series in exactly one shard; and the
     devices really are spread over several shards."""
@@ -474,7 +474,7 @@ def test_gpu_uuid_shards_merge_exactly_into_the_unsharded_facts(fleets: Any, ste
     with PrometheusClient(server.url) as client:
         whole = collect_live(client, joiner, window, policy, split_seconds=600)
         sharded = collect_live(client, joiner, window, policy, split_seconds=600, shards=shards)
-        # every series in exactly one shard, as Prometheus itself matches the shards' regexes
+        # every series in exactly one shard, as Prometheus itself matches the shards' value sets
         dcgm = '{__name__=~"DCGM_.+"}'
         total = client.query(f"count({dcgm})", END)["data"]["result"]
         per_shard = [

@@ -492,22 +492,37 @@ def assert_only_the_failed_shard_is_unknown(
         assert f"partial_response:{GPU_UTIL}" in rows[name].reasons, rows[name].reasons
 
 
+def add_mig_instances(c: Cluster, exporter: str, ip: str, gpu: int, uuid: str, ids: Iterable[str]) -> None:
+    """GPU instances of a MIG-partitioned GPU: each carries its parent's ``gpu`` index and ``UUID``."""
+    for gi in ids:
+        mig = {"gpu": str(gpu), "UUID": uuid, "GPU_I_ID": gi, "GPU_I_PROFILE": "1g.5gb"}
+        mig |= {"Hostname": exporter, "instance": f"{ip}:9400", "job": JOB}
+        c.add(PROF_ACTIVE, mig, const(0.001))
+        c.add(GPU_UTIL, mig, const(0.0))
+        c.add(FB_USED, mig, const(12.0))
+        c.add(FB_FREE, mig, const(4852.0))
+
+
 def test_a_failing_device_shard_makes_only_the_nodes_of_its_gpus_unknown(prometheus_factory: Any) -> None:
-    """Series shards without a node-name label (``device_shards``): a shard that fails makes only the
-    nodes of the GPUs it holds unknown."""
+    """Series shards without a node-name label (``device_shards``, by GPU index): a shard that fails
+    makes only the nodes of the GPUs it holds unknown."""
     from rightsizer.domain.observation import device_shards
 
-    # GIVEN 1 node of 1 GPU whose UUID ends in an odd digit, and 12 nodes of 8 GPUs whose UUIDs end in
-    # even ones, no node-name label, all quiet, on a real Prometheus refusing any query over 1,000
-    # samples: in 2 device shards (even / odd last digit) the even shard's per-step activity answer
-    # holds 96 series × 30 steps, the odd shard's 30
+    # GIVEN 1 node of 1 GPU (index 0) and 3 nodes of 8 GPUs whose odd GPUs are MIG-partitioned into 2
+    # instances each, no node-name label, all quiet, on a real Prometheus refusing any query over 1,000
+    # samples: in 2 device shards (even / odd GPU index) the odd shard's per-step activity answer holds
+    # (12 GPUs + 24 instances) × 30 steps, the even shard's 13 GPUs × 30
     c = Cluster()
-    names = [f"gpu-{i:02d}" for i in range(13)]
+    names = [f"gpu-{i:02d}" for i in range(4)]
     for i, name in enumerate(names):
         gpus = 1 if i == 0 else 8
-        exporter, ip = c.node(name, 10 + i, instance_type="g5.xlarge" if i == 0 else "g5.48xlarge", gpus=gpus)
+        exporter, ip = c.node(
+            name, 10 + i, instance_type="g5.xlarge" if i == 0 else "p4d.24xlarge", gpus=gpus
+        )
         for g in range(gpus):
-            c.device(exporter, ip, g, f"GPU-{i:02d}{g}-{'1' if i == 0 else '02468ace'[g]}")
+            c.device(exporter, ip, g, f"GPU-{i:02d}{g}")
+            if g % 2:
+                add_mig_instances(c, exporter, ip, g, f"GPU-{i:02d}{g}", ("1", "2"))
         c.up(ip)
     server = prometheus_factory(c.families, extra_args=["--query.max-samples=1000"])
     policy = Policy(max_nodes_per_run=20)
@@ -517,8 +532,66 @@ def test_a_failing_device_shard_makes_only_the_nodes_of_its_gpus_unknown(prometh
     # WHEN the live path collects in those two device shards
     with PrometheusClient(server.url) as client:
         signals = collect_live(client, NodeJoiner(base.nodes, base.pods), window, policy, shards=shards)
-    # THEN only the even shard's activity failed, and only for the nodes of its GPUs
+    # THEN only the odd shard's activity failed, and only for the nodes of its GPUs
     assert_only_the_failed_shard_is_unknown(signals, base, policy, ok=names[0], failed=names[1:])
+
+
+@pytest.mark.parametrize("count", [2, 4, 16])
+def test_device_shards_partition_odd_gpu_labels_exactly_on_prometheus(
+    prometheus_factory: Any, count: int
+) -> None:
+    """GIVEN DCGM series with every ``gpu`` label form a fleet may carry — indices 0-15, 16 and over,
+    ``00``, ``x``, none at all — MIG instances (their parent's index), upper-case and non-NVIDIA UUIDs, a
+    series without ``UUID``, and a pod-label change, on a real Prometheus
+    WHEN the live path collects in device shards (``gpu=~"…"`` sets, the rest a negative set)
+    THEN Prometheus puts every series in exactly one shard, the one ``DeviceShard.holds`` names, and the
+    merged facts equal the unsharded ones."""
+    from rightsizer.domain.observation import device_shards
+
+    c = Cluster()
+    exporter, ip = c.node("gpu-a", 1, instance_type="p3dn.24xlarge", gpus=8)
+    for g in range(8):
+        c.device(exporter, ip, g, f"GPU-{g:x}A{g}-UPPER-CASE-{g:X}F", util=const(10.0 * g))
+    add_mig_instances(c, exporter, ip, 1, "GPU-1A1-UPPER-CASE-1F", ("7", "8"))
+    exporter, ip = c.node("gpu-b", 2, instance_type="p4d.24xlarge", gpus=8)
+    for g, label in enumerate(("8", "15", "16", "31", "00", "x", " 1")):
+        c.device(exporter, ip, 0, f"GPU-b-{g}", extra={"gpu": label})
+    c.device(exporter, ip, 0, "MIG-b-unlabelled", workload=lambda t: {"pod": "a" if t < END - 600 else "b"})
+    for family in c.families.values():  # the last two devices lose their gpu label, one its UUID as well
+        for labels, _ in family:
+            if labels.get("UUID") == "MIG-b-unlabelled":
+                del labels["gpu"]
+            if labels.get("UUID") == "GPU-b-6":
+                del labels["UUID"]
+    c.up(ip)
+    server = prometheus_factory(c.families)
+    policy = Policy(max_nodes_per_run=20)
+    base = base_snapshot(c)
+    window = Window.ending(AT, policy.idle_window, STEP)
+    shards = device_shards(count)
+    joiner = NodeJoiner(base.nodes, base.pods)
+    with PrometheusClient(server.url) as client:
+        whole = collect_live(client, joiner, window, policy)
+        sharded = collect_live(client, joiner, window, policy, shards=shards)
+        every = {
+            json.dumps(s["metric"], sort_keys=True)
+            for s in client.query('{__name__=~"DCGM_.+"}[1h]', END)["data"]["result"]
+        }
+        held: dict[str, list[int]] = {}
+        for i, shard in enumerate(shards):
+            for s in client.query(f'{{__name__=~"DCGM_.+",{shard.matcher()}}}[1h]', END)["data"]["result"]:
+                held.setdefault(json.dumps(s["metric"], sort_keys=True), []).append(i)
+    assert set(held) == every and len(every) > 60
+    for series, where in held.items():
+        assert len(where) == 1, (series, where)
+        assert [i for i, s in enumerate(shards) if s.holds(json.loads(series).get("gpu", ""))] == where, (
+            series
+        )
+    assert len({w[0] for w in held.values()}) > 1  # not vacuous
+    assert sharded.devices == whole.devices
+    assert sharded.up_coverage == whole.up_coverage
+    assert sharded.unmapped == whole.unmapped
+    assert (sharded.problems, sharded.present, sharded.node_problems) == (whole.problems, whole.present, {})
 
 
 def test_ssm_and_secretsmanager_references_resolve_against_moto(moto_server: Any, boto_session: Any) -> None:

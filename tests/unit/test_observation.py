@@ -143,3 +143,40 @@ def test_a_step_point_means_a_maximum_in_format_2_and_a_sample_in_format_1(tmp_p
 def test_an_unknown_metrics_format_is_refused_with_its_field(tmp_path: Path) -> None:
     with pytest.raises(SnapshotError, match="metrics_format"):
         load_snapshot(write(tmp_path, idle_files(), metrics_format=3))
+
+
+@pytest.mark.parametrize("count", [2, 3, 4, 10, 16, 40])
+def test_device_shards_partition_every_gpu_index_exactly_and_evenly(count: int) -> None:
+    """Every ``gpu`` label value — indices 0-31, other forms, none — is held by exactly one shard, by
+    ``holds`` and by the matcher read as Prometheus reads it (anchored at both ends); each matcher is a
+    set of literal values (Prometheus' index fast path, no regex over every label value); indices
+    0-15 spread evenly over a power of two of shards, at most 16, so an n-GPU node puts one GPU in
+    each of n shards."""
+    import re
+
+    from rightsizer.domain.observation import MAX_DEVICE_SHARDS, device_shards
+
+    shards = device_shards(count)
+    n = len(shards)
+    assert n >= min(count, MAX_DEVICE_SHARDS) and n <= MAX_DEVICE_SHARDS and n & (n - 1) == 0
+    indices = [str(i) for i in range(32)]
+    values = [*indices, "", "00", "01", " 1", "1 ", "x", "gpu0", "-1", "1\n", "ü", "0|1", ".*"]
+
+    def regex_holds(matcher: str, value: str) -> bool:
+        _label, op, pattern = re.fullmatch(r'(gpu)(=~|!~)"(.*)"', matcher).groups()  # type: ignore[union-attr]
+        assert re.fullmatch(r"\d+(\|\d+)*", pattern), pattern  # literal values only: findSetMatches
+        found = re.fullmatch(pattern, value) is not None
+        return found if op == "=~" else not found
+
+    per_shard = [0] * n
+    for value in values:
+        held = [i for i, s in enumerate(shards) if s.holds(value)]
+        assert len(held) == 1, (value, held)
+        assert [i for i, s in enumerate(shards) if regex_holds(s.matcher(), value)] == held, value
+        if value in indices[:MAX_DEVICE_SHARDS]:
+            per_shard[held[0]] += 1
+    assert per_shard == [MAX_DEVICE_SHARDS // n] * n  # even over the indices 0-15
+    for gpus in (1, 2, 4, 8):  # a node's GPUs 0 … gpus-1 fall in min(gpus, n) shards, evenly
+        held = [next(i for i, s in enumerate(shards) if s.holds(str(g))) for g in range(gpus)]
+        assert sorted(set(held)) == list(range(min(gpus, n)))
+    assert device_shards(1) == device_shards(0) == ()

@@ -661,7 +661,7 @@ def collect_live(
         max_workers: queries in flight at once.
         split_seconds: longest sub-window one query reads (``plan_queries``).
         shards: series shards (``rightsizer.domain.observation.series_shards`` by node name,
-            ``device_shards`` by GPU UUID) each DCGM query is split
+            ``device_shards`` by GPU index) each DCGM query is split
             into, merged by union; empty: one request per query and sub-window.
         deadline_seconds: the whole collection's budget (config ``prometheus.deadline``); every request
             gets at most what is left of it, and none starts after it.
@@ -761,7 +761,11 @@ def _conclude(
         reducer.answered(_file_kind(q), q.metric)
         for shard in outcome.failed_shards:
             # a node shard names its nodes; a device shard's are those of the devices it holds
-            nodes = shard.nodes if isinstance(shard, SeriesShard) else reducer.nodes_of_uuids(shard.holds)
+            nodes = (
+                shard.nodes
+                if isinstance(shard, SeriesShard)
+                else reducer.nodes_of_series(shard.label, shard.holds)
+            )
             for node in sorted(nodes):
                 node_problems.setdefault(node, {})[q.metric] = None
     return {node: tuple(names) for node, names in node_problems.items()}

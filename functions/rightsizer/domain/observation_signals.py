@@ -168,6 +168,7 @@ class ObservationReducer:
         self._empty = array("d", [math.nan]) * window.expected_points
         self._steps: dict[str, dict[DeviceKey, _Steps]] = {m: {} for m in (GPU_UTIL, PROF_ACTIVE)}
         self._up: dict[str, _Steps] = {}
+        self._up_idents: set[LabelKey] = set()  # label sets met in ``up`` answers (never sharded)
         self._max: dict[str, dict[DeviceKey, _Max]] = {FB_USED: {}, POWER: {}}
         self._spread: dict[str, dict[DeviceKey, _Spread]] = {POWER: {}, ENERGY: {}}
         self._avg: dict[DeviceKey, dict[LabelKey, list[float | None]]] = {}
@@ -281,6 +282,7 @@ class ObservationReducer:
             steps = self._up.get(node)
             if steps is None:
                 steps = self._up[node] = _Steps(array("d", self._empty))
+            self._up_idents.add(joined.ident)
             self._per_step(steps, times, values)
         else:
             if metric in self._max:
@@ -330,12 +332,16 @@ class ObservationReducer:
             elif not slots[slot] >= v:  # also when the slot holds no sample yet (NaN)
                 slots[slot] = v
 
-    def nodes_of_uuids(self, holds: Callable[[str], bool]) -> set[str]:
-        """The nodes of every series met so far whose ``UUID`` label (\"\" when absent) ``holds``: where a
-        failed device shard's devices live (``observation.DeviceShard.holds``)."""
+    def nodes_of_series(self, label: str, holds: Callable[[str], bool]) -> set[str]:
+        """The nodes of every DCGM series met so far whose ``label`` (\"\" when absent) ``holds``: where a
+        failed device shard's devices live (``observation.DeviceShard.label``, ``holds``). ``up`` series
+        carry no device label but are never sharded, so they name no node here."""
         nodes: set[str] = set()
+        up = self._up_idents
         for joined in self._joined.values():
-            if joined.node is not None and joined.node not in nodes and holds(joined.labels.get("UUID", "")):
+            if joined.node is None or joined.node in nodes or joined.ident in up:
+                continue
+            if holds(joined.labels.get(label, "")):
                 nodes.add(joined.node)
         return nodes
 

@@ -238,9 +238,9 @@ def live_signals(
     """``snapshot`` with ``signals`` read from Prometheus for the window ending at ``taken_at``
     (``collect_live``: the snapshot's queries, a constant number whatever the node count, docs/architecture.md §8).
     With more GPU nodes than ``prometheus.shard_nodes``, each DCGM query is split into series shards:
-    of that many nodes by ``prometheus.node_label`` when it is set (``series_shards``), else by the last
-    hex digit of the GPU ``UUID`` every DCGM series carries, about that many nodes' GPUs per shard
-    (``device_shards``: a power of two, at most 16).
+    of that many nodes by ``prometheus.node_label`` when it is set (``series_shards``), else by the GPU
+    index (label ``gpu``) every DCGM series carries, ⌈GPU nodes / ``shard_nodes``⌉ shards rounded up to
+    a power of two, at most 16 (``device_shards``).
 
     ``joiner`` (default: one over the snapshot's Nodes and Pods) maps series to nodes; ``scope``, when
     given, reads only the series its label matchers select (one node's, ``join.node_series_matchers``).
