@@ -10,8 +10,9 @@ pod-label changes and exporter restarts.
 The reference (``reference_signals``) is written from the contract in README "How a node is judged",
 not from ``domain.observation``: per step (t − step, t] the maximum of every finite raw sample, coverage =
 steps holding one, maxima over every finite sample, non-finite = any NaN/±Inf raw sample in the window,
-freshness = the newest raw sample, liveness = the counter's samples differ, framebuffer total = average
-used + average free.
+freshness = the newest raw sample, judged against the scrape interval = W ÷ the scrape attempts of the
+device's own exporter (its ``up`` samples), liveness = the counter's samples differ, framebuffer total =
+average used + average free.
 """
 
 from __future__ import annotations
@@ -332,6 +333,8 @@ def reference_signals(fleet: Fleet, window: Window, threshold: float) -> dict[De
             liveness = "moving" if moved else "frozen"
         else:
             liveness = "absent"
+        # one up sample per scrape attempt of the device's exporter (failed ones too) in the window
+        attempts = [t for t, _ in fleet.up.get(node, []) if END - window.seconds < t <= END]
         prof, util = per_name.get(PROF_ACTIVE), per_name.get(GPU_UTIL)
         disagree = bool(prof and util and any(abs(prof[k] - util[k]) > 50 for k in prof.keys() & util.keys()))
         out[key] = {
@@ -347,6 +350,7 @@ def reference_signals(fleet: Fleet, window: Window, threshold: float) -> dict[De
             "has_power": parent in present.get(POWER, ()),
             "power_max_w": max(power.values()) if power else None,
             "liveness": liveness,
+            "sample_interval_s": window.seconds / len(attempts) if len(attempts) >= 2 else None,
         }
     return out
 
@@ -446,7 +450,7 @@ def test_series_shards_merge_exactly_into_the_unsharded_facts(fleets: Any, step:
         sharded = collect_live(client, joiner, window, policy, "node", split_seconds=600, shards=shards)
         asked = client.stats.queries - before
     subs = -(-WINDOW // 600)
-    assert asked == subs + (8 + 6 * subs) * len(shards)  # up per sub-window; per shard 8 whole + 6 split
+    assert asked == subs + 1 + (6 + 6 * subs) * len(shards)  # up: per sub-window + its count; per shard 6 + 6
     assert sharded.devices == whole.devices
     assert sharded.up_coverage == whole.up_coverage
     assert sharded.unmapped == whole.unmapped

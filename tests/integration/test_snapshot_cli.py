@@ -338,5 +338,5 @@ def test_metric_queries_filter_by_job_and_cover_the_contract() -> None:
     assert queries["metrics/DCGM_FI_DEV_FB_USED.json"] == (
         'max_over_time(DCGM_FI_DEV_FB_USED{job="gpu \\"ops\\""}[1799999ms])'
     )
-    assert len(queries) == 15
+    assert len(queries) == 14
     assert {p.split("/")[1].split(".")[0] for p in queries} == set(METRICS)

@@ -336,13 +336,15 @@ def test_no_planted_secret_reaches_the_snapshot_and_the_decision_is_unchanged(
     assert "do_not_disrupt:web/web-0" in rows["gpu-idle"]["reasons"]  # pod annotation karpenter.sh/...
     assert "local_storage:web/web-0" in rows["gpu-idle"]["reasons"]  # PV node affinity on RACK
     assert {r["node_group"] for r in rows.values()} == {"gpu-a10g"}  # node group via the ASG survives
-    # the stray exporter is reported, with the labels that join and nothing else
+    # the stray exporter is reported, with the labels the decision reads (join, device, scrape target)
+    # and nothing else
     (stray,) = {json.dumps(u["labels"], sort_keys=True) for u in live_doc["unmapped"]}
     assert json.loads(stray) == {
         "Hostname": "localhost",
         "UUID": "GPU-stray",
         "gpu": "0",
         "instance": "10.99.0.1:9400",
+        "job": "dcgm-exporter",
     }
     assert any(a["kind"] == "scale_in" and a["node"] == "gpu-idle-2" for a in live_doc["actions"])
 
@@ -377,6 +379,7 @@ def test_no_planted_secret_reaches_the_snapshot_and_the_decision_is_unchanged(
             "UUID": "GPU-00000001-0000-0000-0000-000000000000",
             "Hostname": "gpu-busy",
             "instance": f"{node_ip(1)}:9400",
+            "job": "dcgm-exporter",
             "namespace": "ml",
             "pod": "trainer-0",
         }

@@ -13,26 +13,43 @@ from pathlib import Path
 
 import pytest
 
+from rightsizer.adapters.snapshot_dir import load_snapshot
 from rightsizer.domain.catalog import load_catalog
 from rightsizer.domain.gpu import FRESHNESS_FALLBACK_S, assess_gpus, freshness_bound
 from rightsizer.domain.join import NodeJoiner
 from rightsizer.domain.model import Node, Series
+from rightsizer.domain.observation_signals import signals_from_observation
 from rightsizer.domain.planner import plan
 from rightsizer.domain.policy import Policy
-from rightsizer.domain.usage import GPU_UTIL, PROF_ACTIVE, DeviceSignals, Window, collect_signals
+from rightsizer.domain.usage import GPU_UTIL, PROF_ACTIVE, UP, DeviceSignals, Window, collect_signals
 from tests.builders import AT, STEP, WINDOW, gpu_node, node_devices, snapshot, times
-from tests.unit.test_observation import END, decide, idle_files, matrix, write
+from tests.unit.test_observation import DEV, END, NODE, decide, idle_files, matrix, steps, write
+
+#: The scrape target of the device in ``idle_files`` (``test_observation.DEV``: no ``job`` label).
+TARGET = {"instance": "10.1.0.1:9400"}
 
 
-def with_interval(scrape: float, age: float, **extra: dict[str, object]) -> dict[str, dict[str, object]]:
-    """Idle files whose activity was scraped every ``scrape`` s, the newest sample ``age`` s old."""
+def with_interval(
+    scrape: float, age: float, target: dict[str, str] = TARGET, **extra: dict[str, object]
+) -> dict[str, dict[str, object]]:
+    """Idle files whose exporter ``target`` was scraped every ``scrape`` s (``up.count.json``: scrape
+    attempts in the window), the device's newest activity sample ``age`` s old."""
     return idle_files(
         **{
-            f"metrics/{GPU_UTIL}.count.json": matrix([(END, str(WINDOW // scrape))]),
+            f"metrics/{UP}.count.json": matrix([(END, str(WINDOW // scrape))], target),
             f"metrics/{GPU_UTIL}.timestamp.json": matrix([(END, str(END - age))]),
             **extra,
         }
     )
+
+
+def intervals(root: Path) -> list[float | None]:
+    """``sample_interval_s`` of the snapshot's devices, as ``plan --snapshot`` reads them."""
+    snap = load_snapshot(root)
+    files = {"step": snap.metrics, "timestamp": snap.timestamps, **snap.metric_extras}
+    window = Window.ending(snap.meta.taken_at, WINDOW, STEP)
+    signals = signals_from_observation(files, NodeJoiner(snap.nodes, snap.pods), window, 5.0)
+    return [d.sample_interval_s for d in signals.devices[NODE]]
 
 
 @pytest.mark.parametrize("scrape", [10, 15, 30, 60])
@@ -51,25 +68,66 @@ def test_an_exporter_silent_for_four_minutes_is_stale_where_five_minutes_let_it_
     assert "stale_metrics:240s" in report.reasons
 
 
-def test_the_best_sampled_activity_metric_sets_the_interval_of_a_device(tmp_path: Path) -> None:
-    # GPU_UTIL every 15 s, the profiling metric every 60 s: a sample 100 s old is fresh for the latter
-    files = with_interval(
-        15,
-        100,
-        **{f"metrics/{PROF_ACTIVE}.count.json": matrix([(END, str(WINDOW // 60))])},
+def test_the_up_count_of_another_target_never_sets_the_interval_of_a_device(tmp_path: Path) -> None:
+    # GIVEN up counts of 15 s scrapes, but of targets the device's series do not come from: another
+    # address, or its address under another job (the device's series carry no job)
+    for i, target in enumerate(({"instance": "10.9.9.9:9400"}, {**TARGET, "job": "node-exporter"})):
+        files = with_interval(15, 200, target)
+        # THEN its interval is unknown: the fixed bound (200 s is fresh), as without any count
+        report = decide(write(tmp_path / str(i), files))
+        assert not [r for r in report.reasons if r.startswith("stale_metrics")], report.reasons
+        assert intervals(tmp_path / str(i)) == [None]
+
+
+def test_job_and_instance_together_name_the_target(tmp_path: Path) -> None:
+    # GIVEN one address scraped by two jobs: dcgm every 60 s, a node exporter relabelled to the same
+    # instance every 15 s; the device's series come from the dcgm job
+    dev = {**DEV, "job": "dcgm"}
+    counts = {
+        "status": "success",
+        "data": {
+            "resultType": "matrix",
+            "result": [
+                {"metric": {**TARGET, "job": "dcgm"}, "values": [[END, str(WINDOW // 60)]]},
+                {"metric": {**TARGET, "job": "node-exporter"}, "values": [[END, str(WINDOW // 15)]]},
+            ],
+        },
+    }
+    files = idle_files(
+        **{
+            f"metrics/{GPU_UTIL}.json": matrix(steps("1"), dev),
+            f"metrics/{UP}.count.json": counts,
+            f"metrics/{GPU_UTIL}.timestamp.json": matrix([(END, str(END - 100))], dev),
+        }
     )
-    # the count of a device is its best-sampled metric: 2 × 15 s + 60 s = 90 s < 100 s
-    assert "stale_metrics:100s" in decide(write(tmp_path, files)).reasons
+    # THEN its interval is its own job's: 60 s (a 100 s old sample is fresh: 2 × 60 + 60 = 180 s)
+    assert intervals(write(tmp_path, files)) == [60.0]
+    assert not [r for r in decide(tmp_path).reasons if r.startswith("stale_metrics")]
+
+
+def test_format_2_snapshots_with_per_device_activity_counts_decide_as_when_written(tmp_path: Path) -> None:
+    # GIVEN a format-2 snapshot written before up.count.json: per-device count_over_time of the activity
+    # metrics, GPU_UTIL every 15 s, the profiling metric every 60 s
+    files = idle_files(
+        **{
+            f"metrics/{GPU_UTIL}.count.json": matrix([(END, str(WINDOW // 15))]),
+            f"metrics/{PROF_ACTIVE}.count.json": matrix([(END, str(WINDOW // 60))]),
+            f"metrics/{GPU_UTIL}.timestamp.json": matrix([(END, str(END - 100))]),
+        }
+    )
+    # THEN the device's best-sampled activity metric sets its interval: 2 × 15 s + 60 s = 90 s < 100 s
+    assert "stale_metrics:100s" in decide(write(tmp_path / "old", files)).reasons
+    # AND its own counts win over an up count in the same files (a hand-made mix)
+    mixed = {**files, f"metrics/{UP}.count.json": matrix([(END, str(WINDOW // 60))], TARGET)}
+    assert "stale_metrics:100s" in decide(write(tmp_path / "mixed", mixed)).reasons
 
 
 def test_a_configured_bound_wins_and_no_measurement_falls_back(tmp_path: Path) -> None:
     loaded = write(tmp_path / "a", with_interval(15, 200))
-    from rightsizer.adapters.snapshot_dir import load_snapshot
-    from rightsizer.domain.planner import plan
 
     configured = plan(load_snapshot(loaded), Policy(max_sample_age=600)).nodes[0]
     assert not [r for r in configured.reasons if r.startswith("stale_metrics")]
-    # a format-2 snapshot written before the .count files: the previous fixed bound
+    # a format-2 snapshot written before any count files (per-device or up): the previous fixed bound
     old = decide(
         write(
             tmp_path / "b",

@@ -79,7 +79,7 @@ def decide(root: Path) -> Any:
 
 def test_every_query_has_its_own_file_and_the_file_names_parse_back() -> None:
     paths = [q.path for q in observation_queries()]
-    assert len(paths) == len(set(paths)) == 15
+    assert len(paths) == len(set(paths)) == 14
     for q in observation_queries():
         kind, metric = file_kind(q.path.removeprefix("metrics/").removesuffix(".json"))
         assert metric == q.metric

@@ -446,9 +446,9 @@ def test_sigv4_signs_exactly_what_reaches_the_server(
 def test_plan_queries_split_the_window_exactly_and_do_not_depend_on_the_fleet() -> None:
     window = Window(end=1793613600.0, seconds=1800, step=60)
     tasks = plan_queries(window, split_seconds=900)
-    assert len(tasks) == 8 + 7 * 2
+    assert len(tasks) == 7 + 7 * 2
     assert len(plan_queries(window, job="dcgm", split_seconds=900)) == len(tasks)
-    assert len(plan_queries(window, split_seconds=1800)) == 15
+    assert len(plan_queries(window, split_seconds=1800)) == 14
     # every step point of (end − W, end] is asked exactly once per per-step query
     util = [t for t in tasks if t.query.path == f"metrics/{GPU_UTIL}.json"]
     points = sorted(p for t in util for p in range(int(t.span(60)[0]), int(t.span(60)[1]) + 1, 60))
@@ -481,8 +481,10 @@ def test_plan_queries_repeat_every_dcgm_query_per_shard_but_not_up() -> None:
     shards = series_shards("node", [f"n{i}" for i in range(5)], 2)
     tasks = plan_queries(window, split_seconds=900, shards=shards)
     up = [t for t in tasks if t.query.metric == UP]
-    assert [t.shard for t in up] == [None, None]  # the 2 sub-windows, unsharded
-    assert len(tasks) == 2 + (8 + 6 * 2) * 3
+    # the 2 sub-windows of its per-step maxima and its window count (scrape attempts), unsharded
+    assert [(t.query.kind, t.shard) for t in up] == [("step", None), ("step", None), ("count", None)]
+    assert up[-1].expr(60) == "count_over_time(up[1799999ms])"
+    assert len(tasks) == 3 + (6 + 6 * 2) * 3
     util = [t for t in tasks if t.query.path == f"metrics/{GPU_UTIL}.json"]
     assert {t.shard for t in util} == set(shards)
     assert util[0].expr(60) == 'max_over_time(DCGM_FI_DEV_GPU_UTIL{node=~"n0|n1"}[59999ms])'
@@ -559,7 +561,7 @@ def test_healthy_answers_make_an_idle_node(prom: tuple[str, Script], sleeps: lis
     signals, p = run_plan(url, sleeps, script.by_query)
     assert signals.problems == ()
     assert [(n.verdict, verdict_reasons(n.reasons)) for n in p.nodes] == [("idle", ["idle_window_clean"])]
-    assert len(script.seen) == 15
+    assert len(script.seen) == 14
     assert {s.path for s in script.seen} == {"/api/v1/query_range"}
 
 

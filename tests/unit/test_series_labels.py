@@ -47,7 +47,6 @@ UNREAD = {
     "pci_bus_id": "00000000:00:1E.0",
     "DCGM_FI_DRIVER_VERSION": "550.54.15",
     "container": "trainer",
-    "job": "dcgm",
     "label_ci_token": "SECRET-series-label-k3y7x9",
     "endpoint": "metrics",
 }
@@ -75,7 +74,7 @@ def _series() -> list[tuple[str, str, dict[str, str], list[float], list[float]]]
     ]
     fed: list[tuple[str, str, dict[str, str], list[float], list[float]]] = []
     for way in ways:
-        labels = {**way, **UNREAD}
+        labels = {**way, **UNREAD, "job": "dcgm"}
         fed.append(("step", GPU_UTIL, labels, GRID, [0.0] * 30))
         fed.append(("step", PROF_ACTIVE, labels, GRID, [0.001] * 30))
         fed.append(("step", FB_USED, labels, [WINDOW.end], [300.0]))
@@ -85,10 +84,11 @@ def _series() -> list[tuple[str, str, dict[str, str], list[float], list[float]]]
         fed.append(("avg", FB_USED, labels, [WINDOW.end], [300.0]))
         fed.append(("avg", FB_FREE, labels, [WINDOW.end], [22000.0]))
         fed.append(("timestamp", GPU_UTIL, labels, [WINDOW.end], [WINDOW.end - 5]))
-        fed.append(("count", GPU_UTIL, labels, [WINDOW.end], [120.0]))
         fed.append(("nonfinite", PROF_ACTIVE, labels, [WINDOW.end], [math.nan]))
     for n in range(3):
-        fed.append(("step", UP, {"instance": f"10.0.{n}.10:9400", **UNREAD}, GRID, [1.0] * 30))
+        target = {"instance": f"10.0.{n}.10:9400", "job": "dcgm"}
+        fed.append(("step", UP, {**target, **UNREAD}, GRID, [1.0] * 30))
+        fed.append(("count", UP, {**target, **UNREAD}, [WINDOW.end], [120.0]))  # scrapes every 15 s
     return fed
 
 
@@ -130,6 +130,7 @@ def reads() -> set[str]:
     assert any(d.mig_profile == "1g.5gb" for d in signals.devices["gpu-1"])
     assert any(d.device == "1" for d in signals.devices["gpu-0"])
     assert signals.unmapped
+    assert any(d.sample_interval_s == 15.0 for d in signals.devices["gpu-0"])  # its target's up count
     return log
 
 

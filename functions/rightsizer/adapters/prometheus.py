@@ -554,9 +554,10 @@ def plan_queries(
     are disjoint, a maximum is the maximum of the sub-windows' maxima, and a series has a non-finite
     sample in the window iff it has one in some sub-window. The others run once over the whole window:
     the spreads (``stddev_over_time`` does not merge), which read each sample of their family once, like
-    the floor, and the instant ``timestamp``/latest-value queries, which read one sample per series.
+    the floor, the instant ``timestamp``/latest-value queries, which read one sample per series, and the
+    ``up`` sample count (scrape attempts per target, one series per exporter).
     Without ``shards`` the count depends on W, the step and the split, never on the number of nodes:
-    8 + 7 × ⌈W / split⌉.
+    7 + 7 × ⌈W / split⌉.
 
     With ``shards`` (large fleets, ``series_shards``/``device_shards``) every DCGM request is repeated per shard, each
     reading only its nodes' series; ``up`` (one series per exporter, not per GPU) stays whole, since its

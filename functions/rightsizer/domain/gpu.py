@@ -264,16 +264,17 @@ def assess_gpus(
     return a
 
 
-#: The freshness bound when the scrape interval is not measured (a format-2 snapshot without ``.count``
-#: files, a format-1 source without ``timestamp`` matrices), and the loosest automatic one: Prometheus'
-#: own lookback.
+#: The freshness bound when the scrape interval is not measured (a device whose scrape target has no
+#: ``up`` count, a format-2 snapshot without ``.count`` files, a format-1 source without ``timestamp``
+#: matrices), and the loosest automatic one: Prometheus' own lookback.
 FRESHNESS_FALLBACK_S = 300.0
 
 
 def freshness_bound(configured: float | None, devices: Sequence[DeviceSignals], step: float) -> float:
     """The oldest the newest raw sample may be (s): ``max_sample_age`` when configured, else two measured
-    scrape intervals (the slowest device's ``sample_interval_s``: from its sample count over the window in
-    format 2, an upper bound from its raw sample times in format 1) plus one query step (a live decision
+    scrape intervals (the slowest device's ``sample_interval_s``: in format 2 from the scrape attempts
+    of its target over the window, ``up`` counted, an upper bound from its raw sample times in format 1)
+    plus one query step (a live decision
     instant is floored to the step), at most ``FRESHNESS_FALLBACK_S``.
 
     A 15 s scrape at the 60 s step allows 90 s, where a fixed 5 minutes let an exporter that stopped four

@@ -36,14 +36,17 @@ from rightsizer.domain.usage import (
     MIG_PROFILE_LABEL,
     POWER,
     PROF_ACTIVE,
+    TARGET_LABELS,
     UP,
     CollectedSignals,
     DeviceKey,
     DeviceSignals,
+    Target,
     UnmappedSeries,
     Window,
     device_key,
     exporter_of,
+    target_of,
 )
 
 #: Metrics of the ``step`` file kind (per-step activity and ``up``, window maxima of FB and power), in
@@ -63,14 +66,17 @@ def _all_finite(values: Sequence[float]) -> bool:
 
 def series_label_keys(node_label: str | None = None) -> frozenset[str]:
     """Every series label an observation is decided on: the join's (``join.join_label_keys``, with config
-    ``prometheus.node_label``), the device's (``usage.DEVICE_LABELS``), the MIG profile and the exporter.
+    ``prometheus.node_label``), the device's (``usage.DEVICE_LABELS``), the MIG profile, the exporter and
+    the scrape target (``usage.TARGET_LABELS``: whose ``up`` count sets the device's scrape interval).
 
     ``ObservationReducer`` reads nothing else (``read_labels`` drops the rest as a series arrives), and a
     written snapshot's metrics files keep nothing else (``adapters.snapshot_projection``): labels an
     exporter adds (pod labels, ``label_*``, driver versions) never decide, so they never leave the
     cluster, and ``plan --snapshot`` still decides like the live plan (``tests/unit/test_series_labels.py``).
     """
-    return frozenset((*join_label_keys(node_label), *DEVICE_LABELS, MIG_PROFILE_LABEL, *EXPORTER_LABELS))
+    return frozenset(
+        (*join_label_keys(node_label), *DEVICE_LABELS, MIG_PROFILE_LABEL, *EXPORTER_LABELS, *TARGET_LABELS)
+    )
 
 
 def read_labels(labels: Mapping[str, str], keep: frozenset[str]) -> dict[str, str]:
@@ -176,7 +182,9 @@ class ObservationReducer:
         self._stamps: dict[DeviceKey, list[float]] = {}
         self._stamped: dict[str, set[DeviceKey]] = {m: set() for m in ACTIVITY_METRICS}
         self._nonfinite: dict[str, set[DeviceKey]] = {m: set() for m in ACTIVITY_METRICS}
-        self._counts: dict[DeviceKey, float] = {}
+        self._counts: dict[DeviceKey, float] = {}  # format-2 snapshots before up.count.json
+        self._target_counts: dict[Target, float] = {}
+        self._samples: dict[DeviceKey, float] = {}  # per device, set by ``finish``
         self._labels: dict[DeviceKey, tuple[tuple[int, LabelKey], Mapping[str, str]]] = {}
         self._unmapped: dict[tuple[str, LabelKey], UnmappedSeries] = {}
         self._answered: set[tuple[str, str]] = set()
@@ -211,7 +219,7 @@ class ObservationReducer:
 
     def resolve(self, labels: Mapping[str, str], key: LabelKey | None = None) -> Resolved:
         """``labels`` read, joined to their node and device, for ``add_resolved``: a caller that meets
-        one label set in many answers (up to 15) resolves it once and passes the result each time."""
+        one label set in many answers (up to 14) resolves it once and passes the result each time."""
         arrived = key if key is not None else tuple(labels.items())
         joined = self._joined.get(arrived)
         if joined is None:
@@ -229,7 +237,9 @@ class ObservationReducer:
         r"""``add`` for a label set already ``resolve``\ d."""
         ident = joined.ident
         if joined.node is None or joined.device is None:
-            if (kind == "step" and metric != UP) or (kind == "stddev" and metric == ENERGY):
+            if kind == "count":  # an ``up`` needs no node: its target is what devices find it by
+                self._add_count(metric, joined, None, values)
+            elif (kind == "step" and metric != UP) or (kind == "stddev" and metric == ENERGY):
                 reason = f"series_unmapped:{joined.reason}"
                 self._unmapped.setdefault(
                     (metric, ident), UnmappedSeries(metric, dict(joined.labels), reason)
@@ -256,13 +266,26 @@ class ObservationReducer:
         elif kind == "nonfinite":
             self._nonfinite[metric].add(dev)
         elif kind == "count":
-            # raw samples in the window; the best-sampled activity metric of the device sets its interval
-            finite = [v for v in values if _isfinite(v)]
-            if finite:
-                self._counts[dev] = max(self._counts.get(dev, 0.0), max(finite))
+            self._add_count(metric, joined, dev, values)
+
+    def _add_count(
+        self, metric: str, joined: Resolved, dev: DeviceKey | None, values: Sequence[float]
+    ) -> None:
+        """Samples in the window of an ``up`` series (scrape attempts of its target), or of a device's
+        activity series (format-2 snapshots written before ``up.count.json``); the largest count of a
+        target or device wins (a series that began inside the window counts fewer)."""
+        finite = [v for v in values if _isfinite(v)]
+        if not finite:
+            return
+        if metric == UP:
+            target = target_of(joined.labels)
+            if target is not None:
+                self._target_counts[target] = max(self._target_counts.get(target, 0.0), max(finite))
+        elif dev is not None:
+            self._counts[dev] = max(self._counts.get(dev, 0.0), max(finite))
 
     def _join(self, labels: Mapping[str, str]) -> Resolved:
-        # One label set shows up in up to 15 answers: read, join and name its device once.
+        # One label set shows up in up to 14 answers: read, join and name its device once.
         read = read_labels(labels, self._keep)
         ident = tuple(read.items())
         result: JoinResult = self._joiner.join(read)
@@ -352,6 +375,7 @@ class ObservationReducer:
         only, BUG-02), with coverage, maxima, freshness, liveness and non-finite findings."""
         prof_steps, util_steps = self._steps[PROF_ACTIVE], self._steps[GPU_UTIL]
         activity_keys = set(prof_steps) | {k for k in util_steps if not k[2]}
+        self._samples = self._samples_per_device()
         devices: dict[str, list[DeviceSignals]] = {}
         for key in sorted(activity_keys):
             sig = self._device(key)
@@ -422,10 +446,28 @@ class ObservationReducer:
             bad.extend(f"timestamp({n})" for n in ACTIVITY_METRICS if key in self._stamped[n])
         finite_times = [t for t in times if _isfinite(t) and t <= window.end]
         sig.newest_sample = max(finite_times) if finite_times else None
-        samples = self._counts.get(key, 0.0)
+        samples = self._samples.get(key, 0.0)
         if samples >= 2:
             # Over-estimates when the series began inside the window: the bound is then looser, never tighter.
             sig.sample_interval_s = window.seconds / samples
+
+    def _samples_per_device(self) -> dict[DeviceKey, float]:
+        """Samples in the window that set each device's scrape interval (W ÷ samples): the scrape
+        attempts of its own target (``usage.target_of`` of its series; the largest when its series came
+        from several, e.g. an exporter restarted at a new address), else its activity series' own count
+        in a format-2 snapshot written before ``up.count.json``; absent: the interval is unknown."""
+        samples = dict(self._counts)
+        if not self._target_counts:
+            return samples
+        for joined in self._joined.values():
+            dev = joined.device
+            if dev is None or dev in self._counts:
+                continue
+            target = target_of(joined.labels)
+            count = self._target_counts.get(target) if target is not None else None
+            if count is not None and count > samples.get(dev, 0.0):
+                samples[dev] = count
+        return samples
 
     def _memory_and_power(self, sig: DeviceSignals, key: DeviceKey, bad: list[str]) -> None:
         """Framebuffer (the instance's own, else its GPU's), power and liveness (the GPU's)."""

@@ -78,7 +78,8 @@ class DeviceSignals:
     policy threshold; ``coverage`` is the share of window steps with a finite activity sample (0..1).
     ``liveness`` is ``moving``, ``frozen`` or ``absent`` (energy counter, else power, docs/architecture.md §3).
     ``sample_interval_s`` is the scrape interval (s) as far as the source shows it, for the freshness
-    bound: format 2 window ÷ raw samples counted; format 1 an upper bound, the shortest gap between the
+    bound: format 2 window ÷ scrape attempts of the device's target (its ``up`` samples; per-device raw
+    samples in snapshots written before); format 1 an upper bound, the shortest gap between the
     distinct raw sample times its ``timestamp`` matrix shows (``_shortest_gap``); None when unknown.
     """
 
@@ -157,6 +158,20 @@ def device_key(node: str, labels: Mapping[str, str]) -> DeviceKey:
 def exporter_of(labels: Mapping[str, str]) -> str:
     """The exporter a series comes from: the first ``EXPORTER_LABELS`` value present, else ""."""
     return next((value for label in EXPORTER_LABELS if (value := labels.get(label))), "")
+
+
+#: The labels Prometheus gives every series of a scrape target, its ``up`` included (scrape config
+#: ``job_name``, the target's address or what relabelling made of it): together they name the target.
+TARGET_LABELS = ("job", "instance")
+Target = tuple[str, str]
+
+
+def target_of(labels: Mapping[str, str]) -> Target | None:
+    """The scrape target a series comes from, (``job`` or "", ``instance``): the key that finds the
+    target's ``up`` for the series; None without an ``instance`` label (no ``up`` can be told apart)."""
+    job, instance = TARGET_LABELS
+    address = labels.get(instance)
+    return (labels.get(job) or "", address) if address else None
 
 
 def _merge(

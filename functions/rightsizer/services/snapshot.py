@@ -238,7 +238,7 @@ def observe(
 
     Order: discovery (is ``resource.k8s.io`` served?), one ``SelfSubjectAccessReview`` per read
     permission, then the Kubernetes lists (⌈N/page⌉ calls each), the AWS inventory for the nodes'
-    instances, and the 15 ``observation_queries`` (metrics format 2: every raw sample of (at − W, at]
+    instances, and the 14 ``observation_queries`` (metrics format 2: every raw sample of (at − W, at]
     counted, ``rightsizer.domain.observation``) at the configured step.
 
     Returns:
