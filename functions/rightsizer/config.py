@@ -78,6 +78,12 @@ class PrometheusConfig(_Section):
     )
     ca_bundle: str | None = Field(None, description="CA bundle path for TLS.")
     job: str | None = Field(None, description="Restrict series to this scrape job (label 'job').")
+    compression: Literal["auto", "gzip", "identity"] = Field(
+        "auto",
+        description="How answers travel: auto = gzip from AMP (sigv4), uncompressed from any other server "
+        "(compressing ~20 KiB per GPU node per cycle costs the cluster's Prometheus CPU); gzip or identity "
+        "forces one (gzip for a server across the internet or a NAT gateway).",
+    )
 
     _check = field_validator("secret")(_check_secret_ref)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import gzip
 import hashlib
 import hmac
 import json
@@ -303,6 +304,47 @@ def test_bearer_and_basic_auth_reach_the_wire(prom: tuple[str, Script], sleeps: 
     assert script.seen[1].headers["authorization"] == "Basic " + base64.b64encode(b"grafana:p:w").decode()
     with pytest.raises(ConfigError):
         build_client(url, auth="sigv4")
+
+
+@pytest.mark.parametrize(
+    ("auth", "compression", "expected"),
+    [
+        ("none", "auto", "identity"),
+        ("bearer", "auto", "identity"),
+        ("basic", "auto", "identity"),
+        ("sigv4", "auto", "gzip"),
+        ("none", "gzip", "gzip"),
+        ("sigv4", "identity", "identity"),
+    ],
+)
+def test_answers_are_asked_uncompressed_except_from_amp(
+    prom: tuple[str, Script], auth: Any, compression: Any, expected: str
+) -> None:
+    # GIVEN a client as config prometheus builds it
+    url, script = prom
+    creds = Credentials(AKID, SECRET)
+    with build_client(
+        url,
+        auth=auth,
+        secret="t0ken",
+        username="u",
+        credentials=creds,
+        region="eu-west-1",
+        compression=compression,
+    ) as client:
+        client.query_range_bytes("up", 0, 60, 15)
+        client.query("up", 0)
+    # THEN the server is asked for that encoding only, on every endpoint (identity: it compresses nothing)
+    assert [s.headers["accept-encoding"] for s in script.seen] == [expected, expected]
+
+
+def test_a_gzip_answer_is_decoded(prom: tuple[str, Script], sleeps: list[float]) -> None:
+    url, script = prom
+    status, headers, body, _ = ok([{"metric": {"UUID": "GPU-1"}, "values": [[60, "3"]]}], "matrix")
+    script.queue = [(status, {**headers, "Content-Encoding": "gzip"}, gzip.compress(body), 0.0)]
+    with client_for(url, sleeps, gzip=True) as client:
+        assert client.query_range_bytes("up", 0, 60, 15) == body
+    assert script.seen[0].headers["accept-encoding"] == "gzip"
 
 
 # ------------------------------------------------------------------------------------------ SigV4

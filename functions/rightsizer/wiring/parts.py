@@ -223,6 +223,7 @@ def build_metrics_reader(config: Config) -> PrometheusClient:
         region=prom.sigv4_region or config.aws.region,
         timeout=float(prom.timeout),
         ca_bundle=prom.ca_bundle,
+        compression=prom.compression,
     )
 
 
