@@ -16,12 +16,12 @@ Points are (Unix s, value); Prometheus writes values as strings (``"0"``, ``"1.5
 
 from __future__ import annotations
 
-import json
-from typing import Any, Generic, TypeVar
+from collections.abc import Iterator, Sequence
+from typing import Any, Generic, TypeVar, cast
 
 import msgspec
 
-from rightsizer.domain.observation_signals import ObservationReducer, Resolved
+from rightsizer.domain.observation_signals import ObservationReducer, Resolved, Row
 
 V = TypeVar("V", float, str)
 
@@ -77,6 +77,7 @@ class MatrixAnswer(msgspec.Struct, Generic[V], gc=False):
 # "+Inf", which it refuses: an answer holding one is decoded again with the values kept as text.
 _FLOATS = msgspec.json.Decoder(MatrixAnswer[float], strict=False)
 _TEXT = msgspec.json.Decoder(MatrixAnswer[str])
+_LABELS = msgspec.json.Decoder()
 
 
 def decode(content: bytes) -> MatrixAnswer[float] | MatrixAnswer[str]:
@@ -109,20 +110,30 @@ class MatrixFeeder:
         Raises:
             ValueError: a label set that is no JSON object, or a value that is no number.
         """
+        result = answer.data.result if answer.data else None
+        if result:
+            self._reducer.add_many(kind, metric, self._rows(result))
+
+    def _rows(self, result: list[_Series[float]] | list[_Series[str]]) -> Iterator[Row]:
         resolved = self._resolved
-        reducer = self._reducer
-        add = reducer.add_resolved
-        for series in (answer.data.result if answer.data else None) or ():
+        for series in result:
             raw = bytes(series.metric)
             known = resolved.get(raw)
             if known is None:
-                labels = json.loads(raw)
+                labels = _LABELS.decode(raw)
                 if not isinstance(labels, dict):
                     raise ValueError(f"series labels are not an object: {raw[:80]!r}")
-                known = resolved[raw] = reducer.resolve(labels)
-            if not series.values:
+                known = resolved[raw] = self._reducer.resolve(labels)
+            points = series.values
+            if len(points) == 1:  # the answers read at the window's end only: one point per series
+                ((t, v),) = points
+                times: Sequence[float] = (t,)
+                values: Sequence[float | str] = (v,)
+            elif points:
+                times, values = zip(*points, strict=True)
+            else:
                 continue
-            times, values = zip(*series.values, strict=True)
             if type(values[0]) is str:  # an answer holding "+Inf": the values came as text
-                values = tuple(map(float, values))
-            add(kind, metric, known, times, values)
+                yield known, times, tuple(map(float, values))
+            else:
+                yield known, times, cast("Sequence[float]", values)

@@ -20,6 +20,7 @@ import math
 from array import array
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from rightsizer.domain.join import JoinResult, NodeJoiner, join_label_keys
 from rightsizer.domain.model import MetricData
@@ -55,6 +56,7 @@ STEP_ORDER = (GPU_UTIL, PROF_ACTIVE, UP, FB_USED, POWER)
 _RANK = {m: i for i, m in enumerate(STEP_ORDER)}
 LabelKey = tuple[tuple[str, str], ...]
 _INF = math.inf
+_NO_PAIRS: Mapping[LabelKey, list[float | None]] = {}
 _isfinite = math.isfinite
 
 
@@ -84,9 +86,9 @@ def read_labels(labels: Mapping[str, str], keep: frozenset[str]) -> dict[str, st
     return {k: v for k, v in labels.items() if k in keep}
 
 
-@dataclass(frozen=True, slots=True)
-class Resolved:
-    """A label set as read (``read_labels``), its node and device, or why it has none."""
+class Resolved(NamedTuple):
+    """A label set as read (``read_labels``), its node and device, or why it has none; the exporter and
+    MIG profile it names (``usage.exporter_of``, ``GPU_I_PROFILE``)."""
 
     labels: Mapping[str, str]
     ident: LabelKey
@@ -94,6 +96,12 @@ class Resolved:
     device: DeviceKey | None
     sorted_ident: LabelKey
     reason: str | None
+    exporter: str
+    mig_profile: str | None
+
+
+Row = tuple[Resolved, Sequence[float], Sequence[float]]
+"""One series of an answer: its ``Resolved`` labels, its times (Unix s) and its values."""
 
 
 @dataclass(slots=True)
@@ -145,10 +153,6 @@ class _Steps:
     bad: bool = False
     empty: bool = True  # no point written yet
 
-    def slots(self) -> dict[int, float]:
-        """Step slot → maximum, for the steps holding a finite sample."""
-        return {slot: v for slot, v in enumerate(self.values) if v == v}
-
 
 class ObservationReducer:
     """Per-device facts of one observation, fed series by series (see the module docstring).
@@ -162,16 +166,17 @@ class ObservationReducer:
     def __init__(self, joiner: NodeJoiner, window: Window, activity_threshold_pct: float) -> None:
         self._joiner = joiner
         self._window = window
-        self._threshold = activity_threshold_pct
+        self._threshold = float(activity_threshold_pct)
         self._keep = series_label_keys(joiner.node_label)
-        # label set as it arrived → as read, with its node and device or why it has none
+        # label set as read → with its node and device or why it has none
         self._joined: dict[LabelKey, Resolved] = {}
         # Step slot of each step point of the window (``Window.step_index``): query_range answers sit
         # on this grid, so one lookup replaces the arithmetic for nearly every point.
         step = max(window.step, 1)
         self._grid = {window.end - k * step: k for k in range(window.expected_points)}
         self._ascending = tuple(sorted(self._grid))  # the step points, oldest first
-        self._empty = array("d", [math.nan]) * window.expected_points
+        self._expected = window.expected_points
+        self._empty = array("d", [math.nan]) * self._expected
         self._steps: dict[str, dict[DeviceKey, _Steps]] = {m: {} for m in (GPU_UTIL, PROF_ACTIVE)}
         self._up: dict[str, _Steps] = {}
         self._up_idents: set[LabelKey] = set()  # label sets met in ``up`` answers (never sharded)
@@ -185,7 +190,7 @@ class ObservationReducer:
         self._counts: dict[DeviceKey, float] = {}  # format-2 snapshots before up.count.json
         self._target_counts: dict[Target, float] = {}
         self._samples: dict[DeviceKey, float] = {}  # per device, set by ``finish``
-        self._labels: dict[DeviceKey, tuple[tuple[int, LabelKey], Mapping[str, str]]] = {}
+        self._labels: dict[DeviceKey, tuple[tuple[int, LabelKey], Resolved]] = {}
         self._unmapped: dict[tuple[str, LabelKey], UnmappedSeries] = {}
         self._answered: set[tuple[str, str]] = set()
         self._failed: set[tuple[str, str]] = set()
@@ -207,23 +212,23 @@ class ObservationReducer:
         labels: Mapping[str, str],
         times: Sequence[float],
         values: Sequence[float],
-        key: LabelKey | None = None,
     ) -> None:
         """One series of the answer of (``kind``, ``metric``): ``kind`` as ``observation.Kind``, where
         ``step`` also holds the window maxima of ``FB_USED``/``POWER`` (as in a snapshot's files).
 
-        ``key`` is ``tuple(labels.items())`` when the caller already has it. Only the labels of
-        ``series_label_keys`` are read: series differing in other labels only are one series here.
+        Only the labels of ``series_label_keys`` are read: series differing in other labels only are one
+        series here.
         """
-        self.add_resolved(kind, metric, self.resolve(labels, key), times, values)
+        self.add_resolved(kind, metric, self.resolve(labels), times, values)
 
-    def resolve(self, labels: Mapping[str, str], key: LabelKey | None = None) -> Resolved:
+    def resolve(self, labels: Mapping[str, str]) -> Resolved:
         """``labels`` read, joined to their node and device, for ``add_resolved``: a caller that meets
         one label set in many answers (up to 14) resolves it once and passes the result each time."""
-        arrived = key if key is not None else tuple(labels.items())
-        joined = self._joined.get(arrived)
+        read = read_labels(labels, self._keep)
+        ident = tuple(read.items())
+        joined = self._joined.get(ident)
         if joined is None:
-            joined = self._joined[arrived] = self._join(labels)
+            joined = self._joined[ident] = self._join(read, ident)
         return joined
 
     def add_resolved(
@@ -235,38 +240,84 @@ class ObservationReducer:
         values: Sequence[float],
     ) -> None:
         r"""``add`` for a label set already ``resolve``\ d."""
-        ident = joined.ident
-        if joined.node is None or joined.device is None:
-            if kind == "count":  # an ``up`` needs no node: its target is what devices find it by
-                self._add_count(metric, joined, None, values)
-            elif (kind == "step" and metric != UP) or (kind == "stddev" and metric == ENERGY):
-                reason = f"series_unmapped:{joined.reason}"
-                self._unmapped.setdefault(
-                    (metric, ident), UnmappedSeries(metric, dict(joined.labels), reason)
-                )
-            return
-        node, dev, sorted_ident = joined.node, joined.device, joined.sorted_ident
-        if kind == "step":
-            self._add_step(metric, node, dev, joined, times, values)
-            return
-        if kind == "stddev":
-            spread = self._spread[metric].get(dev)
-            if spread is None:
-                spread = self._spread[metric][dev] = _Spread()
-            spread.add(values)
+        self.add_many(kind, metric, ((joined, times, values),))
+
+    def add_many(self, kind: str, metric: str, rows: Iterable[Row]) -> None:
+        r"""``add_resolved`` for every series of one answer of (``kind``, ``metric``), each a ``Row``
+        (its ``resolve``\ d labels, times in Unix s, values): the work per series is chosen once per
+        answer, since an answer holds a series per GPU (16,000 at 2,000 nodes)."""
+        if kind == "step" and metric in self._max:
+            maxes, rank = self._max[metric], _RANK[metric]
+            for joined, _, values in rows:
+                dev = joined.device
+                if dev is None:
+                    self._unmapped_series(kind, metric, joined)
+                    continue
+                acc = maxes.get(dev)
+                if acc is None:
+                    acc = maxes[dev] = _Max()
+                acc.add(values)
+                self._speaks(rank, dev, joined)
+        elif kind == "step":
+            for joined, times, values in rows:
+                if joined.node is None or joined.device is None:
+                    self._unmapped_series(kind, metric, joined)
+                    continue
+                self._add_step(metric, joined.node, joined.device, joined, times, values)
+        elif kind == "stddev":
+            spreads = self._spread[metric]
+            for joined, _, values in rows:
+                dev = joined.device
+                if dev is None:
+                    self._unmapped_series(kind, metric, joined)
+                    continue
+                spread = spreads.get(dev)
+                if spread is None:
+                    spread = spreads[dev] = _Spread()
+                spread.add(values)
         elif kind == "avg":
-            # used and free of one series pair up by labels (written in any order by a snapshot)
-            pair = self._avg.setdefault(dev, {}).setdefault(sorted_ident, [None, None])
-            pair[0 if metric == FB_USED else 1] = values[-1] if values else None
+            self._add_averages(metric, rows)
+        else:
+            for joined, _, values in rows:
+                self._add_fact(kind, metric, joined, values)
+
+    def _unmapped_series(self, kind: str, metric: str, joined: Resolved) -> None:
+        # a main answer's series that no node claims is listed (``up`` and the side answers are not)
+        if (kind == "step" and metric != UP) or (kind == "stddev" and metric == ENERGY):
+            reason = f"series_unmapped:{joined.reason}"
+            self._unmapped.setdefault(
+                (metric, joined.ident), UnmappedSeries(metric, dict(joined.labels), reason)
+            )
+
+    def _add_averages(self, metric: str, rows: Iterable[Row]) -> None:
+        # used and free of one series pair up by labels (written in any order by a snapshot)
+        side = 0 if metric == FB_USED else 1
+        averages, bad = self._avg, self._avg_bad[metric]
+        for joined, _, values in rows:
+            dev = joined.device
+            if dev is None:
+                continue
+            pairs = averages.get(dev)
+            if pairs is None:
+                pairs = averages[dev] = {}
+            pair = pairs.get(joined.sorted_ident)
+            if pair is None:
+                pair = pairs[joined.sorted_ident] = [None, None]
+            pair[side] = values[-1] if values else None
             if not _all_finite(values):
-                self._avg_bad[metric].add(dev)
+                bad.add(dev)
+
+    def _add_fact(self, kind: str, metric: str, joined: Resolved, values: Sequence[float]) -> None:
+        dev = joined.device
+        if kind == "count":  # an ``up`` needs no node: its target is what devices find it by
+            self._add_count(metric, joined, dev, values)
+        elif dev is None:
+            return
         elif kind == "timestamp":
             self._stamped[metric].add(dev)
             self._stamps.setdefault(dev, []).extend(values)
         elif kind == "nonfinite":
             self._nonfinite[metric].add(dev)
-        elif kind == "count":
-            self._add_count(metric, joined, dev, values)
 
     def _add_count(
         self, metric: str, joined: Resolved, dev: DeviceKey | None, values: Sequence[float]
@@ -284,13 +335,15 @@ class ObservationReducer:
         elif dev is not None:
             self._counts[dev] = max(self._counts.get(dev, 0.0), max(finite))
 
-    def _join(self, labels: Mapping[str, str]) -> Resolved:
-        # One label set shows up in up to 14 answers: read, join and name its device once.
-        read = read_labels(labels, self._keep)
-        ident = tuple(read.items())
+    def _join(self, read: dict[str, str], ident: LabelKey) -> Resolved:
+        # One label set shows up in up to 14 answers: join it and name its device once.
         result: JoinResult = self._joiner.join(read)
         device = device_key(result.node, read) if result.node is not None else None
-        return Resolved(read, ident, result.node, device, tuple(sorted(ident)), result.reason)
+        profile = read.get(MIG_PROFILE_LABEL) or None
+        sorted_ident = tuple(sorted(ident))
+        return Resolved(
+            read, ident, result.node, device, sorted_ident, result.reason, exporter_of(read), profile
+        )
 
     def _add_step(
         self,
@@ -306,23 +359,19 @@ class ObservationReducer:
             if steps is None:
                 steps = self._up[node] = _Steps(array("d", self._empty))
             self._up_idents.add(joined.ident)
-            self._per_step(steps, times, values)
         else:
-            if metric in self._max:
-                acc = self._max[metric].get(dev)
-                if acc is None:
-                    acc = self._max[metric][dev] = _Max()
-                acc.add(values)
-            else:
-                per_dev = self._steps[metric]
-                steps = per_dev.get(dev)
-                if steps is None:
-                    steps = per_dev[dev] = _Steps(array("d", self._empty))
-                self._per_step(steps, times, values)
-        rank = (_RANK[metric], joined.ident)
+            per_dev = self._steps[metric]
+            steps = per_dev.get(dev)
+            if steps is None:
+                steps = per_dev[dev] = _Steps(array("d", self._empty))
+        self._per_step(steps, times, values)
+        self._speaks(_RANK[metric], dev, joined)
+
+    def _speaks(self, rank: int, dev: DeviceKey, joined: Resolved) -> None:
+        # the labels of the first metric of ``STEP_ORDER`` that has the device, then the smallest set
         current = self._labels.get(dev)
-        if current is None or rank < current[0]:
-            self._labels[dev] = (rank, joined.labels)
+        if current is None or (rank, joined.ident) < current[0]:
+            self._labels[dev] = ((rank, joined.ident), joined)
 
     def _per_step(self, steps: _Steps, times: Sequence[float], values: Sequence[float]) -> None:
         """Merge per-step points by max into their slot (``Window.step_index``, inlined: this loop sees
@@ -339,7 +388,9 @@ class ObservationReducer:
                 ascending = self._ascending
                 lo = len(ascending) - 1 - first
                 if tuple(times) == ascending[lo : lo + len(times)]:
-                    slots[first + 1 - len(times) : first + 1] = array("d", reversed(values))
+                    run = array("d", values)
+                    run.reverse()  # newest slot first
+                    slots[first + 1 - len(times) : first + 1] = run
                     steps.empty = False
                     return
         steps.empty = False
@@ -383,7 +434,7 @@ class ObservationReducer:
         up_coverage: dict[str, float] = {}
         expected = self._window.expected_points
         for node, steps in self._up.items():
-            up_coverage[node] = min(1.0, sum(1 for v in steps.values if v == 1) / expected)
+            up_coverage[node] = min(1.0, steps.values.count(1.0) / expected)
             if steps.bad:  # a non-finite ``up`` is not a scrape result: the node's data is unknown
                 for sig in devices.get(node, ()):
                     sig.non_finite = (*sig.non_finite, UP)
@@ -401,46 +452,44 @@ class ObservationReducer:
         node, device, gi = key
         sig = DeviceSignals(node=node, device=device, gpu_instance=gi)
         chosen = self._labels.get(key)
-        labels: Mapping[str, str] = chosen[1] if chosen else {}
-        sig.mig_profile = labels.get(MIG_PROFILE_LABEL) or None
-        sig.exporter = exporter_of(labels)
+        if chosen is not None:
+            sig.mig_profile, sig.exporter = chosen[1].mig_profile, chosen[1].exporter
         bad: list[str] = []
         self._activity(sig, key, bad)
         self._memory_and_power(sig, key, bad)
-        sig.non_finite = tuple(dict.fromkeys(bad))
+        if bad:
+            sig.non_finite = tuple(dict.fromkeys(bad))
         return sig
 
     def _activity(self, sig: DeviceSignals, key: DeviceKey, bad: list[str]) -> None:
         """Coverage, maximum, active steps and disagreement from the per-step maxima; freshness."""
         window = self._window
-        per_metric: dict[str, dict[int, float]] = {}
+        per_metric: dict[str, array[float] | list[float]] = {}  # slot → maximum, NaN: no finite sample
         for name in (PROF_ACTIVE,) if key[2] else ACTIVITY_METRICS:
             steps = self._steps[name].get(key)
             if steps is None:
                 continue
-            if name == PROF_ACTIVE:  # a ratio: percent like GPU_UTIL
-                per_metric[name] = {slot: v * 100.0 for slot, v in steps.slots().items()}
-            else:
-                per_metric[name] = steps.slots()
+            # PROF_ACTIVE is a ratio: percent like GPU_UTIL
+            per_metric[name] = [v * 100.0 for v in steps.values] if name == PROF_ACTIVE else steps.values
             if steps.bad or key in self._nonfinite[name]:
                 bad.append(name)
-        slots: dict[int, float] = {}
-        if len(per_metric) == 1:
-            (slots,) = per_metric.values()  # read only below
-        for values in per_metric.values() if len(per_metric) > 1 else ():
-            for slot, v in values.items():
-                old = slots.get(slot)
-                if old is None or v > old:
-                    slots[slot] = v
         prof, util = per_metric.get(PROF_ACTIVE), per_metric.get(GPU_UTIL)
+        merged: list[float] = []
         if prof is not None and util is not None:
-            sig.signals_disagree = any(
-                abs(prof[k] - util[k]) > DISAGREE_POINTS for k in prof.keys() & util.keys()
-            )
-        sig.activity_points = len(slots)
-        sig.coverage = min(1.0, len(slots) / window.expected_points)
-        sig.activity_max_pct = max(slots.values()) if slots else None
-        sig.active_steps = frozenset(slot for slot, v in slots.items() if v > self._threshold)
+            # a NaN difference (a step without both) is not > anything
+            sig.signals_disagree = any(abs(p - u) > DISAGREE_POINTS for p, u in zip(prof, util, strict=True))
+            merged = [p if u != u or p > u else u for p, u in zip(prof, util, strict=True)]
+        elif per_metric:
+            (only,) = per_metric.values()
+            merged = only if isinstance(only, list) else only.tolist()
+        # A finite sum: every step holds a (finite) maximum; else the exact filter drops the NaN slots.
+        finite = merged if -_INF < sum(merged) < _INF else [v for v in merged if v == v]
+        sig.activity_points = len(finite)
+        sig.coverage = min(1.0, len(finite) / self._expected)
+        top = sig.activity_max_pct = max(finite) if finite else None
+        threshold = self._threshold
+        if top is not None and top > threshold:
+            sig.active_steps = frozenset([slot for slot, v in enumerate(merged) if v > threshold])
         times = self._stamps.get(key, [])
         if any(not _isfinite(t) for t in times):
             bad.extend(f"timestamp({n})" for n in ACTIVITY_METRICS if key in self._stamped[n])
@@ -471,7 +520,7 @@ class ObservationReducer:
 
     def _memory_and_power(self, sig: DeviceSignals, key: DeviceKey, bad: list[str]) -> None:
         """Framebuffer (the instance's own, else its GPU's), power and liveness (the GPU's)."""
-        parent = (key[0], key[1], "")
+        parent = (key[0], key[1], "") if key[2] else key
         fb_key = key if key in self._max[FB_USED] else parent
         fb = self._max[FB_USED].get(fb_key)
         if fb is not None:
@@ -501,7 +550,7 @@ class ObservationReducer:
         """avg(FB_USED) + avg(FB_FREE) of one series (same labels) — the device's memory — largest over
         series."""
         totals = []
-        for used, free in self._avg.get(key, {}).values():
+        for used, free in self._avg.get(key, _NO_PAIRS).values():
             if used is not None and free is not None:
                 total = used + free
                 if _isfinite(total):
