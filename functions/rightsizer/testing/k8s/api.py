@@ -233,5 +233,5 @@ class _Response:
 @dataclass
 class _PageSnapshot:
     resource_version: str
-    items: list[JSON]
+    items: list[bytes]  # each item's JSON, as the first page saw it
     counted: bool

@@ -13,7 +13,7 @@ import threading
 import traceback
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from rightsizer.testing.k8s.api import (
@@ -284,12 +284,8 @@ class _Serving(_Controllers):
 
     # ------------------------------------------------------------------------------ verb handlers
 
-    def _present(self, target: _Target, obj: JSON, *, in_list: bool = False) -> JSON:
-        shown = _dra_to(obj, target.version) if target.res.group == DRA_GROUP else copy.deepcopy(obj)
-        if in_list:
-            shown.pop("kind", None)
-            shown.pop("apiVersion", None)
-        return shown
+    def _present(self, target: _Target, obj: JSON) -> JSON:
+        return _dra_to(obj, target.version) if target.res.group == DRA_GROUP else copy.deepcopy(obj)
 
     def _serve_get(self, target: _Target, request: RecordedRequest) -> _Response:
         return _Response(200, self._present(target, self._lookup(target)[1]))
@@ -320,6 +316,9 @@ class _Serving(_Controllers):
             self._pages[snapshot_id] = snapshot
             while len(self._pages) > 64:  # abandoned paginations must not grow without bound
                 self._pages.pop(next(iter(self._pages)))
+        else:
+            self._pages.pop(snapshot_id, None)  # no token names it any more: a finished list holds nothing
+        if end < len(snapshot.items):
             metadata["continue"] = base64.urlsafe_b64encode(
                 json.dumps({"id": snapshot_id, "offset": end, "rv": snapshot.resource_version}).encode()
             ).decode()
@@ -332,7 +331,7 @@ class _Serving(_Controllers):
                 "kind": f"{res.kind}List",
                 "apiVersion": res.api_version(target.version),
                 "metadata": metadata,
-                "items": copy.deepcopy(snapshot.items[offset:end]),
+                "items": [json.loads(item) for item in snapshot.items[offset:end]],
             },
         )
 
@@ -355,7 +354,9 @@ class _Serving(_Controllers):
             if not all(r.matches(object_labels) for r in labels):
                 continue
             if all((_field_value(obj, f) == value) == equal for f, equal, value in fields):
-                items.append(self._present(target, obj, in_list=True))
+                # Serialized: an immutable copy at ~1/5 of a deep copy's memory (150,000 pods, issue 11).
+                shown = _dra_to(obj, target.version) if target.res.group == DRA_GROUP else obj
+                items.append(json.dumps({k: v for k, v in shown.items() if k not in _LIST_OMITS}).encode())
         return _PageSnapshot(str(self._rv), items, counted=not labels and not fields)
 
     def _serve_create(self, target: _Target, request: RecordedRequest) -> _Response:
@@ -475,6 +476,10 @@ class _Serving(_Controllers):
 
 
 # ------------------------------------------------------------------------------------------------ HTTP
+
+
+#: As on the real server, list items carry no ``kind``/``apiVersion``.
+_LIST_OMITS: Final = frozenset({"kind", "apiVersion"})
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
