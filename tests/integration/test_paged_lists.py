@@ -21,6 +21,7 @@ from botocore.credentials import ReadOnlyCredentials
 from rightsizer.adapters.eks_auth import EksTokenSource
 from rightsizer.adapters.kubernetes import KubernetesCluster
 from rightsizer.domain.join import NodeJoiner
+from rightsizer.domain.model import PodAddress
 from rightsizer.domain.planner import plan
 from rightsizer.domain.policy import Policy
 from rightsizer.services.snapshot import ObserveRequest, observe
@@ -86,14 +87,17 @@ def test_the_projected_plan_is_the_plan_of_the_raw_lists(double: KubernetesDoubl
     reasons = {r.split(":")[0] for n in got.nodes for r in n.reasons}
     assert {"pending_gpu_pods", "pdb_blocks", "local_storage"} <= reasons, reasons
     # the pods of CPU nodes are kept only as the join reads them, and join the same series to the same nodes
-    assert [p.metadata.name for p in projected.pods] == [p.metadata.name for p in raw.pods]
-    full, lean = NodeJoiner(raw.nodes, raw.pods), NodeJoiner(projected.nodes, projected.pods)
+    kept = [p.metadata.name for p in projected.pods] + [a.name for a in projected.pod_addresses]
+    assert sorted(kept) == sorted(p.metadata.name for p in raw.pods)
+    assert {a.node for a in projected.pod_addresses} == {f"cpu-{i:02d}" for i in range(30)}
+    full = NodeJoiner(raw.nodes, raw.pods)
+    lean = NodeJoiner(projected.nodes, projected.pods, None, projected.pod_addresses)
     labels = [{"instance": f"{p.status.podIP}:9400"} for p in raw.pods if p.status.podIP]
     labels += [{"namespace": p.metadata.namespace, "pod": p.metadata.name, "Hostname": "x"} for p in raw.pods]
     labels += [{"instance": f"{ip}:9400", "Hostname": n.name} for n in raw.nodes for ip in n.internal_ips]
     assert [lean.join(x) for x in labels] == [full.join(x) for x in labels]
-    web = next(p for p in projected.pods if p.metadata.name == "web-0-0")
-    assert web.spec.containers == [] and web.status.podIP == "10.3.0.1"
+    web = next(a for a in projected.pod_addresses if a.name == "web-0-0")
+    assert web == PodAddress("web", "web-0-0", "cpu-00", "10.3.0.1")
 
 
 def peak_bytes(run: Callable[[], Any]) -> int:
@@ -147,3 +151,39 @@ def test_a_projected_list_holds_about_one_raw_page(remote: Callable[[int], str])
     assert raw_large > 3 * raw_small, peaks
     assert lean_large < 1.5 * lean_small, peaks
     assert lean_large * 10 < raw_large, peaks
+
+
+def retained_bytes(build: Callable[[], Any]) -> int:
+    """Bytes still allocated once ``build`` returned, while its result is alive (tracemalloc)."""
+    tracemalloc.start()
+    try:
+        kept = build()
+        size = tracemalloc.get_traced_memory()[0]
+        del kept
+        return size
+    finally:
+        tracemalloc.stop()
+
+
+def test_the_live_snapshot_keeps_only_what_the_join_reads_of_other_nodes_pods(
+    remote: Callable[[int], str],
+) -> None:
+    # GIVEN clusters whose pods all run on CPU nodes, of 200 and 1,000 pods
+    kept: dict[int, int] = {}
+    for pods in (200, 1000):
+        cluster = KubernetesCluster.for_eks(
+            remote(pods),
+            EksTokenSource("prod", "us-east-1", lambda: ReadOnlyCredentials("AKID", "s", None)),
+            page_size=50,
+        )
+        observe(cluster, None, None, REQUEST, project=True)  # connection, imports and the catalog
+
+        # WHEN the live plan's ClusterSnapshot is read, page by page
+        def live(cluster: KubernetesCluster = cluster) -> Any:
+            return snapshot_from_observation(observe(cluster, None, None, REQUEST, project=True))
+
+        kept[pods] = retained_bytes(live)
+    # THEN each pod no decision reads costs about what the join reads of it (~0.2 KB), not a Pod (~2 KB):
+    # the assessment's memory follows the GPU nodes' pods (issue 11 item 7)
+    per_pod = (kept[1000] - kept[200]) / 800
+    assert per_pod < 600, (per_pod, kept)

@@ -29,6 +29,7 @@ from rightsizer.domain.model import (
     PersistentVolume,
     PersistentVolumeClaim,
     Pod,
+    PodAddress,
     PodDisruptionBudget,
     ResourceClaim,
     Series,
@@ -391,7 +392,12 @@ def snapshot_from_documents(
     except ValidationError as exc:
         raise _validation_error(root / "snapshot.json", "", exc) from exc
     nodes = _typed_list(root / "nodes.json", docs["nodes.json"], Node)
-    pods = _typed_list(root / "pods.json", docs["pods.json"], Pod)
+    pod_items = _items(root / "pods.json", docs["pods.json"])
+    # The live plan's pods of non-GPU nodes come as what the join reads (services.snapshot, issue 11 item 7).
+    addresses = [item for item in pod_items if isinstance(item, PodAddress)]
+    if addresses:
+        pod_items = [item for item in pod_items if not isinstance(item, PodAddress)]
+    pods = _typed_list(root / "pods.json", {"items": pod_items}, Pod)
     pdb_data = docs.get("pdbs.json")
     pdbs = _typed_list(root / "pdbs.json", pdb_data, PodDisruptionBudget) if pdb_data is not None else []
     pvc_data, pv_data = docs.get("persistentvolumeclaims.json"), docs.get("persistentvolumes.json")
@@ -442,6 +448,7 @@ def snapshot_from_documents(
         timestamps=metric_files.get("timestamp", {}),
         metric_extras={k: v for k, v in metric_files.items() if k not in ("step", "timestamp")},
         node_label=node_label or (str(recorded) if recorded else None),
+        pod_addresses=tuple(addresses),
     )
 
 

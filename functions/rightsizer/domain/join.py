@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from rightsizer.domain.model import Node, Pod
+from rightsizer.domain.model import Node, Pod, PodAddress
 
 NODE_NAME_LABELS = ("node", "kubernetes_node", "Hostname", "hostname")
 #: (namespace label, pod label) pairs naming the pod a series belongs to (dcgm-exporter's pod mapping;
@@ -43,6 +43,7 @@ class NodeJoiner:
         nodes: all Nodes (names and InternalIPs).
         pods: all Pods (``spec.nodeName``, ``status.podIP``, phase).
         node_label: the operator's configured node-name label (tried first), e.g. ``"node"``.
+        addresses: more pods, known only by what the join reads (the live plan's pods of non-GPU nodes).
 
     Attributes:
         node_label: as given.
@@ -50,7 +51,13 @@ class NodeJoiner:
             cannot change its node.
     """
 
-    def __init__(self, nodes: Iterable[Node], pods: Iterable[Pod], node_label: str | None = None) -> None:
+    def __init__(
+        self,
+        nodes: Iterable[Node],
+        pods: Iterable[Pod],
+        node_label: str | None = None,
+        addresses: Iterable[PodAddress] = (),
+    ) -> None:
         self._names: set[str] = set()
         self.node_label = node_label
         self.label_keys = join_label_keys(node_label)
@@ -58,10 +65,11 @@ class NodeJoiner:
         self._pod_node: dict[tuple[str, str], str] = {}
         self._ip_nodes: dict[str, set[str]] = {}
         self._cache: dict[tuple[tuple[str, str], ...], JoinResult] = {}
-        self.add(nodes, pods)
+        self.add(nodes, pods, addresses)
 
-    def add(self, nodes: Iterable[Node], pods: Iterable[Pod]) -> None:
-        """Learn more Nodes and Pods (a one-node view resolving what a series names, issue 11 item 5)."""
+    def add(self, nodes: Iterable[Node], pods: Iterable[Pod], addresses: Iterable[PodAddress] = ()) -> None:
+        """Learn more Nodes and Pods (a one-node view resolving what a series names, issue 11 item 5);
+        ``addresses`` are pods known only by what the join reads (``ClusterSnapshot.pod_addresses``)."""
         nodes = list(nodes)
         self._names.update(n.name for n in nodes)
         for pod in pods:
@@ -69,6 +77,10 @@ class NodeJoiner:
                 self._pod_node[(pod.metadata.namespace, pod.metadata.name)] = pod.spec.nodeName
                 if pod.status.phase == "Running" and pod.status.podIP:
                     self._ip_nodes.setdefault(pod.status.podIP, set()).add(pod.spec.nodeName)
+        for address in addresses:
+            self._pod_node[(address.namespace, address.name)] = address.node
+            if address.ip:
+                self._ip_nodes.setdefault(address.ip, set()).add(address.node)
         for node in nodes:
             for ip in node.internal_ips:
                 self._ip_nodes.setdefault(ip, set()).add(node.name)

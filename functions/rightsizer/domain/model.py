@@ -416,6 +416,21 @@ class Pod(_K8s):
         return max(regular, init)
 
 
+@dataclass(frozen=True, slots=True)
+class PodAddress:
+    """What the series join reads of a pod no decision reads (one bound to a non-GPU node): its
+    namespace and name, its node, and its pod IP when it is Running (``domain.join.NodeJoiner``).
+
+    The live plan keeps these instead of ``Pod`` objects (issue 11 item 7: ~0.2 KB where a validated
+    ``Pod`` costs ~2.7 KB, so the assessment's memory follows the GPU nodes' pods, not the cluster's).
+    """
+
+    namespace: str
+    name: str
+    node: str
+    ip: str | None = None
+
+
 class VolumeNodeAffinity(_K8s):
     """spec.nodeAffinity of a PersistentVolume: the nodes its data can be reached from."""
 
@@ -667,6 +682,9 @@ class ClusterSnapshot:
     """Format 2 only: the other answers (``stddev``, ``latest``, ``nonfinite`` → metric → answer), see
     ``rightsizer.domain.observation``."""
     node_label: str | None = None
+    pod_addresses: tuple[PodAddress, ...] = ()
+    """Live path only: the pods bound to non-GPU nodes, as the series join reads them (``pods`` then
+    holds the others); a snapshot directory keeps every pod in ``pods``."""
     source: Literal["snapshot", "live"] = "snapshot"
     signals: Any = None
     """Live path only: ``rightsizer.domain.usage.CollectedSignals`` computed by PromQL in the server for

@@ -223,7 +223,9 @@ def plan(
         raise ValueError("plan() needs an aware datetime for now")
     catalog = (catalog or load_catalog()).with_prices(snapshot.inventory.on_demand)
     window = Window.ending(at, policy.idle_window, snapshot.meta.step_seconds)
-    joiner = NodeJoiner(snapshot.nodes, snapshot.pods, node_label or snapshot.node_label)
+    joiner = NodeJoiner(
+        snapshot.nodes, snapshot.pods, node_label or snapshot.node_label, snapshot.pod_addresses
+    )
     if isinstance(snapshot.signals, CollectedSignals):
         signals = snapshot.signals
     elif snapshot.meta.metrics_format >= 2:

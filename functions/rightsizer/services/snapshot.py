@@ -17,6 +17,7 @@ marks the nodes depending on it ``unknown`` (docs/architecture.md §5).
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -30,6 +31,7 @@ from rightsizer.domain.model import (
     PersistentVolume,
     PersistentVolumeClaim,
     Pod,
+    PodAddress,
     PodDisruptionBudget,
 )
 from rightsizer.domain.observation import METRICS_FORMAT, observation_queries
@@ -168,9 +170,28 @@ def _lean_pod(item: JSON, gpu_nodes: frozenset[str]) -> JSON:
     }
 
 
-def _pod_projection(gpu_nodes: frozenset[str]) -> Callable[[JSON], Pod]:
-    """The live plan's pods (:func:`_lean_pod`, typed)."""
-    return lambda item: Pod.model_validate(_lean_pod(item, gpu_nodes))
+def _pod_projection(gpu_nodes: frozenset[str]) -> Callable[[JSON], Pod | PodAddress]:
+    """The live plan's pods: a validated ``Pod`` when it is bound to a GPU node or not bound at all,
+    otherwise only the :class:`PodAddress` the series join reads (:func:`_lean_pod`'s fields, ~0.2 KB
+    instead of a ``Pod``'s ~2.7 KB: issue 11 item 7). The namespace and node names are interned, so the
+    many pods of one node or namespace share one string."""
+
+    def project(item: JSON) -> Pod | PodAddress:
+        lean = _lean_pod(item, gpu_nodes)
+        if lean is item:
+            return Pod.model_validate(item)
+        meta, status = lean["metadata"], lean["status"]
+        # Validated like the Pod it stands for: a malformed item fails the same way.
+        Pod.model_validate(lean)
+        running = status.get("phase") == "Running" and status.get("podIP")
+        return PodAddress(
+            sys.intern(str(meta.get("namespace") or "")),
+            str(meta.get("name")),
+            sys.intern(str(lean["spec"]["nodeName"])),
+            str(status["podIP"]) if running else None,
+        )
+
+    return project
 
 
 def _projected_documents(cluster: ClusterReader) -> tuple[list[Node], dict[str, Any]]:

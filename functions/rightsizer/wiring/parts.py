@@ -269,7 +269,7 @@ def live_signals(
             shards = device_shards(-(-len(gpu_nodes) // per_shard))
     signals = collect_live(
         client,
-        joiner or NodeJoiner(snapshot.nodes, snapshot.pods, node_label),
+        joiner or NodeJoiner(snapshot.nodes, snapshot.pods, node_label, snapshot.pod_addresses),
         window,
         policy,
         node_label,
