@@ -187,3 +187,51 @@ def test_the_live_snapshot_keeps_only_what_the_join_reads_of_other_nodes_pods(
     # the assessment's memory follows the GPU nodes' pods (issue 11 item 7)
     per_pod = (kept[1000] - kept[200]) / 800
     assert per_pod < 600, (per_pod, kept)
+
+
+class NoWholeLists(KubernetesCluster):
+    """The adapter, refusing every method that returns a whole raw list (the class of issue 11 item 7)."""
+
+    def _list(self, *args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a whole raw list was read")
+
+
+def test_the_live_observation_reads_no_list_whole_dra_included(double: KubernetesDouble) -> None:
+    # GIVEN DRA served besides nodes, pods, budgets and volumes: a claim allocated on gpu-03 through a slice
+    double.set_resource_api_versions(["v1"])
+    try:
+        double.add_resource_slice(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceSlice",
+                "metadata": {"name": "gpu-03-slice"},
+                "spec": {"driver": "gpu.nvidia.com", "nodeName": "gpu-03", "pool": {"name": "gpu-03"}},
+            }
+        )
+        double.add_resource_claim(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "metadata": {"name": "train", "namespace": "ml-1"},
+                "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu"}}]}},
+                "status": {
+                    "allocation": {"devices": {"results": [{"driver": "gpu.nvidia.com", "pool": "gpu-03"}]}},
+                    "reservedFor": [{"resource": "pods", "name": "train-3", "uid": "u1"}],
+                },
+            }
+        )
+        lean = NoWholeLists.for_eks(
+            double.base_url,
+            EksTokenSource("prod", "us-east-1", lambda: ReadOnlyCredentials("AKID", "s", None)),
+            page_size=3,
+        )
+        # WHEN the live plan observes the cluster
+        projected = snapshot_from_observation(observe(lean, None, None, REQUEST, project=True))
+        raw = snapshot_from_observation(observe(reader(double, 5000), None, None, REQUEST))
+    finally:
+        double.set_resource_api_versions(None)  # the module's other tests see no DRA
+
+    # THEN every list was read page by page and projected, and the claims decode the same
+    assert projected.resource_claims == raw.resource_claims
+    (claim,) = projected.resource_claims
+    assert claim.nodes == frozenset({"gpu-03"}) and claim.reserved_for == frozenset({"train-3"})

@@ -44,6 +44,9 @@ from rightsizer.adapters.snapshot_dir import (
     _NodegroupResources,
     _NodegroupsFile,
 )
+from rightsizer.domain.dra_fields import claim_fields as _claim
+from rightsizer.domain.dra_fields import pick as _pick
+from rightsizer.domain.dra_fields import slice_fields as _slice
 from rightsizer.domain.drivers import GFD_DEPRECATED_PARTS, GFD_FULL, GFD_PARTS
 from rightsizer.domain.model import (
     ANN_CORDONED_BY,
@@ -314,42 +317,6 @@ def _kube_list(doc: Any, model: type[BaseModel], rules: Mapping[tuple[type, str]
     return out
 
 
-def _pick(value: Any, shape: Mapping[str, Any]) -> Any:
-    """Keep the keys of ``shape`` (nested dict = recurse, list element shape = each item, None = leaf)."""
-    if isinstance(value, list):
-        return [_pick(v, shape) for v in value]
-    if not isinstance(value, Mapping):
-        return value
-    return {k: (value[k] if sub is None else _pick(value[k], sub)) for k, sub in shape.items() if k in value}
-
-
-#: What ``snapshot_dir.parse_resource_claims`` reads of ResourceClaims and ResourceSlices.
-_CLAIM_SHAPE: Final = {
-    "metadata": {"name": None, "namespace": None},
-    "status": {
-        "allocation": {
-            "nodeSelector": {
-                "nodeSelectorTerms": {"matchFields": {"key": None, "operator": None, "values": None}}
-            },
-            "devices": {"results": {"driver": None, "pool": None}},
-        },
-        "reservedFor": {"resource": None, "name": None},
-    },
-}
-_SLICE_SHAPE: Final = {
-    "metadata": {"name": None},
-    "spec": {"nodeName": None, "driver": None, "pool": {"name": None}},
-}
-
-
-def _claim(obj: Mapping[str, Any]) -> Any:
-    out = _pick(obj, _CLAIM_SHAPE)
-    allocation = (obj.get("status") or {}).get("allocation")
-    if allocation and not out.get("status", {}).get("allocation"):
-        out["status"]["allocation"] = {"devices": {}}  # allocated, with nothing else read: keep the fact
-    return out
-
-
 def _dra_list(doc: Any, project: Rule) -> Any:
     if not isinstance(doc, Mapping):
         return doc
@@ -461,10 +428,6 @@ def _rules(node_labels: Iterable[str] | None, pod_keys: Iterable[str]) -> dict[t
         (Container, "env"): _env,
         **_AWS_RULES,
     }
-
-
-def _slice(obj: Mapping[str, Any]) -> Any:
-    return _pick(obj, _SLICE_SHAPE)
 
 
 def _document(

@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from rightsizer.domain.catalog import load_catalog
+from rightsizer.domain.dra_fields import claim_fields, slice_fields
 from rightsizer.domain.errors import PermanentError
 from rightsizer.domain.gpu import is_gpu_node
 from rightsizer.domain.model import (
@@ -296,7 +297,15 @@ def observe(
             "persistentvolumes.json": kubectl_list(cluster.list_persistent_volumes()),
         }
     documents.update(kubernetes)
-    if dra:
+    if dra and project:
+        # What parse_resource_claims reads, page by page: no raw DRA list is held either.
+        documents["resourceclaims.json"] = kubectl_list(
+            cluster.list_projected("resourceclaims", claim_fields)
+        )
+        documents["resourceslices.json"] = kubectl_list(
+            cluster.list_projected("resourceslices", slice_fields)
+        )
+    elif dra:
         documents["resourceclaims.json"] = kubectl_list(cluster.list_resource_claims())
         documents["resourceslices.json"] = kubectl_list(cluster.list_resource_slices())
     if inventory is not None and request.eks_cluster:
