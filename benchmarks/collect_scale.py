@@ -387,11 +387,11 @@ def print_ratios(rows: list[tuple[int, dict[str, dict[str, float]]]]) -> None:
         for name, m in r.items():
             if name == "floor":
                 continue
-            a = r.get("anchor", f)
+            to_anchor = _ratio(m["total_cpu_s"], r["anchor"]["total_cpu_s"]) if "anchor" in r else "—"
             print(
                 f"{size:>6} {name:<14} {_ratio(m['engine_s'], f['engine_s']):>13} "
                 f"{_ratio(m['prom_cpu_s'], f['prom_cpu_s']):>14} {_ratio(m['total_cpu_s'], f['total_cpu_s']):>12} "
-                f"{_ratio(m['total_cpu_s'], a['total_cpu_s']):>13}"
+                f"{to_anchor:>13}"
             )
 
 
