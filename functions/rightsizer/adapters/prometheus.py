@@ -233,7 +233,7 @@ class PrometheusClient:
         gzip: ask for gzip-compressed answers (``Accept-Encoding: gzip``, decoded by httpx). False
             (default): ``Accept-Encoding: identity``, so the server spends no CPU compressing: answers
             of the live path are large (≈ 38 MiB per cycle at 2,000 nodes × 8 GPUs, ≈ 190 MiB at
-            10,000) and compressing them cost a self-hosted Prometheus 8–25 % of its CPU for the cycle
+            10,000) and compressing them cost a self-hosted Prometheus about 5–25 % of its CPU for the cycle
             (``benchmarks/collect_scale.py``); ``build_client`` keeps gzip for AMP.
     """
 
