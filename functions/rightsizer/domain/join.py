@@ -110,7 +110,7 @@ class NodeJoiner:
 
     def join(self, labels: Mapping[str, str]) -> JoinResult:
         """Resolve one series' labels to a node name (cached per distinct join-relevant label set)."""
-        key = tuple((k, labels[k]) for k in self.label_keys if labels.get(k))
+        key = tuple([(k, v) for k in self.label_keys if (v := labels.get(k))])
         cached = self._cache.get(key)
         if cached is None:
             cached = self._join(dict(key))

@@ -157,7 +157,10 @@ def device_key(node: str, labels: Mapping[str, str]) -> DeviceKey:
 
 def exporter_of(labels: Mapping[str, str]) -> str:
     """The exporter a series comes from: the first ``EXPORTER_LABELS`` value present, else ""."""
-    return next((value for label in EXPORTER_LABELS if (value := labels.get(label))), "")
+    for label in EXPORTER_LABELS:
+        if value := labels.get(label):
+            return value
+    return ""
 
 
 #: The labels Prometheus gives every series of a scrape target, its ``up`` included (scrape config
