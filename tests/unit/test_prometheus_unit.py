@@ -338,6 +338,35 @@ def test_answers_are_asked_uncompressed_except_from_amp(
     assert [s.headers["accept-encoding"] for s in script.seen] == [expected, expected]
 
 
+@pytest.mark.parametrize(
+    ("prometheus", "expected"),
+    [
+        ({}, "identity"),
+        ({"compression": "gzip"}, "gzip"),
+        ({"auth": "sigv4", "sigv4_region": "eu-west-1"}, "gzip"),
+        ({"auth": "sigv4", "sigv4_region": "eu-west-1", "compression": "identity"}, "identity"),
+    ],
+)
+def test_config_prometheus_compression_reaches_the_wire(
+    prom: tuple[str, Script], monkeypatch: pytest.MonkeyPatch, prometheus: dict[str, Any], expected: str
+) -> None:
+    """``prometheus.compression`` as the CLI and the Lambdas build their client (``build_metrics_reader``)."""
+    from pydantic import ValidationError
+
+    from rightsizer.config import Config
+    from rightsizer.wiring.parts import build_metrics_reader
+
+    url, script = prom
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", AKID)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
+    config = Config.model_validate({"cluster": {"name": "c"}, "prometheus": {"url": url, **prometheus}})
+    with build_metrics_reader(config) as client:
+        client.query_range_bytes("up", 0, 60, 15)
+    assert script.seen[0].headers["accept-encoding"] == expected
+    with pytest.raises(ValidationError, match="compression"):
+        Config.model_validate({"cluster": {"name": "c"}, "prometheus": {"compression": "br"}})
+
+
 def test_a_gzip_answer_is_decoded(prom: tuple[str, Script], sleeps: list[float]) -> None:
     url, script = prom
     status, headers, body, _ = ok([{"metric": {"UUID": "GPU-1"}, "values": [[60, "3"]]}], "matrix")
