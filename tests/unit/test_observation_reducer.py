@@ -8,11 +8,13 @@ grid, all finite) and a point-by-point path; both must agree.
 
 from __future__ import annotations
 
+import json
 import math
 import random
 
 import pytest
 
+from rightsizer.adapters.prometheus_matrix import MatrixFeeder, decode
 from rightsizer.domain.join import NodeJoiner
 from rightsizer.domain.model import Node
 from rightsizer.domain.observation import ObservationReducer
@@ -116,3 +118,52 @@ def test_a_nan_among_finite_points_is_found_whatever_the_path() -> None:
         assert device.activity_max_pct == 90.0 and device.activity_points == 29
     with pytest.raises(ValueError, match="times for"):
         reducer.add("step", GPU_UTIL, labels, GRID, [0.0])
+
+
+def _prometheus_value(v: float) -> str:
+    # the API's float format: NaN, +Inf, -Inf, else the number
+    return "NaN" if v != v else "+Inf" if v == math.inf else "-Inf" if v == -math.inf else repr(v)
+
+
+def _answer(series: list[Fed]) -> bytes:
+    result = [
+        {"metric": labels, "values": [[t, _prometheus_value(v)] for t, v in zip(times, values, strict=True)]}
+        for _, _, labels, times, values in series
+    ]
+    return json.dumps({"status": "success", "data": {"resultType": "matrix", "result": result}}).encode()
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_whole_answers_fed_from_json_reduce_like_series_fed_one_by_one(seed: int) -> None:
+    # GIVEN the series of a fleet as the live path receives them: one JSON answer per (kind, metric),
+    # in two parts (sub-windows / shards), label sets met again in several answers, ±Inf and NaN as text
+    fed = answers(random.Random(seed))
+    nodes = [Node.model_validate(gpu_node(f"gpu-{n}", gpus=2)) for n in range(3)]
+    reducer = ObservationReducer(NodeJoiner(nodes, [], "node"), WINDOW, 10.0)
+    feeder = MatrixFeeder(reducer)
+    groups: dict[tuple[str, str], list[Fed]] = {}
+    for f in fed:
+        groups.setdefault((f[0], f[1]), []).append(f)
+    for (kind, metric), series in groups.items():
+        half = len(series) // 2
+        for part in (series[half:], series[:half]):
+            feeder.feed(kind, metric, decode(_answer(part)))
+        reducer.answered(kind, metric)
+    # THEN the facts are those of the series fed one by one (the snapshot path)
+    assert reducer.finish() == reduce(fed)
+
+
+def test_a_malformed_label_set_feeds_the_series_before_it_and_raises() -> None:
+    nodes = [Node.model_validate(gpu_node("gpu-0", gpus=1))]
+    reducer = ObservationReducer(NodeJoiner(nodes, [], "node"), WINDOW, 10.0)
+    good = {"metric": {"UUID": "GPU-0", "gpu": "0", "node": "gpu-0"}, "values": [[GRID[-1], "300"]]}
+    body = {
+        "status": "success",
+        "data": {"resultType": "matrix", "result": [good, {"metric": ["x"], "values": []}]},
+    }
+    with pytest.raises(ValueError, match="not an object"):
+        MatrixFeeder(reducer).feed("step", FB_USED, decode(json.dumps(body).encode()))
+    reducer.add("step", GPU_UTIL, good["metric"], GRID, [0.0] * 30)  # type: ignore[arg-type]
+    reducer.answered("step", GPU_UTIL)
+    [device] = reducer.finish().devices["gpu-0"]
+    assert device.fb_used_max_mib == 300.0
