@@ -490,8 +490,8 @@ class ObservationReducer:
         threshold = self._threshold
         if top is not None and top > threshold:
             sig.active_steps = frozenset([slot for slot, v in enumerate(merged) if v > threshold])
-        times = self._stamps.get(key, [])
-        if any(not _isfinite(t) for t in times):
+        times = self._stamps.get(key, ())
+        if not _all_finite(times):
             bad.extend(f"timestamp({n})" for n in ACTIVITY_METRICS if key in self._stamped[n])
         finite_times = [t for t in times if _isfinite(t) and t <= window.end]
         sig.newest_sample = max(finite_times) if finite_times else None
