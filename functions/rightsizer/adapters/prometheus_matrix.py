@@ -9,7 +9,11 @@ whose ``metric`` stays the raw JSON bytes of the label set: the same label set r
 so it is parsed and joined to its node once per collection and found again by a bytes lookup.
 Measured on the same captured answers of 2,000 nodes (``benchmarks/collect_scale.py``, min of 5 runs on
 a shared machine): decode 0.75 s (stdlib json) → 0.25 s; decode and feed 1.9 → 1.2 s. Step answers
-without gaps (nearly all) are written into the reducer's per-step arrays as one slice.
+without gaps (nearly all) are written into the reducer's per-step arrays as one slice. The reducer then
+takes each answer whole (``ObservationReducer.add_many``: the work per series is chosen once per
+answer, a one-point series needs no unzipping); with the reducer's own cuts, the 14 answers of 2,000
+nodes cost 4.96 → 3.96 G instructions to decode and feed and 1.65 → 0.91 G to finish (valgrind, same
+captured answers), 2.3 → 1.6 client CPU-s per collection measured per query against Prometheus.
 
 Points are (Unix s, value); Prometheus writes values as strings (``"0"``, ``"1.5e3"``, ``"NaN"``,
 ``"+Inf"``, ``"-Inf"``), read as floats.
