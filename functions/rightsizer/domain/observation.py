@@ -227,7 +227,9 @@ def series_shards(label: str, nodes: Iterable[str], per_shard: int) -> tuple[Ser
 
 
 #: dcgm-exporter's label for a GPU's index on its node (``gpu="0"``…; a MIG instance's series carry
-#: their parent's): NVIDIA/dcgm-exporter ``internal/pkg/rendermetrics/render_metrics.go`` @ d5e5f510.
+#: their parent's): NVIDIA/dcgm-exporter ``internal/pkg/rendermetrics/render_metrics.go`` (the label) and
+#: ``internal/pkg/collector/gpu_collector.go`` ``toMetric`` (``GPU`` = the device's index, MIG profile and
+#: instance id added beside it) @ d5e5f510.
 GPU_INDEX_LABEL = "gpu"
 #: Most device shards of one collection: one per GPU index 0-15 (AWS GPU instances have at most 16).
 MAX_DEVICE_SHARDS = 16
