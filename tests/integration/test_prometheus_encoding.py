@@ -11,7 +11,7 @@ import http.client
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -23,6 +23,7 @@ from rightsizer.domain.policy import Policy
 from rightsizer.domain.usage import Window
 from tests.builders import AT, snapshot
 from tests.integration.test_observe_interval import Families, add_node
+from tests.support.http_serve import serving
 
 pytest_plugins = ["tests.support.prometheus_server"]
 pytestmark = pytest.mark.integration
@@ -97,15 +98,8 @@ def proxy(server: Any) -> Iterator[tuple[str, Recording]]:
         def log_message(self, *_args: Any) -> None:
             pass
 
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    httpd.daemon_threads = True
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}", recording
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with serving(Handler) as url:
+        yield url, recording
 
 
 def test_a_self_hosted_prometheus_answers_uncompressed_and_the_facts_are_those_of_gzip(
