@@ -167,3 +167,26 @@ def test_a_malformed_label_set_feeds_the_series_before_it_and_raises() -> None:
     reducer.answered("step", GPU_UTIL)
     [device] = reducer.finish().devices["gpu-0"]
     assert device.fb_used_max_mib == 300.0
+
+
+@pytest.mark.parametrize("up_kinds", [("step", "count"), ("count",), ("count", "step")])
+def test_a_failed_device_shard_names_no_node_through_any_up_answer(up_kinds: tuple[str, ...]) -> None:
+    """``up`` is never sharded and carries no ``gpu``, so neither its per-step answer nor its scrape
+    count (``up.count``) may make the ``rest`` shard, which holds every series without ``gpu``, name
+    their nodes when it fails; only nodes with a DCGM series of the shard's indices are named. Holds
+    whatever the order, and when the per-step ``up`` answer failed and only the count arrived."""
+    from rightsizer.domain.observation import device_shards
+
+    nodes = [Node.model_validate(gpu_node(f"gpu-{n}", instance_type="g5.xlarge", gpus=1)) for n in range(2)]
+    reducer = ObservationReducer(NodeJoiner(nodes, [], "node"), WINDOW, 10.0)
+    for n in range(2):
+        target = {"job": "dcgm", "instance": f"10.1.{n}.1:9400", "node": f"gpu-{n}"}
+        for kind in up_kinds:
+            reducer.add(
+                kind, UP, target, *((GRID, [1.0] * 30) if kind == "step" else ([WINDOW.end], [120.0]))
+            )
+        # single-GPU nodes: every DCGM series has gpu="0", the first shard's index
+        reducer.add("step", GPU_UTIL, {**target, "UUID": f"GPU-{n}", "gpu": "0"}, GRID, [0.0] * 30)
+    first, *_, rest = device_shards(2)
+    assert reducer.nodes_of_series(rest.label, rest.holds) == set()
+    assert reducer.nodes_of_series(first.label, first.holds) == {"gpu-0", "gpu-1"}

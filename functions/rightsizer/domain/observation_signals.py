@@ -179,7 +179,7 @@ class ObservationReducer:
         self._empty = array("d", [math.nan]) * self._expected
         self._steps: dict[str, dict[DeviceKey, _Steps]] = {m: {} for m in (GPU_UTIL, PROF_ACTIVE)}
         self._up: dict[str, _Steps] = {}
-        self._up_idents: set[LabelKey] = set()  # label sets met in ``up`` answers (never sharded)
+        self._up_idents: set[LabelKey] = set()  # label sets of ``up`` and its count (never sharded)
         self._max: dict[str, dict[DeviceKey, _Max]] = {FB_USED: {}, POWER: {}}
         self._spread: dict[str, dict[DeviceKey, _Spread]] = {POWER: {}, ENERGY: {}}
         self._avg: dict[DeviceKey, dict[LabelKey, list[float | None]]] = {}
@@ -325,6 +325,8 @@ class ObservationReducer:
         """Samples in the window of an ``up`` series (scrape attempts of its target), or of a device's
         activity series (format-2 snapshots written before ``up.count.json``); the largest count of a
         target or device wins (a series that began inside the window counts fewer)."""
+        if metric == UP:  # an ``up`` label set, counted or not, names no node for a failed shard
+            self._up_idents.add(joined.ident)
         finite = [v for v in values if _isfinite(v)]
         if not finite:
             return
