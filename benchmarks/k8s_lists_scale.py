@@ -162,23 +162,15 @@ def _share_subtrees(double: Any) -> None:
 
 def _serve(args: tuple[int, float, int], conn: Connection) -> None:
     """Child process: the double with a seeded cluster; answers "count", "clear", "stop" on ``conn``."""
+    from tests.support.child_double import answer_commands
+
     from rightsizer.testing.k8s import KubernetesDouble
 
     double = KubernetesDouble(seed=7, resource_api_versions=None)
     counts = seed(double, *args)
     double.start()
     conn.send((double.base_url, counts))
-    while True:
-        command = conn.recv()
-        if command == "count":
-            conn.send((len(double.requests), _status_kib("VmHWM")))
-        elif command == "clear":
-            double.clear_requests()
-            conn.send(None)
-        else:
-            double.stop()
-            conn.send(None)
-            return
+    answer_commands(double, conn, lambda: (len(double.requests), _status_kib("VmHWM")))
 
 
 # ------------------------------------------------------------------------------ one read, fresh process

@@ -38,6 +38,7 @@ import httpx  # noqa: E402
 from botocore.credentials import ReadOnlyCredentials  # noqa: E402
 from tests.builders import AT  # noqa: E402
 from tests.integration.test_node_view import JOB, Families, cluster_role, fill, name, series  # noqa: E402
+from tests.support.child_double import answer_commands  # noqa: E402
 from tests.support.prometheus_server import find_binaries, openmetrics_lines, start_prometheus  # noqa: E402
 
 from rightsizer.adapters.eks_auth import EksTokenSource  # noqa: E402
@@ -59,17 +60,7 @@ def _serve(nodes: int, conn: Connection) -> None:
     double.bind_cluster_role(cluster_role("rightsizer"))
     fill(double, nodes)
     conn.send(double.base_url)
-    while True:
-        command = conn.recv()
-        if command == "count":
-            conn.send(len(double.requests))
-        elif command == "clear":
-            double.clear_requests()
-            conn.send(None)
-        else:
-            double.stop()
-            conn.send(None)
-            return
+    answer_commands(double, conn, lambda: len(double.requests))
 
 
 class Counting(httpx.HTTPTransport):

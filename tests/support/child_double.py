@@ -30,3 +30,20 @@ def child_doubles(serve: Callable[[int, Connection], None]) -> Iterator[Callable
     for process, conn in started:
         conn.send("stop")
         process.join(timeout=30)
+
+
+def answer_commands(double: Any, conn: Connection, count: Callable[[], object]) -> None:
+    """The child's side of ``conn`` once its double serves: "count" is answered with ``count()``,
+    "clear" forgets the double's recorded requests (answered with None), and any other message stops the
+    double, is answered with None and returns (benchmarks/validate_scale.py, k8s_lists_scale.py)."""
+    while True:
+        command = conn.recv()
+        if command == "count":
+            conn.send(count())
+        elif command == "clear":
+            double.clear_requests()
+            conn.send(None)
+        else:
+            double.stop()
+            conn.send(None)
+            return
