@@ -58,9 +58,16 @@ def exporter_ip(i: int) -> str:
 
 
 def series(
-    families: Families, i: int, *, busy: bool, extra: dict[str, str] | None = None, scrape: int = 15
+    families: Families,
+    i: int,
+    *,
+    busy: bool,
+    extra: dict[str, str] | None = None,
+    scrape: int = 15,
+    stopped: float = 0.0,
 ) -> None:
-    """One A10G's DCGM series scraped every ``scrape`` s from node ``i``'s exporter (pod IP, port 9400)."""
+    """One A10G's DCGM series scraped every ``scrape`` s from node ``i``'s exporter (pod IP, port 9400);
+    with ``stopped``, the exporter answers no scrape in the last ``stopped`` s before ``END`` (``up`` 0)."""
     labels = {
         "gpu": "0",
         "UUID": f"GPU-{i}",
@@ -70,7 +77,8 @@ def series(
         "job": JOB,
         **(extra or {}),
     }
-    times = [round(END - WINDOW - 600 + 7 + scrape * k, 3) for k in range((WINDOW + 600) // scrape)]
+    attempts = [round(END - WINDOW - 600 + 7 + scrape * k, 3) for k in range((WINDOW + 600) // scrape)]
+    times = [t for t in attempts if t <= END - stopped]
     shapes = {
         GPU_UTIL: 85.0 if busy else 0.0,
         FB_USED: 15000.0 if busy else 300.0,
@@ -81,7 +89,10 @@ def series(
         families.setdefault(metric, []).append((labels, [(t, value) for t in times]))
     families.setdefault(ENERGY, []).append((labels, [(t, 9.8e10 + (t - times[0]) * 27_000.0) for t in times]))
     families.setdefault(UP, []).append(
-        ({"instance": labels["instance"], "job": JOB}, [(t, 1.0) for t in times])
+        (
+            {"instance": labels["instance"], "job": JOB},
+            [(t, 1.0 if t <= END - stopped else 0.0) for t in attempts],
+        )
     )
 
 
@@ -96,6 +107,9 @@ def prometheus(prometheus_binaries: Any, tmp_path_factory: pytest.TempPathFactor
     series(families, 2, busy=False, extra={"Hostname": name(7)})
     series(families, 3, busy=False)  # idle, with a zonal volume (searched for another node)
     series(families, 7, busy=False)
+    # node 5's exporter stopped answering 100 s before the window's end: stale at the 90 s bound its 15 s
+    # scrapes set (up counted), fresh at the fixed 300 s a read without the target's up count would use
+    series(families, 5, busy=False, stopped=100)
     # node 4 has no series at all: unknown
 
     def write(path: Path) -> None:
@@ -189,7 +203,7 @@ def cluster_wide(requests: list[RecordedRequest]) -> list[str]:
     return wide
 
 
-@pytest.mark.parametrize("node", [0, 1, 2, 3, 4])
+@pytest.mark.parametrize("node", [0, 1, 2, 3, 4, 5])
 def test_one_node_is_judged_as_the_whole_cluster_judges_it_without_reading_the_cluster(
     prometheus: str, node: int
 ) -> None:
@@ -232,9 +246,9 @@ def test_the_cases_differ_so_the_comparison_is_not_vacuous(prometheus: str) -> N
         policy = Policy(dry_run=False)
         assessor = parts.build_assessor(config, policy, observers)
         at = AT + timedelta(seconds=30)
-        reports = {i: assessor.assess_node(name(i), at) for i in (0, 1, 2, 3, 4)}
+        reports = {i: assessor.assess_node(name(i), at) for i in (0, 1, 2, 3, 4, 5)}
         assert all(r is not None for r in reports.values())
-        idle, busy, ambiguous, zonal, silent = (reports[i] for i in (0, 1, 2, 3, 4))
+        idle, busy, ambiguous, zonal, silent, stopped = (reports[i] for i in (0, 1, 2, 3, 4, 5))
         assert idle is not None and idle.gpu_activity_max_pct == 0.0 and idle.coverage == 1.0
         # the unscheduled GPU pod is read (by field selector) and keeps every node it fits
         assert "pending_gpu_pods:1" in idle.reasons
@@ -244,6 +258,9 @@ def test_the_cases_differ_so_the_comparison_is_not_vacuous(prometheus: str) -> N
         # the zonal volume is reachable from another node of its zone: not node-local
         assert zonal is not None and not [r for r in zonal.reasons if r.startswith("local_storage")]
         assert silent is not None and silent.verdict == "unknown", silent
+        # the exporter that stopped 130 s ago is stale by its own target's scrape interval (90 s bound)
+        assert stopped is not None and stopped.verdict == "unknown", stopped
+        assert [r for r in stopped.reasons if r.startswith("stale_metrics:")], stopped.reasons
     finally:
         double.stop()
 
