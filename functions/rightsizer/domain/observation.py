@@ -252,7 +252,8 @@ class DeviceShard:
     @ 225c6112). Shards by the GPU ``UUID``'s last hex digit (``UUID=~"(?s:.*)[08]"``, before) ran one
     regex over every UUID of the TSDB per shard and query (``optimizeConcatRegex`` in
     ``model/labels/regexp.go`` spares only literal suffixes, and still runs the regex on every match):
-    36.0 against 28.7 Prometheus CPU-s at 10,000 nodes (``benchmarks/collect_scale.py``).
+    8.0 against 4.9 Prometheus CPU-s at 2,000 nodes, 26.4–33.5 against 24.2–25.6 at 10,000
+    (``benchmarks/collect_scale.py --methods devices,uuids --repeat 2 --interleave``).
     """
 
     indices: tuple[str, ...]
