@@ -1,4 +1,4 @@
-"""PrometheusClient and collect_live against a scripted HTTP server on 127.0.0.1; SigV4 by hand; secrets.
+"""PrometheusClient and collect_live against a scripted HTTP server on 127.0.0.1; SigV4 on the wire; secrets.
 
 The server is a real ``http.server`` (not an httpx mock), so status codes, bodies, delays and the exact
 headers that reach the wire are what the tests see.
@@ -7,10 +7,8 @@ headers that reach the wire are what the tests see.
 from __future__ import annotations
 
 import base64
-import datetime as dt
 import gzip
 import hashlib
-import hmac
 import json
 import sys
 import threading
@@ -46,9 +44,7 @@ from rightsizer.domain.policy import Policy
 from rightsizer.domain.usage import ENERGY, FB_FREE, FB_USED, GPU_UTIL, POWER, UP, Window
 from tests.builders import AT, STEP, WINDOW, gpu_node, snapshot, verdict_reasons
 from tests.support.http_serve import serving
-
-AKID = "AKIDEXAMPLE"
-SECRET = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY"
+from tests.support.sigv4 import AKID, FROZEN, SECRET, sigv4_by_hand
 
 # ------------------------------------------------------------------------------------- scripted server
 
@@ -371,100 +367,6 @@ def test_a_gzip_answer_is_decoded(prom: tuple[str, Script], sleeps: list[float])
 
 
 # ------------------------------------------------------------------------------------------ SigV4
-
-
-def _hmac(key: bytes, msg: str) -> bytes:
-    return hmac.new(key, msg.encode(), hashlib.sha256).digest()
-
-
-def sigv4_by_hand(
-    *,
-    method: str,
-    path: str,
-    query: str,
-    headers: dict[str, str],
-    body: bytes,
-    amz_date: str,
-    region: str,
-    service: str,
-    secret: str = SECRET,
-) -> tuple[str, str]:
-    """(signed headers, signature) following the AWS SigV4 documentation step by step."""
-    # Task 1: canonical request (headers lower-cased, trimmed, sorted; payload hash of the body).
-    canon_headers = {k.lower(): " ".join(v.split()) for k, v in headers.items()}
-    signed = ";".join(sorted(canon_headers))
-    canonical = "\n".join(
-        [
-            method,
-            path,
-            query,
-            "".join(f"{k}:{canon_headers[k]}\n" for k in sorted(canon_headers)),
-            signed,
-            hashlib.sha256(body).hexdigest(),
-        ]
-    )
-    # Task 2: string to sign with the credential scope.
-    scope = f"{amz_date[:8]}/{region}/{service}/aws4_request"
-    to_sign = "\n".join(["AWS4-HMAC-SHA256", amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest()])
-    # Task 3: the signing key chain, then the signature.
-    key = _hmac(
-        _hmac(_hmac(_hmac(("AWS4" + secret).encode(), amz_date[:8]), region), service), "aws4_request"
-    )
-    return signed, hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
-
-
-def test_hand_sigv4_reproduces_the_aws_test_suite_get_vanilla() -> None:
-    # aws-sig-v4-test-suite "get-vanilla": GET / host example.amazonaws.com, 20150830T123600Z.
-    signed, signature = sigv4_by_hand(
-        method="GET",
-        path="/",
-        query="",
-        headers={"Host": "example.amazonaws.com", "X-Amz-Date": "20150830T123600Z"},
-        body=b"",
-        amz_date="20150830T123600Z",
-        region="us-east-1",
-        service="service",
-    )
-    assert signed == "host;x-amz-date"
-    assert signature == "5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31"
-
-
-FROZEN = dt.datetime(2015, 8, 30, 12, 36, 0)  # botocore works in naive UTC here  # noqa: DTZ001
-
-
-def test_sigv4_authorization_for_a_fixed_amp_request_matches_the_hand_computation(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # GIVEN fixed credentials, time and request
-    monkeypatch.setattr(botocore.auth, "get_current_datetime", lambda: FROZEN)
-    url = "https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-EXAMPLE/api/v1/query"
-    request = httpx.Client().build_request("POST", url, data={"query": "up", "time": "1440938160"})
-    # WHEN signed for aps
-    SigV4Auth(Credentials(AKID, SECRET), "us-east-1").sign(request)
-    # THEN the Authorization header equals the independent computation
-    body = request.content
-    assert body == b"query=up&time=1440938160"
-    signed, signature = sigv4_by_hand(
-        method="POST",
-        path="/workspaces/ws-EXAMPLE/api/v1/query",
-        query="",
-        headers={
-            "content-type": "application/x-www-form-urlencoded",
-            "host": "aps-workspaces.us-east-1.amazonaws.com",
-            "x-amz-content-sha256": hashlib.sha256(body).hexdigest(),
-            "x-amz-date": "20150830T123600Z",
-        },
-        body=body,
-        amz_date="20150830T123600Z",
-        region="us-east-1",
-        service="aps",
-    )
-    assert request.headers["X-Amz-Date"] == "20150830T123600Z"
-    assert request.headers["Authorization"] == (
-        f"AWS4-HMAC-SHA256 Credential={AKID}/20150830/us-east-1/aps/aws4_request, "
-        f"SignedHeaders={signed}, Signature={signature}"
-    )
-    assert signed == "content-type;host;x-amz-content-sha256;x-amz-date"
 
 
 def test_sigv4_signs_exactly_what_reaches_the_server(
