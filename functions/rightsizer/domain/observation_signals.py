@@ -20,7 +20,7 @@ import math
 from array import array
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, Protocol, TypeVar
 
 from rightsizer.domain.join import JoinResult, NodeJoiner, join_label_keys
 from rightsizer.domain.model import MetricData
@@ -144,6 +144,15 @@ class _Spread:
                 self.moving = True
 
 
+class _Accumulator(Protocol):
+    """A per-device fact merged from the values of every series of that device (``_Max``, ``_Spread``)."""
+
+    def add(self, values: Iterable[float]) -> None: ...
+
+
+_Acc = TypeVar("_Acc", bound=_Accumulator)
+
+
 @dataclass(slots=True)
 class _Steps:
     """Per-step maxima of one metric of one device: the finite maximum by step slot (NaN: no finite
@@ -247,17 +256,7 @@ class ObservationReducer:
         (its ``resolve``\ d labels, times in Unix s, values): the work per series is chosen once per
         answer, since an answer holds a series per GPU (16,000 at 2,000 nodes)."""
         if kind == "step" and metric in self._max:
-            maxes, rank = self._max[metric], _RANK[metric]
-            for joined, _, values in rows:
-                dev = joined.device
-                if dev is None:
-                    self._unmapped_series(kind, metric, joined)
-                    continue
-                acc = maxes.get(dev)
-                if acc is None:
-                    acc = maxes[dev] = _Max()
-                acc.add(values)
-                self._speaks(rank, dev, joined)
+            self._accumulate(kind, metric, rows, self._max[metric], _Max, _RANK[metric])
         elif kind == "step":
             for joined, times, values in rows:
                 if joined.node is None or joined.device is None:
@@ -265,21 +264,35 @@ class ObservationReducer:
                     continue
                 self._add_step(metric, joined.node, joined.device, joined, times, values)
         elif kind == "stddev":
-            spreads = self._spread[metric]
-            for joined, _, values in rows:
-                dev = joined.device
-                if dev is None:
-                    self._unmapped_series(kind, metric, joined)
-                    continue
-                spread = spreads.get(dev)
-                if spread is None:
-                    spread = spreads[dev] = _Spread()
-                spread.add(values)
+            self._accumulate(kind, metric, rows, self._spread[metric], _Spread)
         elif kind == "avg":
             self._add_averages(metric, rows)
         else:
             for joined, _, values in rows:
                 self._add_fact(kind, metric, joined, values)
+
+    def _accumulate(
+        self,
+        kind: str,
+        metric: str,
+        rows: Iterable[Row],
+        table: dict[DeviceKey, _Acc],
+        make: Callable[[], _Acc],
+        rank: int | None = None,
+    ) -> None:
+        """Each series' values into its device's accumulator of ``table`` (window maxima, spreads); with
+        ``rank``, the series may also speak for its device (``_speaks``)."""
+        for joined, _, values in rows:
+            dev = joined.device
+            if dev is None:
+                self._unmapped_series(kind, metric, joined)
+                continue
+            acc = table.get(dev)
+            if acc is None:
+                acc = table[dev] = make()
+            acc.add(values)
+            if rank is not None:
+                self._speaks(rank, dev, joined)
 
     def _unmapped_series(self, kind: str, metric: str, joined: Resolved) -> None:
         # a main answer's series that no node claims is listed (``up`` and the side answers are not)
