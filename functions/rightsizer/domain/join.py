@@ -7,6 +7,7 @@ counts when its value is exactly a Node's name, and even then it must agree with
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -72,12 +73,8 @@ class NodeJoiner:
         ``addresses`` are pods known only by what the join reads (``ClusterSnapshot.pod_addresses``)."""
         nodes = list(nodes)
         self._names.update(n.name for n in nodes)
-        for pod in pods:
-            if pod.spec.nodeName:
-                self._pod_node[(pod.metadata.namespace, pod.metadata.name)] = pod.spec.nodeName
-                if pod.status.phase == "Running" and pod.status.podIP:
-                    self._ip_nodes.setdefault(pod.status.podIP, set()).add(pod.spec.nodeName)
-        for address in addresses:
+        known = (PodAddress.of(pod) for pod in pods)
+        for address in itertools.chain((a for a in known if a is not None), addresses):
             self._pod_node[(address.namespace, address.name)] = address.node
             if address.ip:
                 self._ip_nodes.setdefault(address.ip, set()).add(address.node)

@@ -8,6 +8,7 @@ DescribeAutoScalingGroups / DescribeAutoScalingInstances / DescribeNodegroup sha
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -429,6 +430,17 @@ class PodAddress:
     name: str
     node: str
     ip: str | None = None
+
+    @classmethod
+    def of(cls, pod: Pod) -> PodAddress | None:
+        """``pod``'s address (``spec.nodeName``; ``status.podIP`` only while ``Running``), None when it is
+        bound to no node. Namespace and node names are interned: the many pods of one node or namespace
+        share one string."""
+        node = pod.spec.nodeName
+        if not node:
+            return None
+        ip = pod.status.podIP if pod.status.phase == "Running" and pod.status.podIP else None
+        return cls(sys.intern(pod.metadata.namespace), pod.metadata.name, sys.intern(node), ip)
 
 
 class VolumeNodeAffinity(_K8s):

@@ -17,7 +17,6 @@ marks the nodes depending on it ``unknown`` (docs/architecture.md §5).
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -175,7 +174,7 @@ def _lean_pod(item: JSON, gpu_nodes: frozenset[str]) -> JSON:
 def _pod_projection(gpu_nodes: frozenset[str]) -> Callable[[JSON], Pod | PodAddress]:
     """The live plan's pods: a validated ``Pod`` when it is bound to a GPU node or not bound at all,
     otherwise only the :class:`PodAddress` the series join reads (:func:`_lean_pod`'s fields, ~0.2 KB
-    instead of a ``Pod``'s ~2.7 KB: issue 11 item 7). The namespace and node names are interned, so the
+    instead of a ``Pod``'s ~2.7 KB: issue 11 item 7; ``PodAddress.of`` interns namespace and node names, so the
     many pods of one node or namespace share one string; the equal parts of whole pods (containers,
     tolerations, labels, owners, conditions) are stored once (``SharedPodParts``: ~3.5 KB a pod instead
     of ~12 KB)."""
@@ -185,16 +184,10 @@ def _pod_projection(gpu_nodes: frozenset[str]) -> Callable[[JSON], Pod | PodAddr
         lean = _lean_pod(item, gpu_nodes)
         if lean is item:
             return shared.pod(Pod.model_validate(item))
-        meta, status = lean["metadata"], lean["status"]
-        # Validated like the Pod it stands for: a malformed item fails the same way.
-        Pod.model_validate(lean)
-        running = status.get("phase") == "Running" and status.get("podIP")
-        return PodAddress(
-            sys.intern(str(meta.get("namespace") or "")),
-            str(meta.get("name")),
-            sys.intern(str(lean["spec"]["nodeName"])),
-            str(status["podIP"]) if running else None,
-        )
+        # Validated like the Pod it stands for: a malformed item fails the same way. Only a bound pod
+        # is cut down (_lean_pod), so it always has an address.
+        pod = Pod.model_validate(lean)
+        return PodAddress.of(pod) or shared.pod(pod)
 
     return project
 
