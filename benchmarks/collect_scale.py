@@ -29,7 +29,9 @@ machine); each keeps its run of least total CPU, and every run is printed (``<me
 
 For each it prints: requests, response MiB, wall s, the slowest single request (wall s) and the slowest
 single query's engine time (``stats=all`` → ``evalTotalTime``), Prometheus CPU s (``/proc/<pid>/stat``
-utime + stime), engine s (summed), client CPU s (``time.process_time``, all threads), total CPU s
+utime + stime, with a full Go GC of the server forced before and after each run through ``/debug/pprof/heap?gc=1``,
+less the cost of one such GC with nothing to collect: each run starts from the same GC pacer state and
+pays for the collections its own garbage causes, not for those of the run before it), engine s (summed), client CPU s (``time.process_time``, all threads), total CPU s
 (Prometheus + client), client peak RSS MiB (``VmHWM`` after resetting it through
 ``/proc/self/clear_refs``), then the ratios to the floor and to the anchor. Each method runs
 ``--repeat`` times (least total CPU kept); the floor first runs once unmeasured so every method meets a
@@ -61,6 +63,8 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "functions")]
@@ -281,6 +285,12 @@ def _peak_rss_mib() -> float:
     return _status_mib("VmHWM")
 
 
+def _server_gc(url: str) -> None:
+    """A full Go garbage collection in Prometheus (``net/http/pprof``: ``heap?gc=1`` runs ``runtime.GC()``
+    before writing the profile), so garbage a run leaves is collected, and charged, inside that run."""
+    httpx.get(f"{url}/debug/pprof/heap", params={"gc": "1", "debug": "1"}, timeout=120).raise_for_status()
+
+
 def measure(
     method: Method,
     server: PrometheusServer,
@@ -291,6 +301,10 @@ def measure(
     best: dict[str, float] = {}
     for _ in range(repeat):
         with prom.PrometheusClient(server.url, stats=True, timeout=120) as client:
+            _server_gc(server.url)
+            g0 = _proc_cpu(server.process.pid)
+            _server_gc(server.url)  # the price of the closing GC alone, taken off below
+            idle_gc = _proc_cpu(server.process.pid) - g0
             _reset_peak_rss()
             p0, c0, t0 = _proc_cpu(server.process.pid), time.process_time(), time.perf_counter()
             try:
@@ -299,15 +313,17 @@ def measure(
                 print(f"{size:>6} {method.__name__:<14} FAILED: {str(exc)[:300]}", flush=True)
                 answered = -1
             wall = time.perf_counter() - t0
+            client_cpu = time.process_time() - c0
+            _server_gc(server.url)
             figures = {
                 "requests": float(client.stats.requests),
                 "resp_mib": client.stats.response_bytes / 2**20,
                 "wall_s": wall,
                 "slowest_s": client.stats.slowest_request_seconds,
                 "slowest_eng_s": client.stats.slowest_engine_seconds,
-                "prom_cpu_s": _proc_cpu(server.process.pid) - p0,
+                "prom_cpu_s": _proc_cpu(server.process.pid) - p0 - idle_gc,
                 "engine_s": client.stats.engine_seconds,
-                "client_cpu_s": time.process_time() - c0,
+                "client_cpu_s": client_cpu,
                 "peak_rss_mib": _peak_rss_mib(),
                 "answered": float(answered),
             }
