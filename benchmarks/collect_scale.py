@@ -37,10 +37,11 @@ pays for the collections its own garbage causes, not for those of the run before
 ``--repeat`` times (least total CPU kept); the floor first runs once unmeasured so every method meets a
 warm page cache.
 
-``--assess-rss`` then measures, per N, the peak RSS of a fresh Python process that does what the assess
-function does with the metrics: build the ``ClusterSnapshot`` of N GPU nodes, ``collect_live``, ``plan``
-(``VmHWM`` of that process: interpreter, libraries, nodes, answers and plan), and the slope per 1,000
-nodes between the sizes — the figure behind the assess function's ``MemorySize``.
+``--assess-rss`` then prints ``benchmarks/assess_memory.py``'s table for the same sizes: per N, the peak
+RSS of fresh processes doing the metrics part alone (N bare GPU nodes, ``collect_live``, ``plan``) and
+the whole assessment (the Kubernetes lists of N realistic GPU nodes with 15 pods each from the API double,
+then the metrics in device shards, then ``plan``, through ``rightsizer.wiring``), and the slopes per
+1,000 GPU nodes — the figure behind the assess function's ``MemorySize``.
 
 Run: ``.venv/bin/python benchmarks/collect_scale.py [--sizes 100,2000] [--repeat 1] [--assess-rss]
 [--data-dir DIR]``. ``--data-dir`` keeps the TSDB for a later run (backfilled only when empty; the
@@ -53,7 +54,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import itertools
 import json
 import os
 import subprocess
@@ -69,7 +69,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "functions")]
 
-from tests.builders import AT, gpu_node, snapshot  # noqa: E402
+from tests.builders import AT, gpu_node  # noqa: E402
 from tests.support.prometheus_server import (  # noqa: E402
     PrometheusBinaries,
     PrometheusServer,
@@ -81,7 +81,6 @@ from rightsizer.adapters import prometheus as prom  # noqa: E402
 from rightsizer.domain.join import NodeJoiner  # noqa: E402
 from rightsizer.domain.model import Node  # noqa: E402
 from rightsizer.domain.observation import DeviceShard, Shard, device_shards, series_shards  # noqa: E402
-from rightsizer.domain.planner import plan  # noqa: E402
 from rightsizer.domain.policy import Policy  # noqa: E402
 from rightsizer.domain.usage import Window  # noqa: E402
 
@@ -106,6 +105,11 @@ def node_name(size: int, i: int) -> str:
     return f"n{size}-gpu-{i:05d}"
 
 
+def node_ip(size: int, i: int) -> str:
+    """The InternalIP of node ``i`` of cluster ``size`` (its exporter's ``instance`` is ``<ip>:9400``)."""
+    return f"10.{size % 251}.{i // 250}.{i % 250}"
+
+
 def write_openmetrics(path: Path, parts: list[tuple[int, range]]) -> None:
     """Stream the nodes ``parts`` names (cluster size, node indices) as OpenMetrics, each family
     contiguous (as OpenMetrics requires)."""
@@ -116,7 +120,7 @@ def write_openmetrics(path: Path, parts: list[tuple[int, range]]) -> None:
             for size, nodes in parts:
                 for i in nodes:
                     name = node_name(size, i)
-                    ip = f"10.{size % 251}.{i // 250}.{i % 250}"
+                    ip = node_ip(size, i)
                     if metric == "up":
                         prefix = f'up{{instance="{ip}:9400",job="n{size}",node="{name}"}} 1'
                         f.writelines(prefix + s for s in stamps)
@@ -333,52 +337,6 @@ def measure(
     return best
 
 
-def assess_child(url: str, size: int, shard_nodes: int) -> None:
-    """In a fresh process: the assess function's metrics work for N nodes, in device shards of about
-    ``shard_nodes`` nodes when N is larger (0: never); prints RSS figures (MiB)."""
-    base = snapshot(node_docs(size), [])
-    policy = Policy(max_nodes_per_run=size)
-    window = Window.ending(AT, policy.idle_window, STEP)
-    shards: tuple[DeviceShard, ...] = ()
-    if 0 < shard_nodes < size:  # the product's default without prometheus.node_label
-        shards = device_shards(-(-size // shard_nodes))
-    before = _status_mib("VmRSS")
-    with prom.PrometheusClient(url, timeout=120) as client:
-        joiner = NodeJoiner(base.nodes, base.pods, "node")
-        signals = prom.collect_live(client, joiner, window, policy, "node", job=f"n{size}", shards=shards)
-    result = plan(dataclasses.replace(base, signals=signals), policy)
-    assert len(result.nodes) == size and not signals.problems
-    print(f"{before:.1f} {_peak_rss_mib():.1f}")
-
-
-def assess_rss(url: str, sizes: tuple[int, ...]) -> None:
-    print("\nassess peak RSS (fresh process: snapshot of N GPU nodes, collect_live, plan):")
-    for shard_nodes, label in ((0, "unsharded"), (SHARD_NODES, f"device shards, {SHARD_NODES} nodes")):
-        rows = []
-        for size in sizes:
-            out = subprocess.run(
-                [
-                    sys.executable,
-                    __file__,
-                    "--child-assess",
-                    str(size),
-                    "--url",
-                    url,
-                    "--shard-nodes",
-                    str(shard_nodes),
-                ],
-                capture_output=True,
-                text=True,
-                check=True,
-                timeout=1800,
-            ).stdout.split()
-            before, peak = float(out[-2]), float(out[-1])
-            rows.append((size, peak))
-            print(f"{size:>6} nodes, {label}: {before:5.0f} MiB before collecting, peak {peak:5.0f} MiB")
-        for (n0, r0), (n1, r1) in itertools.pairwise(rows):
-            print(f"  {label}, slope {n0}->{n1}: {(r1 - r0) / (n1 - n0) * 1000:.0f} MiB per 1,000 GPU nodes")
-
-
 COLS = (
     "requests",
     "resp_mib",
@@ -540,13 +498,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--backfill-jobs", type=int, default=2, help="promtool processes at once")
     parser.add_argument("--backfill-only", action="store_true", help="build (or check) the TSDB and stop")
-    parser.add_argument("--assess-rss", action="store_true", help="also measure assess peak RSS per N")
-    parser.add_argument("--child-assess", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--url", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--assess-rss", action="store_true", help="also measure assess peak RSS per N (assess_memory.py)"
+    )
     args = parser.parse_args(argv)
-    if args.child_assess:
-        assess_child(args.url, args.child_assess, int(args.shard_nodes))
-        return 0
     sweep = [int(s) for s in args.shard_nodes.split(",")]
     SHARD_NODES = sweep[0]
     sizes = tuple(int(s) for s in args.sizes.split(","))
@@ -600,7 +555,9 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append((size, results))
             print_ratios(rows)
             if args.assess_rss:
-                assess_rss(server.url, sizes)
+                from assess_memory import assess_rss
+
+                assess_rss(server.url, sizes, shard_nodes=sweep[0])
         finally:
             server.stop()
     return 0

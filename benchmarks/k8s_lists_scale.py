@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 import zlib
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -59,8 +60,20 @@ def _ip(i: int, k: int) -> str:
     return f"10.{i // 250 % 250}.{i % 250}.{k}"
 
 
-def seed(double: Any, nodes: int, gpu_share: float, pods_per_node: int) -> dict[str, int]:
+def seed(
+    double: Any,
+    nodes: int,
+    gpu_share: float,
+    pods_per_node: int,
+    *,
+    name_ip: Callable[[int], tuple[str, str]] | None = None,
+    gpu_template: dict[str, Any] | None = None,
+) -> dict[str, int]:
     """Fill ``double`` with ``nodes`` nodes (``gpu_share`` GPU nodes, spread evenly) and their pods.
+
+    ``name_ip(i)`` names node ``i`` and gives its InternalIP (default ``ip-10-…ec2.internal``, ``10.a.b.1``;
+    ``benchmarks/assess_memory.py`` names them as its TSDB's series do); ``gpu_template`` replaces the
+    cycle of ``GPU_TEMPLATES`` for every GPU node.
 
     Every node runs the EKS DaemonSets (aws-node, kube-proxy, ebs-csi-node; GPU nodes also the
     dcgm-exporter and the device plugin); the rest of its ``pods_per_node`` are Deployment pods of
@@ -78,9 +91,10 @@ def seed(double: Any, nodes: int, gpu_share: float, pods_per_node: int) -> dict[
     image = "123456789012.dkr.ecr.us-east-1.amazonaws.com/{}:v2.14.{}"
     for i in range(nodes):
         is_gpu = every > 0 and i % every == 0
-        name = f"ip-10-{i // 250 % 250}-{i % 250}-1.ec2.internal"
-        node_ip = _ip(i, 1)
-        template = gpu_templates[i % len(GPU_TEMPLATES)] if is_gpu else cpu_template
+        name, node_ip = (
+            name_ip(i) if name_ip else (f"ip-10-{i // 250 % 250}-{i % 250}-1.ec2.internal", _ip(i, 1))
+        )
+        template = (gpu_template or gpu_templates[i % len(GPU_TEMPLATES)]) if is_gpu else cpu_template
         obj = node(template, name, node_ip, i)
         counts["node_bytes"] += len(json.dumps(obj))
         double.add_node(obj)

@@ -50,6 +50,30 @@ def load_templates() -> tuple[list[JSON], JSON]:
     return gpu, cpu
 
 
+def resized(template: JSON, instance_type: str, gpus: int, cpu: str, memory_kib: int) -> JSON:
+    """``template`` as another instance type of its family: ``gpus`` GPUs, ``cpu`` cores and
+    ``memory_kib`` of memory (capacity and allocatable, the instance-type, GPU count and machine labels)."""
+    obj = copy.deepcopy(template)
+    labels = obj["metadata"]["labels"]
+    for key in (
+        "node.kubernetes.io/instance-type",
+        "beta.kubernetes.io/instance-type",
+        "nvidia.com/gpu.machine",
+    ):
+        labels[key] = instance_type
+    labels["nvidia.com/gpu.count"] = str(gpus)
+    status = obj["status"]
+    status["capacity"].update({"nvidia.com/gpu": str(gpus), "cpu": cpu, "memory": f"{memory_kib}Ki"})
+    status["allocatable"].update(
+        {
+            "nvidia.com/gpu": str(gpus),
+            "cpu": f"{int(cpu) * 1000 - 190}m",
+            "memory": f"{memory_kib - 3_000_000}Ki",
+        }
+    )
+    return obj
+
+
 def node(template: JSON, name: str, ip: str, index: int) -> JSON:
     """``template`` renamed to ``name`` with InternalIP ``ip`` and its own provider id."""
     obj = copy.deepcopy(template)
