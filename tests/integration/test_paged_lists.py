@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import tracemalloc
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -21,13 +22,22 @@ from botocore.credentials import ReadOnlyCredentials
 from rightsizer.adapters.eks_auth import EksTokenSource
 from rightsizer.adapters.kubernetes import KubernetesCluster
 from rightsizer.domain.join import NodeJoiner
-from rightsizer.domain.model import PodAddress
-from rightsizer.domain.planner import plan
+from rightsizer.domain.model import ANN_CORDONED_BY, ANN_DO_NOT_DISRUPT, PodAddress
+from rightsizer.domain.planner import CA_SCALE_DOWN_DISABLED, KARPENTER_NODEPOOL, plan
+from rightsizer.domain.pods import (
+    CA_DAEMONSET_POD,
+    CA_SAFE_TO_EVICT,
+    CA_SAFE_TO_EVICT_LOCAL_VOLUMES,
+    KARPENTER_DO_NOT_DISRUPT,
+    MIRROR_ANNOTATION,
+    NVIDIA_VISIBLE_DEVICES,
+)
 from rightsizer.domain.policy import Policy
+from rightsizer.domain.read_fields import POD_ANNOTATIONS
 from rightsizer.services.snapshot import ObserveRequest, observe
 from rightsizer.testing.k8s import KubernetesDouble
 from rightsizer.wiring.parts import snapshot_from_observation
-from tests.builders import AT, claim_volume, exporter_pod, gpu_node, pdb, pod, pv, pvc
+from tests.builders import AT, claim_volume, exporter_pod, gpu_node, pdb, pod, pv, pvc, rfc
 from tests.support.child_double import child_doubles
 
 pytestmark = pytest.mark.integration
@@ -235,3 +245,253 @@ def test_the_live_observation_reads_no_list_whole_dra_included(double: Kubernete
     assert projected.resource_claims == raw.resource_claims
     (claim,) = projected.resource_claims
     assert claim.nodes == frozenset({"gpu-03"}) and claim.reserved_for == frozenset({"train-3"})
+
+
+# ---------------------------------------------------------------------------------- every field a rule reads
+
+DAY_OLD = rfc(AT - timedelta(hours=5))
+
+
+def dressed_pod(obj: dict[str, Any], i: int) -> dict[str, Any]:
+    """``obj`` with what the API server adds and no rule reads (the projection may drop all of it)."""
+    meta, spec, status = obj["metadata"], obj["spec"], obj["status"]
+    meta.update(
+        resourceVersion=str(1000 + i),
+        generateName=meta["name"][:-2],
+        managedFields=[
+            {"manager": "kubelet", "operation": "Update", "fieldsV1": {"f:status": {"f:podIP": {}}}}
+        ],
+    )
+    meta["labels"] = {**meta["labels"], "pod-template-hash": f"h{i}", "app.kubernetes.io/version": "1.2"}
+    meta["annotations"] = {
+        **meta["annotations"],
+        "kubectl.kubernetes.io/last-applied-configuration": '{"secret": "x"}' * 20,
+        "vpc.amazonaws.com/pod-ips": status.get("podIP") or "",
+    }
+    for c in spec["containers"]:
+        c.update(image="ecr/app:v1", ports=[{"containerPort": 8080}], command=["run"], args=["--token=x"])
+        c["env"] = [
+            *c["env"],
+            {"name": "LOG_LEVEL", "value": "info"},
+            {"name": "POD", "valueFrom": {"fieldRef": {}}},
+        ]
+        c["volumeMounts"] = [{"name": f"kube-api-access-{i}", "mountPath": "/var/run/secrets"}]
+    spec["volumes"] = [*spec["volumes"], {"name": f"kube-api-access-{i}", "projected": {"sources": []}}]
+    spec.update(dnsPolicy="ClusterFirst", serviceAccountName="default", priority=0, schedulerName="default")
+    status["conditions"] = [
+        {"type": t, "status": "True", "lastTransitionTime": DAY_OLD}
+        for t in ("Initialized", "Ready", "PodScheduled")
+    ]
+    status.update(
+        hostIP="10.9.9.9", qosClass="Burstable", containerStatuses=[{"name": "main", "ready": True}]
+    )
+    return obj
+
+
+def dressed_node(obj: dict[str, Any]) -> dict[str, Any]:
+    """``obj`` with what the kubelet and EKS add and no rule reads."""
+    obj["metadata"]["annotations"] = {
+        **obj["metadata"]["annotations"],
+        "alpha.kubernetes.io/provided-node-ip": "10.9.9.9",
+        "csi.volume.kubernetes.io/nodeid": '{"ebs.csi.aws.com":"i-0"}',
+        "node.alpha.kubernetes.io/ttl": "0",
+    }
+    obj["metadata"]["labels"] = {**obj["metadata"]["labels"], "kubernetes.io/arch": "amd64", "team": "ml"}
+    obj["metadata"]["managedFields"] = [{"manager": "kubelet", "fieldsV1": {"f:status": {}}}]
+    obj["status"].update(
+        images=[{"names": ["ecr/app@sha256:ab", "ecr/app:v1"], "sizeBytes": 1}],
+        nodeInfo={"kubeletVersion": "v1.31.0-eks"},
+        daemonEndpoints={"kubeletEndpoint": {"Port": 10250}},
+    )
+    return obj
+
+
+#: One GPU node per case (its name), each with one pod exercising one field a pod rule reads.
+POD_CASES: dict[str, dict[str, Any]] = {
+    "emptydir-listed": {
+        "volumes": [{"name": "scratch", "emptyDir": {}}],
+        "annotations": {CA_SAFE_TO_EVICT_LOCAL_VOLUMES: "scratch"},
+    },
+    "emptydir": {"volumes": [{"name": "cache", "emptyDir": {"medium": "Memory"}}]},
+    "hostpath": {"volumes": [{"name": "logs", "hostPath": {"path": "/var/log"}}]},
+    "ephemeral": {"volumes": [{"name": "tmp", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}}]},
+    "mirror": {"owner": None, "annotations": {MIRROR_ANNOTATION: "abc"}},
+    "ca-daemonset": {"owner": ("NodeAgent", "example.com/v1"), "annotations": {CA_DAEMONSET_POD: "true"}},
+    "custom-owner": {"owner": ("NodeAgent", "example.com/v1")},
+    "karpenter-expired": {"annotations": {KARPENTER_DO_NOT_DISRUPT: "2h"}},
+    "karpenter-active": {"annotations": {KARPENTER_DO_NOT_DISRUPT: "10h"}},
+    "do-not-disrupt": {"annotations": {ANN_DO_NOT_DISRUPT: "true"}},
+    "safe-false": {"annotations": {CA_SAFE_TO_EVICT: "false"}},
+    "safe-true-bare": {"owner": None, "annotations": {CA_SAFE_TO_EVICT: "true"}},
+    "bare": {"owner": None},
+    "grace": {"grace": 3600},
+    "job": {"owner": ("Job", "batch/v1")},
+    "terminating": {"owner": None, "deleting": True},
+    "succeeded": {"owner": None, "phase": "Succeeded"},
+    "runtime": {"extra_spec": {"runtimeClassName": "nvidia"}},
+    "visible": {"env": [{"name": NVIDIA_VISIBLE_DEVICES, "value": "all"}]},
+    "visible-void": {"env": [{"name": NVIDIA_VISIBLE_DEVICES, "value": "void"}]},
+    "visible-from": {"env": [{"name": NVIDIA_VISIBLE_DEVICES, "valueFrom": {"fieldRef": {}}}]},
+    "privileged": {"privileged": True},
+    "gpu-init": {"init_gpu": True},
+    "tolerates-cordon": {
+        "extra_spec": {
+            "tolerations": [
+                {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"}
+            ]
+        }
+    },
+    "system": {"namespace": "kube-system"},
+    "pdb-expression": {"namespace": "ml-2", "labels": {"tier": "gpu", "app": "x"}},
+}
+#: One GPU node per case, each with one field the node rules read.
+NODE_CASES: dict[str, dict[str, Any]] = {
+    "node-dnd": {"annotations": {ANN_DO_NOT_DISRUPT: "true"}},
+    "node-dnd-label": {"labels": {ANN_DO_NOT_DISRUPT: "true"}},
+    "node-karpenter-dnd": {"annotations": {KARPENTER_DO_NOT_DISRUPT: "true"}},
+    "node-ca-disabled": {"annotations": {CA_SCALE_DOWN_DISABLED: "true"}},
+    "node-ours": {"unschedulable": True, "annotations": {ANN_CORDONED_BY: "exec-1"}},
+    "node-cordoned": {"unschedulable": True},
+    "node-pool": {"labels": {KARPENTER_NODEPOOL: "gpu"}},
+    "node-disrupted": {"taints": [{"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}]},
+    "node-young": {"created": AT - timedelta(minutes=10)},
+    "node-mig": {
+        "labels": {"nvidia.com/mig.strategy": "single", "nvidia.com/gpu.product": "A100-SXM4-40GB-MIG-1g.5gb"}
+    },
+    "node-team": {
+        "labels": {"pool": "reserved"},
+        "taints": [{"key": "dedicated", "value": "ml", "effect": "NoSchedule"}],
+    },
+}
+
+
+def case_pod(case: str, i: int, **kw: Any) -> dict[str, Any]:
+    deleting, privileged, init_gpu = (
+        kw.pop("deleting", False),
+        kw.pop("privileged", False),
+        kw.pop("init_gpu", False),
+    )
+    obj = pod(f"{case}-0", case, pod_ip=f"10.5.0.{i + 1}", **kw)
+    if deleting:
+        # the double removes a terminating pod at its deadline (its clock is the wall clock)
+        obj["metadata"]["deletionTimestamp"] = rfc(datetime.now(UTC) + timedelta(hours=1))
+    if privileged:
+        obj["spec"]["containers"][0]["securityContext"] = {"privileged": True}
+    if init_gpu:
+        obj["spec"]["initContainers"] = [{"name": "warm", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]
+    return dressed_pod(obj, i)
+
+
+@pytest.fixture(scope="module")
+def every_field() -> Iterator[KubernetesDouble]:
+    """GPU nodes whose pods and nodes carry every field a rule reads (one case each) and every field the
+    API server adds that none reads, beside CPU nodes with pods of the same kinds."""
+    with KubernetesDouble(seed=9, resource_api_versions=None) as d:
+        for i, (case, kw) in enumerate({**POD_CASES, **{n: {} for n in NODE_CASES}}.items()):
+            node_kw = NODE_CASES.get(case, {})
+            d.add_node(
+                dressed_node(
+                    gpu_node(case, instance_type="g5.2xlarge", gpus=1, ip=f"10.4.0.{i + 1}", **node_kw)
+                )
+            )
+            d.add_pod(dressed_pod(exporter_pod(case, f"10.6.0.{i + 1}", name=f"dcgm-{case}"), 500 + i))
+            if case in POD_CASES:
+                d.add_pod(case_pod(case, i, **kw), controller=False)
+        d.add_node(dressed_node(cpu_node("cpu-00", "10.2.0.1")))
+        d.add_pod(case_pod("cpu-00", 99, annotations={MIRROR_ANNOTATION: "x"}), controller=False)
+        # Pending GPU pods: one only node-team takes (a node label no rule lists, and its taint tolerated),
+        # one that no node takes (a toleration no rule lists is not enough without the label)
+        d.add_pod(
+            dressed_pod(
+                pod(
+                    "wants-team",
+                    None,
+                    namespace="ml-0",
+                    gpus=1,
+                    phase="Pending",
+                    node_selector={"pool": "reserved"},
+                    extra_spec={
+                        "tolerations": [
+                            {"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}
+                        ]
+                    },
+                ),
+                700,
+            )
+        )
+        d.add_pod(
+            dressed_pod(
+                pod(
+                    "wants-nothing",
+                    None,
+                    namespace="ml-0",
+                    gpus=1,
+                    phase="Pending",
+                    node_selector={"pool": "none"},
+                ),
+                701,
+            )
+        )
+        expression = pdb("tier", "ml-2", {}, 0)
+        expression["spec"]["selector"] = {
+            "matchExpressions": [{"key": "tier", "operator": "In", "values": ["gpu"]}]
+        }
+        d.add_pdb(expression, managed_status=False)
+        yield d
+
+
+@pytest.mark.parametrize(
+    "policy", [Policy(), Policy(node_selector={"team": "ml"}, evict_idle_gpu_holders=True)]
+)
+def test_the_projection_keeps_every_field_a_rule_reads(every_field: KubernetesDouble, policy: Policy) -> None:
+    # GIVEN pods and nodes exercising each field the pod, node, volume and GPU rules read, dressed as the
+    # API server sends them; WHEN the live plan reads them projected, page by page
+    raw = snapshot_from_observation(observe(reader(every_field, 5000), None, None, REQUEST))
+    projected = snapshot_from_observation(observe(reader(every_field, 4), None, None, REQUEST, project=True))
+    # THEN it plans exactly as from the whole objects
+    expected, got = plan(raw, policy, AT), plan(projected, policy, AT)
+    assert got.model_dump(mode="json") == expected.model_dump(mode="json")
+    by_node = {n.node: set(n.reasons) for n in got.nodes}
+    # and every case decided what its field decides (so a projection that drops it changes the plan)
+    codes = {r.split(":")[0] for reasons in by_node.values() for r in reasons}
+    assert {
+        "local_storage",
+        "bare_pod",
+        "do_not_disrupt",
+        "grace_exceeds_drain_timeout",
+        "running_batch_pod",
+        "system_pod",
+        "pdb_blocks",
+        "pending_gpu_pods",
+        "karpenter_owned",
+        "in_flight",
+        "cordoned_by_other",
+        "other_autoscaler",
+        "node_too_young",
+    } <= codes, codes
+    assert ("idle_gpu_holder" in codes) is not policy.evict_idle_gpu_holders
+    for quiet in (
+        "emptydir-listed",
+        "mirror",
+        "ca-daemonset",
+        "karpenter-expired",
+        "safe-true-bare",
+        "terminating",
+        "succeeded",
+        "visible-void",
+        "tolerates-cordon",
+    ):
+        assert not any(f"/{quiet}-0" in r for r in by_node[quiet]), (quiet, by_node[quiet])
+    assert any(r.startswith("pending_gpu_pods") for r in by_node["node-team"]), by_node["node-team"]
+    # and the series join maps node and pod addresses alike
+    full = NodeJoiner(raw.nodes, raw.pods)
+    lean = NodeJoiner(projected.nodes, projected.pods, None, projected.pod_addresses)
+    series = [{"instance": f"{ip}:9400"} for n in raw.nodes for ip in n.internal_ips]
+    series += [{"instance": f"{p.status.podIP}:9400"} for p in raw.pods if p.status.phase == "Running"]
+    assert [lean.join(x) for x in series] == [full.join(x) for x in series]
+    assert all(lean.join(x).node for x in series)
+    # and what it keeps of a GPU node's pod is what the rules read, not what the API server added
+    kept = next(p for p in projected.pods if p.metadata.name == "visible-from-0")
+    assert set(kept.metadata.annotations) <= set(POD_ANNOTATIONS)
+    assert [e.name for c in kept.all_containers() for e in c.env] == [NVIDIA_VISIBLE_DEVICES]
+    assert [v.name for v in kept.spec.volumes] == []

@@ -9,7 +9,7 @@ field is written only when a decision reads it, and secrets cannot leak through 
   model declares it, recursively. A field the model keeps opaque (``dict[str, Any]``: ``hostPath``,
   ``emptyDir``, ``ephemeral``, ``valueFrom``, ``envFrom`` items) is read for its presence only and is
   written as ``{}``.
-* **Map keys** (labels, annotations, AWS tags, container env) are kept only when listed below — every
+* **Map keys** (labels, annotations, AWS tags, container env) are kept only when listed (``domain.read_fields``, the tags below) — every
   entry names the code that reads it, and ``tests/unit/test_snapshot_projection.py`` proves each one is
   read — plus the label keys a selector *in the same snapshot* or the policy's ``node_selector`` compares
   (PodDisruptionBudget selectors → pod labels; pod ``nodeSelector`` and PersistentVolume node affinity →
@@ -47,10 +47,7 @@ from rightsizer.adapters.snapshot_dir import (
 from rightsizer.domain.dra_fields import claim_fields as _claim
 from rightsizer.domain.dra_fields import pick as _pick
 from rightsizer.domain.dra_fields import slice_fields as _slice
-from rightsizer.domain.drivers import GFD_DEPRECATED_PARTS, GFD_FULL, GFD_PARTS
 from rightsizer.domain.model import (
-    ANN_CORDONED_BY,
-    ANN_DO_NOT_DISRUPT,
     TAG_EKS_CLUSTER,
     TAG_ENABLED,
     TAG_RESIZE,
@@ -63,14 +60,12 @@ from rightsizer.domain.model import (
     PodDisruptionBudget,
 )
 from rightsizer.domain.observation_signals import read_labels, series_label_keys
-from rightsizer.domain.planner import CA_SCALE_DOWN_DISABLED, KARPENTER_NODEPOOL
-from rightsizer.domain.pods import (
-    CA_DAEMONSET_POD,
-    CA_SAFE_TO_EVICT,
-    CA_SAFE_TO_EVICT_LOCAL_VOLUMES,
-    KARPENTER_DO_NOT_DISRUPT,
-    MIRROR_ANNOTATION,
-    NVIDIA_VISIBLE_DEVICES,
+from rightsizer.domain.read_fields import (
+    ENV_NAMES,
+    NODE_ANNOTATIONS,
+    NODE_LABELS,
+    POD_ANNOTATIONS,
+    POD_LABELS,
 )
 
 __all__ = [
@@ -87,54 +82,6 @@ __all__ = [
     "project_object",
 ]
 
-#: Node labels the decision reads: instance type (``Node.instance_type``), pricing region, zone and
-#: capacity type (``planner._price``), node group and Karpenter ownership (``planner._selected``,
-#: ``_node_protections``), the do-not-disrupt label, and the GPU operator's labels (``domain.gpu``).
-NODE_LABELS: Final = frozenset(
-    {
-        "node.kubernetes.io/instance-type",
-        "beta.kubernetes.io/instance-type",
-        "topology.kubernetes.io/region",
-        "topology.kubernetes.io/zone",
-        "eks.amazonaws.com/capacityType",
-        "karpenter.sh/capacity-type",
-        "eks.amazonaws.com/nodegroup",
-        KARPENTER_NODEPOOL,
-        ANN_DO_NOT_DISRUPT,
-        "nvidia.com/gpu.present",
-        "nvidia.com/gpu.replicas",
-        "nvidia.com/gpu.count",
-        "nvidia.com/gpu.product",
-        "nvidia.com/mig.strategy",
-        "nvidia.com/mig.config",
-        # The installed NVIDIA driver (GPU Feature Discovery): the resize preflight, also in the plan.
-        GFD_FULL,
-        *GFD_PARTS,
-        *GFD_DEPRECATED_PARTS,
-    }
-)
-#: Node annotations ``planner._node_protections`` reads (do-not-disrupt family, our cordon marker).
-NODE_ANNOTATIONS: Final = frozenset(
-    {ANN_DO_NOT_DISRUPT, KARPENTER_DO_NOT_DISRUPT, CA_SCALE_DOWN_DISABLED, ANN_CORDONED_BY}
-)
-#: Pod annotations the eviction filters read (``domain.pods``: mirror pods, do-not-disrupt, safe-to-evict,
-#: a custom controller's DaemonSet-like pod).
-POD_ANNOTATIONS: Final = frozenset(
-    {
-        MIRROR_ANNOTATION,
-        CA_DAEMONSET_POD,
-        ANN_DO_NOT_DISRUPT,
-        KARPENTER_DO_NOT_DISRUPT,
-        CA_SAFE_TO_EVICT,
-        CA_SAFE_TO_EVICT_LOCAL_VOLUMES,
-    }
-)
-#: Pod labels read whatever the snapshot holds: none — pod labels matter only to the PDB selectors of the
-#: same snapshot, whose keys are added per snapshot.
-POD_LABELS: Final = frozenset[str]()
-#: Container env entries ``domain.pods.gpu_use_outside_requests`` reads (value or the presence of
-#: ``valueFrom``).
-ENV_NAMES: Final = frozenset({NVIDIA_VISIBLE_DEVICES})
 #: Auto Scaling group tags read: the opt-in pair (``domain.model.opt_in_refusal``) and the node group
 #: name of a self-managed group (``snapshot_dir._inventory``).
 ASG_TAGS: Final = frozenset({TAG_ENABLED, TAG_EKS_CLUSTER, "eks:nodegroup-name"})

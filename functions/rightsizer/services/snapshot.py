@@ -35,7 +35,7 @@ from rightsizer.domain.model import (
     PodDisruptionBudget,
 )
 from rightsizer.domain.observation import METRICS_FORMAT, observation_queries
-from rightsizer.domain.pod_parts import SharedPodParts
+from rightsizer.domain.pod_parts import CompactObjects
 from rightsizer.domain.usage import ACTIVITY_METRICS, DEVICE_METRICS, UP
 from rightsizer.ports import (
     JSON,
@@ -171,23 +171,21 @@ def _lean_pod(item: JSON, gpu_nodes: frozenset[str]) -> JSON:
     }
 
 
-def _pod_projection(gpu_nodes: frozenset[str]) -> Callable[[JSON], Pod | PodAddress]:
-    """The live plan's pods: a validated ``Pod`` when it is bound to a GPU node or not bound at all,
-    otherwise only the :class:`PodAddress` the series join reads (:func:`_lean_pod`'s fields, ~0.2 KB
-    instead of a ``Pod``'s ~2.7 KB: issue 11 item 7; ``PodAddress.of`` interns namespace and node names, so the
-    many pods of one node or namespace share one string; the equal parts of whole pods (containers,
-    tolerations, labels, owners, conditions) are stored once (``SharedPodParts``: ~3.5 KB a pod instead
-    of ~12 KB)."""
-    shared = SharedPodParts()
+def _pod_projection(gpu_nodes: frozenset[str], compact: CompactObjects) -> Callable[[JSON], Pod | PodAddress]:
+    """The live plan's pods: a compact ``Pod`` (``CompactObjects.pod``: the fields the rules read, equal
+    parts stored once) when it is bound to a GPU node or not bound at all, otherwise only the
+    :class:`PodAddress` the series join reads (:func:`_lean_pod`'s fields; ``PodAddress.of`` interns
+    namespace and node names, so the many pods of one node or namespace share one string): issue 11
+    item 7."""
 
     def project(item: JSON) -> Pod | PodAddress:
         lean = _lean_pod(item, gpu_nodes)
         if lean is item:
-            return shared.pod(Pod.model_validate(item))
+            return compact.pod(item)
         # Validated like the Pod it stands for: a malformed item fails the same way. Only a bound pod
         # is cut down (_lean_pod), so it always has an address.
         pod = Pod.model_validate(lean)
-        return PodAddress.of(pod) or shared.pod(pod)
+        return PodAddress.of(pod) or compact.pod(lean)
 
     return project
 
@@ -195,12 +193,13 @@ def _pod_projection(gpu_nodes: frozenset[str]) -> Callable[[JSON], Pod | PodAddr
 def _projected_documents(cluster: ClusterReader) -> tuple[list[Node], dict[str, Any]]:
     """The Kubernetes documents of a live plan, projected page by page (issue 11 item 7): the typed
     objects the plan reads instead of the raw lists (``snapshot_dir`` accepts either)."""
-    nodes = cluster.list_projected("nodes", Node.model_validate)
+    compact = CompactObjects()
+    nodes = cluster.list_projected("nodes", compact.node)
     catalog = load_catalog()
     gpu_nodes = frozenset(n.name for n in nodes if is_gpu_node(n, catalog))
     documents = {
         "nodes.json": kubectl_list(nodes),
-        "pods.json": kubectl_list(cluster.list_projected("pods", _pod_projection(gpu_nodes))),
+        "pods.json": kubectl_list(cluster.list_projected("pods", _pod_projection(gpu_nodes, compact))),
         "pdbs.json": kubectl_list(
             cluster.list_projected("poddisruptionbudgets", PodDisruptionBudget.model_validate)
         ),
