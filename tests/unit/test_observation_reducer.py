@@ -190,3 +190,55 @@ def test_a_failed_device_shard_names_no_node_through_any_up_answer(up_kinds: tup
     first, *_, rest = device_shards(2)
     assert reducer.nodes_of_series(rest.label, rest.holds) == set()
     assert reducer.nodes_of_series(first.label, first.holds) == {"gpu-0", "gpu-1"}
+
+
+def test_label_sets_are_kept_once_each_pair_shared_between_them() -> None:
+    """80,000 devices at 10,000 nodes: a label set is kept as its (name, value) pairs, each pair stored
+    once for the whole collection (a node's name, address and job recur in all its GPUs' label sets),
+    without a dict, and sorted only when it did not come sorted; what it reads stays the same."""
+    nodes = [Node.model_validate(gpu_node("gpu-0", gpus=2))]
+    reducer = ObservationReducer(NodeJoiner(nodes, [], "node"), WINDOW, 10.0)
+    common = {"job": "dcgm", "instance": "10.1.0.1:9400", "node": "gpu-0"}
+    first = reducer.resolve({"UUID": "GPU-0", "gpu": "0", **common, "modelName": "NVIDIA A10G"})
+    second = reducer.resolve(
+        {"UUID": "GPU-1", "gpu": "1", **{k: "".join(list(v)) for k, v in common.items()}}
+    )
+    shared = [p for p in second.ident if p[0] in common]
+    assert len(shared) == 3 and all(any(p is q for q in first.ident) for p in shared)
+    assert first.labels == {"UUID": "GPU-0", "gpu": "0", **common}  # modelName is not read
+    assert first.label("instance") == "10.1.0.1:9400" and first.label("GPU_I_ID") == ""
+    assert first.device == ("gpu-0", "GPU-0", "") and first.target == ("dcgm", "10.1.0.1:9400")
+    assert first.target is second.target
+    assert first.sorted_ident == tuple(sorted(first.ident)) != first.ident
+    ordered = reducer.resolve(dict(sorted({"UUID": "GPU-1", "gpu": "1", **common}.items())))
+    assert ordered.sorted_ident is ordered.ident
+    assert reducer.resolve({"UUID": "GPU-0", "gpu": "0", **common}) is first  # found again, not rebuilt
+
+
+def test_the_memory_of_a_device_is_the_largest_total_of_its_series() -> None:
+    # GIVEN one GPU seen through two exporter pods (two label sets), used/free averages in any order
+    nodes = [Node.model_validate(gpu_node("gpu-0", gpus=1))]
+    reducer = ObservationReducer(NodeJoiner(nodes, [], "node"), WINDOW, 10.0)
+    base = {"UUID": "GPU-0", "gpu": "0", "node": "gpu-0"}
+    a, b = {**base, "pod": "a", "namespace": "ml"}, {**base, "pod": "b", "namespace": "ml"}
+    reducer.add("step", GPU_UTIL, a, GRID, [0.0] * 30)
+    reducer.add("step", FB_USED, a, [WINDOW.end], [500.0])
+    reducer.add("avg", FB_FREE, b, [WINDOW.end], [23000.0])
+    reducer.add("avg", FB_USED, a, [WINDOW.end], [300.0])
+    reducer.add("avg", FB_FREE, a, [WINDOW.end], [22000.0])
+    reducer.add("avg", FB_USED, b, [WINDOW.end], [400.0])
+    reducer.add("timestamp", GPU_UTIL, a, [WINDOW.end], [WINDOW.end - 20])
+    reducer.add("timestamp", GPU_UTIL, b, [WINDOW.end], [WINDOW.end - 5])
+    for kind, metric in (("step", GPU_UTIL), ("step", FB_USED), ("avg", FB_USED), ("avg", FB_FREE)):
+        reducer.answered(kind, metric)
+    [device] = reducer.finish().devices["gpu-0"]
+    # THEN the larger series total counts (23,400 MiB), and the newest sample of either series
+    assert device.fb_total_mib == 23400.0 and device.newest_sample == WINDOW.end - 5
+    # AND a series with only one side has no total
+    reducer = ObservationReducer(NodeJoiner(nodes, [], "node"), WINDOW, 10.0)
+    reducer.add("step", FB_USED, a, [WINDOW.end], [500.0])
+    reducer.add("avg", FB_USED, a, [WINDOW.end], [300.0])
+    reducer.add("avg", FB_FREE, b, [WINDOW.end], [23000.0])
+    reducer.add("step", GPU_UTIL, a, GRID, [0.0] * 30)
+    [device] = reducer.finish().devices["gpu-0"]
+    assert device.fb_total_mib is None

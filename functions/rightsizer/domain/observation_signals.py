@@ -20,7 +20,7 @@ import math
 from array import array
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol, TypeVar
+from typing import NamedTuple, Protocol, TypeVar, cast
 
 from rightsizer.domain.join import JoinResult, NodeJoiner, join_label_keys
 from rightsizer.domain.model import MetricData
@@ -56,7 +56,6 @@ STEP_ORDER = (GPU_UTIL, PROF_ACTIVE, UP, FB_USED, POWER)
 _RANK = {m: i for i, m in enumerate(STEP_ORDER)}
 LabelKey = tuple[tuple[str, str], ...]
 _INF = math.inf
-_NO_PAIRS: Mapping[LabelKey, list[float | None]] = {}
 _isfinite = math.isfinite
 
 
@@ -87,10 +86,15 @@ def read_labels(labels: Mapping[str, str], keep: frozenset[str]) -> dict[str, st
 
 
 class Resolved(NamedTuple):
-    """A label set as read (``read_labels``), its node and device, or why it has none; the exporter and
-    MIG profile it names (``usage.exporter_of``, ``GPU_I_PROFILE``)."""
+    """A label set as read (``read_labels``: ``ident``, its (name, value) pairs in order, each pair shared
+    by every label set holding it), its node and device, or why it has none; the exporter, MIG profile
+    and scrape target it names (``usage.exporter_of``, ``GPU_I_PROFILE``, ``usage.target_of``).
 
-    labels: Mapping[str, str]
+    One is kept per distinct label set of a collection (80,000 devices at 10,000 nodes), so it holds no
+    dict of its labels (``labels`` builds one), and ``sorted_ident`` is ``ident`` itself when that is
+    sorted already (Prometheus sends label sets sorted by name).
+    """
+
     ident: LabelKey
     node: str | None
     device: DeviceKey | None
@@ -98,6 +102,19 @@ class Resolved(NamedTuple):
     reason: str | None
     exporter: str
     mig_profile: str | None
+    target: Target | None
+
+    @property
+    def labels(self) -> dict[str, str]:
+        """The label set as read, as a dict."""
+        return dict(self.ident)
+
+    def label(self, name: str) -> str:
+        """The value of label ``name``, "" when absent."""
+        for key, value in self.ident:
+            if key == name:
+                return value
+        return ""
 
 
 Row = tuple[Resolved, Sequence[float], Sequence[float]]
@@ -179,6 +196,10 @@ class ObservationReducer:
         self._keep = series_label_keys(joiner.node_label)
         # label set as read → with its node and device or why it has none
         self._joined: dict[LabelKey, Resolved] = {}
+        # every (name, value) pair met, stored once: label sets share them (a node's name, address and
+        # job recur in each of its GPUs' label sets)
+        self._pairs: dict[tuple[str, str], tuple[str, str]] = {}
+        self._targets: dict[Target, Target] = {}
         # Step slot of each step point of the window (``Window.step_index``): query_range answers sit
         # on this grid, so one lookup replaces the arithmetic for nearly every point.
         step = max(window.step, 1)
@@ -191,15 +212,18 @@ class ObservationReducer:
         self._up_idents: set[LabelKey] = set()  # label sets of ``up`` and its count (never sharded)
         self._max: dict[str, dict[DeviceKey, _Max]] = {FB_USED: {}, POWER: {}}
         self._spread: dict[str, dict[DeviceKey, _Spread]] = {POWER: {}, ENERGY: {}}
-        self._avg: dict[DeviceKey, dict[LabelKey, list[float | None]]] = {}
+        # per device, its series' (used, free) averages as a flat list: sorted label set, used, free, …
+        # (one series nearly always; a list of 3 takes a third of a dict of one pair)
+        self._avg: dict[DeviceKey, list[LabelKey | float | None]] = {}
         self._avg_bad: dict[str, set[DeviceKey]] = {FB_USED: set(), FB_FREE: set()}
-        self._stamps: dict[DeviceKey, list[float]] = {}
+        self._newest: dict[DeviceKey, float] = {}  # newest finite sample time ≤ the window's end
+        self._stamps_bad: set[DeviceKey] = set()  # a non-finite sample time
         self._stamped: dict[str, set[DeviceKey]] = {m: set() for m in ACTIVITY_METRICS}
         self._nonfinite: dict[str, set[DeviceKey]] = {m: set() for m in ACTIVITY_METRICS}
         self._counts: dict[DeviceKey, float] = {}  # format-2 snapshots before up.count.json
         self._target_counts: dict[Target, float] = {}
         self._samples: dict[DeviceKey, float] = {}  # per device, set by ``finish``
-        self._labels: dict[DeviceKey, tuple[tuple[int, LabelKey], Resolved]] = {}
+        self._labels: dict[DeviceKey, tuple[int, Resolved]] = {}  # (rank in STEP_ORDER, label set)
         self._unmapped: dict[tuple[str, LabelKey], UnmappedSeries] = {}
         self._answered: set[tuple[str, str]] = set()
         self._failed: set[tuple[str, str]] = set()
@@ -234,7 +258,8 @@ class ObservationReducer:
         """``labels`` read, joined to their node and device, for ``add_resolved``: a caller that meets
         one label set in many answers (up to 14) resolves it once and passes the result each time."""
         read = read_labels(labels, self._keep)
-        ident = tuple(read.items())
+        pairs = self._pairs
+        ident = tuple([pairs.setdefault(item, item) for item in read.items()])  # each the one stored copy
         joined = self._joined.get(ident)
         if joined is None:
             joined = self._joined[ident] = self._join(read, ident)
@@ -298,13 +323,11 @@ class ObservationReducer:
         # a main answer's series that no node claims is listed (``up`` and the side answers are not)
         if (kind == "step" and metric != UP) or (kind == "stddev" and metric == ENERGY):
             reason = f"series_unmapped:{joined.reason}"
-            self._unmapped.setdefault(
-                (metric, joined.ident), UnmappedSeries(metric, dict(joined.labels), reason)
-            )
+            self._unmapped.setdefault((metric, joined.ident), UnmappedSeries(metric, joined.labels, reason))
 
     def _add_averages(self, metric: str, rows: Iterable[Row]) -> None:
         # used and free of one series pair up by labels (written in any order by a snapshot)
-        side = 0 if metric == FB_USED else 1
+        side = 1 if metric == FB_USED else 2
         averages, bad = self._avg, self._avg_bad[metric]
         for joined, _, values in rows:
             dev = joined.device
@@ -312,11 +335,13 @@ class ObservationReducer:
                 continue
             pairs = averages.get(dev)
             if pairs is None:
-                pairs = averages[dev] = {}
-            pair = pairs.get(joined.sorted_ident)
-            if pair is None:
-                pair = pairs[joined.sorted_ident] = [None, None]
-            pair[side] = values[-1] if values else None
+                pairs = averages[dev] = []
+            ident = joined.sorted_ident
+            at = next((i for i in range(0, len(pairs), 3) if pairs[i] == ident), None)
+            if at is None:
+                at = len(pairs)
+                pairs += (ident, None, None)
+            pairs[at + side] = values[-1] if values else None
             if not _all_finite(values):
                 bad.add(dev)
 
@@ -328,9 +353,21 @@ class ObservationReducer:
             return
         elif kind == "timestamp":
             self._stamped[metric].add(dev)
-            self._stamps.setdefault(dev, []).extend(values)
+            self._timestamps(dev, values)
         elif kind == "nonfinite":
             self._nonfinite[metric].add(dev)
+
+    def _timestamps(self, dev: DeviceKey, values: Sequence[float]) -> None:
+        """Sample times of a device's activity series: the newest finite one in the window, whether any
+        was non-finite."""
+        if not _all_finite(values):
+            self._stamps_bad.add(dev)
+        end = self._window.end
+        finite = [t for t in values if _isfinite(t) and t <= end]
+        if finite:
+            newest = max(finite)
+            if newest > self._newest.get(dev, -_INF):
+                self._newest[dev] = newest
 
     def _add_count(
         self, metric: str, joined: Resolved, dev: DeviceKey | None, values: Sequence[float]
@@ -344,21 +381,24 @@ class ObservationReducer:
         if not finite:
             return
         if metric == UP:
-            target = target_of(joined.labels)
+            target = joined.target
             if target is not None:
                 self._target_counts[target] = max(self._target_counts.get(target, 0.0), max(finite))
         elif dev is not None:
             self._counts[dev] = max(self._counts.get(dev, 0.0), max(finite))
 
-    def _join(self, read: dict[str, str], ident: LabelKey) -> Resolved:
+    def _join(self, read: Mapping[str, str], ident: LabelKey) -> Resolved:
         # One label set shows up in up to 14 answers: join it and name its device once.
         result: JoinResult = self._joiner.join(read)
         device = device_key(result.node, read) if result.node is not None else None
         profile = read.get(MIG_PROFILE_LABEL) or None
-        sorted_ident = tuple(sorted(ident))
-        return Resolved(
-            read, ident, result.node, device, sorted_ident, result.reason, exporter_of(read), profile
-        )
+        ordered = tuple(sorted(ident))
+        sorted_ident = ident if ordered == ident else ordered
+        target = target_of(read)
+        if target is not None:  # shared by the label sets of one exporter
+            target = self._targets.setdefault(target, target)
+        exporter = exporter_of(read)
+        return Resolved(ident, result.node, device, sorted_ident, result.reason, exporter, profile, target)
 
     def _add_step(
         self,
@@ -385,8 +425,8 @@ class ObservationReducer:
     def _speaks(self, rank: int, dev: DeviceKey, joined: Resolved) -> None:
         # the labels of the first metric of ``STEP_ORDER`` that has the device, then the smallest set
         current = self._labels.get(dev)
-        if current is None or (rank, joined.ident) < current[0]:
-            self._labels[dev] = ((rank, joined.ident), joined)
+        if current is None or (rank, joined.ident) < (current[0], current[1].ident):
+            self._labels[dev] = (rank, joined)
 
     def _per_step(self, steps: _Steps, times: Sequence[float], values: Sequence[float]) -> None:
         """Merge per-step points by max into their slot (``Window.step_index``, inlined: this loop sees
@@ -430,7 +470,7 @@ class ObservationReducer:
         for joined in self._joined.values():
             if joined.node is None or joined.node in nodes or joined.ident in up:
                 continue
-            if holds(joined.labels.get(label, "")):
+            if holds(joined.label(label)):
                 nodes.add(joined.node)
         return nodes
 
@@ -505,11 +545,9 @@ class ObservationReducer:
         threshold = self._threshold
         if top is not None and top > threshold:
             sig.active_steps = frozenset([slot for slot, v in enumerate(merged) if v > threshold])
-        times = self._stamps.get(key, ())
-        if not _all_finite(times):
+        if key in self._stamps_bad:
             bad.extend(f"timestamp({n})" for n in ACTIVITY_METRICS if key in self._stamped[n])
-        finite_times = [t for t in times if _isfinite(t) and t <= window.end]
-        sig.newest_sample = max(finite_times) if finite_times else None
+        sig.newest_sample = self._newest.get(key)
         samples = self._samples.get(key, 0.0)
         if samples >= 2:
             # Over-estimates when the series began inside the window: the bound is then looser, never tighter.
@@ -527,7 +565,7 @@ class ObservationReducer:
             dev = joined.device
             if dev is None or dev in self._counts:
                 continue
-            target = target_of(joined.labels)
+            target = joined.target
             count = self._target_counts.get(target) if target is not None else None
             if count is not None and count > samples.get(dev, 0.0):
                 samples[dev] = count
@@ -565,9 +603,10 @@ class ObservationReducer:
         """avg(FB_USED) + avg(FB_FREE) of one series (same labels) — the device's memory — largest over
         series."""
         totals = []
-        for used, free in self._avg.get(key, _NO_PAIRS).values():
+        pairs = self._avg.get(key, ())
+        for used, free in zip(pairs[1::3], pairs[2::3], strict=True):
             if used is not None and free is not None:
-                total = used + free
+                total = cast(float, used) + cast(float, free)
                 if _isfinite(total):
                     totals.append(total)
         return max(totals) if totals else None
