@@ -7,12 +7,14 @@ headers that reach the wire are what the tests see.
 from __future__ import annotations
 
 import base64
+import gc
 import gzip
 import hashlib
 import json
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -229,6 +231,32 @@ def test_stats_counters_are_exact_under_concurrent_queries() -> None:
     assert (stats.requests, stats.queries) == (3000, 3000)
     assert stats.response_bytes == 3000 * len(body)
     assert stats.engine_seconds == 750.0 and stats.slowest_engine_seconds == 0.25
+
+
+def test_each_answer_is_freed_when_dropped_while_the_cyclic_gc_is_paused() -> None:
+    """``collect_live`` pauses the cyclic collector while it reduces answers; an answer (bytes, response)
+    must still be freed by reference counting as soon as it is dropped — httpx's response ↔ stream
+    binding is a cycle that kept all 194 answers of 10,000 GPU nodes (180 MiB) to the collection's end."""
+    made: list[weakref.ref[httpx.Response]] = []
+
+    def answer(_request: httpx.Request) -> httpx.Response:
+        response = httpx.Response(
+            200, content=b'{"status":"success","data":{"resultType":"matrix","result":[]}}'
+        )
+        made.append(weakref.ref(response))
+        return response
+
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        with PrometheusClient("http://prometheus.test", transport=httpx.MockTransport(answer)) as client:
+            for _ in range(3):
+                assert client.query_range_bytes("up", 0, 60, 60).startswith(b'{"status"')
+            assert client.query("up", 0)["status"] == "success"
+            assert len(made) == 4 and [ref() for ref in made] == [None] * 4
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def test_read_timeout_is_not_retried(prom: tuple[str, Script], sleeps: list[float]) -> None:

@@ -1,7 +1,6 @@
 """Prometheus / Thanos / Amazon Managed Service for Prometheus (AMP): the live DCGM path (docs/architecture.md §3, §8).
 
 Two parts:
-
 - ``PrometheusClient`` — the HTTP API (``/api/v1/query``, ``/api/v1/query_range``) over httpx with
   auth ``none`` | ``bearer`` | ``basic`` | ``sigv4`` (AMP, service ``aps``, botocore's signer), TLS with an
   optional CA bundle, connect/read timeouts bounded by a per-call budget, and bounded exponential backoff
@@ -48,6 +47,7 @@ from botocore.auth import SigV4Auth as _BotocoreSigV4
 from botocore.awsrequest import AWSRequest
 
 from rightsizer.adapters import prometheus_matrix
+from rightsizer.adapters.http_bodies import unbound
 from rightsizer.adapters.prometheus_answers import answer_problem, refusal_answer
 from rightsizer.adapters.prometheus_matrix import MatrixFeeder
 from rightsizer.domain.errors import ConfigError, PermanentError, TransientError
@@ -408,7 +408,7 @@ class PrometheusClient:
                         error_type="transport",
                     ) from exc
             else:
-                self.stats.received(time.monotonic() - sent, len(response.content))
+                self.stats.received(time.monotonic() - sent, len(unbound(response).content))
                 timed_out = _error_type(response) == "timeout"
                 if response.status_code not in RETRY_STATUS or attempt >= self.retries or timed_out:
                     if raise_status and response.status_code >= 400:
