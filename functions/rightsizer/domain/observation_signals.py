@@ -478,7 +478,11 @@ class ObservationReducer:
 
     def finish(self) -> CollectedSignals:
         """Per-device signals: a device per activity series (a MIG instance through the profiling metric
-        only, BUG-02), with coverage, maxima, freshness, liveness and non-finite findings."""
+        only, BUG-02), with coverage, maxima, freshness, liveness and non-finite findings.
+
+        Call it once: each device's per-step maxima are dropped as its signals are made, so the
+        reducer's largest state and the signals do not both peak (80,000 devices at 10,000 nodes).
+        """
         prof_steps, util_steps = self._steps[PROF_ACTIVE], self._steps[GPU_UTIL]
         activity_keys = set(prof_steps) | {k for k in util_steps if not k[2]}
         self._samples = self._samples_per_device()
@@ -521,7 +525,7 @@ class ObservationReducer:
         window = self._window
         per_metric: dict[str, array[float] | list[float]] = {}  # slot → maximum, NaN: no finite sample
         for name in (PROF_ACTIVE,) if key[2] else ACTIVITY_METRICS:
-            steps = self._steps[name].get(key)
+            steps = self._steps[name].pop(key, None)  # read once (``finish``)
             if steps is None:
                 continue
             # PROF_ACTIVE is a ratio: percent like GPU_UTIL
