@@ -21,9 +21,9 @@ included, as a Lambda's memory is):
   the double serializes a whole list on its first page (150,000 pods: over 30 s on a loaded machine)
   where the API server reads one page.
 
-Printed per N: peak RSS MiB of each, and for the whole run also the peak and the RSS when the Kubernetes
-part was done (the ``ClusterSnapshot`` held, before Prometheus is asked); then the slopes per 1,000 GPU
-nodes between the sizes. Usage (the TSDB is built by collect_scale when the directory is empty)::
+Printed per N: peak RSS MiB of each; for the whole run also its client CPU and wall seconds and the
+peak and the RSS when the Kubernetes part was done (the ``ClusterSnapshot`` held, before Prometheus is
+asked); then the slopes per 1,000 GPU nodes between the sizes. Usage (the TSDB is built by collect_scale when the directory is empty)::
 
     timeout 5400 flock /tmp/bench.lock .venv/bin/python benchmarks/assess_memory.py \
         --data-dir /tmp/obsperf/big --sizes 100,2000,10000 [--modes metrics,whole]
@@ -94,6 +94,7 @@ def metrics_child(url: str, size: int, shard_nodes: int) -> dict[str, float]:
 def whole_child(prom_url: str, k8s_url: str, size: int, at_epoch: float) -> dict[str, Any]:
     """The assess Lambda's observation and plan through the composition root, against the double and the
     Prometheus (see the module docstring); its RSS figures (MiB) and what it decided."""
+    import time
     from collections import Counter
     from datetime import UTC, datetime
 
@@ -133,9 +134,11 @@ def whole_child(prom_url: str, k8s_url: str, size: int, at_epoch: float) -> dict
 
     parts.live_signals = probed  # observe_live calls it by its module name
     at = datetime.fromtimestamp(at_epoch, UTC)
+    cpu, wall = time.process_time(), time.perf_counter()
     snapshot = runtime.observe_fresh(at)
     result = plan(snapshot, runtime.policy(), at, node_label=config.prometheus.node_label)
     figures["peak"] = _status_mib("VmHWM")
+    figures["cpu_s"], figures["wall_s"] = time.process_time() - cpu, time.perf_counter() - wall
     signals = snapshot.signals
     assert signals is not None and not signals.problems, signals and signals.problems
     figures.update(
@@ -249,7 +252,8 @@ def assess_rss(
             columns.setdefault("  of which Kubernetes", []).append((size, f["k8s_peak"]))
             print(
                 f"{size:>6} GPU nodes  {'whole assessment':<30} peak {f['peak']:6.0f}  (imports {f['before']:4.0f}; "
-                f"Kubernetes read: peak {f['k8s_peak']:.0f}, then {f['k8s_rss']:.0f} held; {f['pods']:,} pods, "
+                f"Kubernetes read: peak {f['k8s_peak']:.0f}, then {f['k8s_rss']:.0f} held; client CPU "
+                f"{f['cpu_s']:.1f} s, wall {f['wall_s']:.1f} s; {f['pods']:,} pods, "
                 f"{f['devices']:,} devices joined, {f['requests']} Kubernetes requests, verdicts {f['verdicts']})",
                 flush=True,
             )

@@ -20,7 +20,7 @@ import math
 from array import array
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol, TypeVar, cast
+from typing import NamedTuple, cast
 
 from rightsizer.domain.join import JoinResult, NodeJoiner, join_label_keys
 from rightsizer.domain.model import MetricData
@@ -121,53 +121,9 @@ Row = tuple[Resolved, Sequence[float], Sequence[float]]
 """One series of an answer: its ``Resolved`` labels, its times (Unix s) and its values."""
 
 
-@dataclass(slots=True)
-class _Max:
-    """A window maximum merged from (sub-)window maxima: ``_window_max`` semantics, plus whether any
-    point was non-finite."""
-
-    finite: float | None = None
-    inf: bool = False
-    bad: bool = False
-
-    def add(self, values: Iterable[float]) -> None:
-        for v in values:
-            if _isfinite(v):
-                if self.finite is None or v > self.finite:
-                    self.finite = v
-            else:
-                self.bad = True
-                if v == _INF:
-                    self.inf = True
-
-    @property
-    def value(self) -> float | None:
-        """None when a point was +Inf (the device is ``non_finite`` then) or none was finite."""
-        return None if self.inf else self.finite
-
-
-@dataclass(slots=True)
-class _Spread:
-    """``stddev_over_time`` points of a device: any moving (finite, > 0), any non-finite."""
-
-    moving: bool = False
-    bad: bool = False
-
-    def add(self, values: Iterable[float]) -> None:
-        for v in values:
-            if not _isfinite(v):
-                self.bad = True
-            elif v > 0:
-                self.moving = True
-
-
-class _Accumulator(Protocol):
-    """A per-device fact merged from the values of every series of that device (``_Max``, ``_Spread``)."""
-
-    def add(self, values: Iterable[float]) -> None: ...
-
-
-_Acc = TypeVar("_Acc", bound=_Accumulator)
+#: Flags of a device's ``stddev_over_time`` points (``_merge_spread``): a finite point > 0, a non-finite one.
+_MOVING, _BAD = 1, 2
+_Add = Callable[[DeviceKey, Sequence[float]], None]
 
 
 @dataclass(slots=True)
@@ -210,8 +166,12 @@ class ObservationReducer:
         self._steps: dict[str, dict[DeviceKey, _Steps]] = {m: {} for m in (GPU_UTIL, PROF_ACTIVE)}
         self._up: dict[str, _Steps] = {}
         self._up_idents: set[LabelKey] = set()  # label sets of ``up`` and its count (never sharded)
-        self._max: dict[str, dict[DeviceKey, _Max]] = {FB_USED: {}, POWER: {}}
-        self._spread: dict[str, dict[DeviceKey, _Spread]] = {POWER: {}, ENERGY: {}}
+        # Window maxima per device (NaN: no finite point; +Inf and any non-finite point in the sets) and
+        # spread flags (_MOVING | _BAD): plain floats and small ints, no object per device and metric.
+        self._max: dict[str, dict[DeviceKey, float]] = {FB_USED: {}, POWER: {}}
+        self._max_inf: dict[str, set[DeviceKey]] = {FB_USED: set(), POWER: set()}
+        self._max_bad: dict[str, set[DeviceKey]] = {FB_USED: set(), POWER: set()}
+        self._spread: dict[str, dict[DeviceKey, int]] = {POWER: {}, ENERGY: {}}
         # per device, its series' (used, free) averages as a flat list: sorted label set, used, free, …
         # (one series nearly always; a list of 3 takes a third of a dict of one pair)
         self._avg: dict[DeviceKey, list[LabelKey | float | None]] = {}
@@ -281,7 +241,7 @@ class ObservationReducer:
         (its ``resolve``\ d labels, times in Unix s, values): the work per series is chosen once per
         answer, since an answer holds a series per GPU (16,000 at 2,000 nodes)."""
         if kind == "step" and metric in self._max:
-            self._accumulate(kind, metric, rows, self._max[metric], _Max, _RANK[metric])
+            self._accumulate(kind, metric, rows, self._merge_max(metric), _RANK[metric])
         elif kind == "step":
             for joined, times, values in rows:
                 if joined.node is None or joined.device is None:
@@ -289,7 +249,7 @@ class ObservationReducer:
                     continue
                 self._add_step(metric, joined.node, joined.device, joined, times, values)
         elif kind == "stddev":
-            self._accumulate(kind, metric, rows, self._spread[metric], _Spread)
+            self._accumulate(kind, metric, rows, self._merge_spread(metric))
         elif kind == "avg":
             self._add_averages(metric, rows)
         else:
@@ -301,23 +261,53 @@ class ObservationReducer:
         kind: str,
         metric: str,
         rows: Iterable[Row],
-        table: dict[DeviceKey, _Acc],
-        make: Callable[[], _Acc],
+        add: _Add,
         rank: int | None = None,
     ) -> None:
-        """Each series' values into its device's accumulator of ``table`` (window maxima, spreads); with
+        """Each series' values merged into its device's fact by ``add`` (window maxima, spreads); with
         ``rank``, the series may also speak for its device (``_speaks``)."""
         for joined, _, values in rows:
             dev = joined.device
             if dev is None:
                 self._unmapped_series(kind, metric, joined)
                 continue
-            acc = table.get(dev)
-            if acc is None:
-                acc = table[dev] = make()
-            acc.add(values)
+            add(dev, values)
             if rank is not None:
                 self._speaks(rank, dev, joined)
+
+    def _merge_max(self, metric: str) -> _Add:
+        """Window maxima merged from (sub-)window maxima (``_window_max`` semantics), noting +Inf and any
+        non-finite point."""
+        table, inf, bad = self._max[metric], self._max_inf[metric], self._max_bad[metric]
+
+        def add(dev: DeviceKey, values: Sequence[float]) -> None:
+            top = table.get(dev, math.nan)
+            for v in values:
+                if _isfinite(v):
+                    if not top >= v:  # also when no finite point came yet (NaN)
+                        top = v
+                else:
+                    bad.add(dev)
+                    if v == _INF:
+                        inf.add(dev)
+            table[dev] = top
+
+        return add
+
+    def _merge_spread(self, metric: str) -> _Add:
+        """``stddev_over_time`` points of a device: any moving (finite, > 0), any non-finite."""
+        table = self._spread[metric]
+
+        def add(dev: DeviceKey, values: Sequence[float]) -> None:
+            flags = table.get(dev, 0)
+            for v in values:
+                if not _isfinite(v):
+                    flags |= _BAD
+                elif v > 0:
+                    flags |= _MOVING
+            table[dev] = flags
+
+        return add
 
     def _unmapped_series(self, kind: str, metric: str, joined: Resolved) -> None:
         # a main answer's series that no node claims is listed (``up`` and the side answers are not)
@@ -582,8 +572,8 @@ class ObservationReducer:
         fb = self._max[FB_USED].get(fb_key)
         if fb is not None:
             sig.has_fb = True
-            sig.fb_used_max_mib = fb.value
-            if fb.bad or fb_key in self._avg_bad[FB_USED]:
+            sig.fb_used_max_mib = self._window_max(FB_USED, fb_key, fb)
+            if fb_key in self._max_bad[FB_USED] or fb_key in self._avg_bad[FB_USED]:
                 bad.append(FB_USED)
             if fb_key in self._avg_bad[FB_FREE]:
                 bad.append(FB_FREE)
@@ -592,16 +582,21 @@ class ObservationReducer:
         power_spread = self._spread[POWER].get(parent)
         if power is not None:
             sig.has_power = True
-            sig.power_max_w = power.value
-            if power.bad or (power_spread is not None and power_spread.bad):
+            sig.power_max_w = self._window_max(POWER, parent, power)
+            if parent in self._max_bad[POWER] or (power_spread is not None and power_spread & _BAD):
                 bad.append(POWER)
         energy = self._spread[ENERGY].get(parent)
         if energy is not None:
-            if energy.bad:
+            if energy & _BAD:
                 bad.append(ENERGY)
-            sig.liveness = "moving" if energy.moving else "frozen"
+            sig.liveness = "moving" if energy & _MOVING else "frozen"
         elif power_spread is not None:
-            sig.liveness = "moving" if power_spread.moving else "frozen"
+            sig.liveness = "moving" if power_spread & _MOVING else "frozen"
+
+    def _window_max(self, metric: str, key: DeviceKey, top: float) -> float | None:
+        """A device's window maximum of ``metric``; None when a point was +Inf (the device is
+        ``non_finite`` then) or none was finite."""
+        return None if top != top or key in self._max_inf[metric] else top
 
     def _fb_total(self, key: DeviceKey) -> float | None:
         """avg(FB_USED) + avg(FB_FREE) of one series (same labels) — the device's memory — largest over
