@@ -126,6 +126,15 @@ def test_state_table_matches_the_adapter(template: dict[str, Any]) -> None:
         assert props[key] == TABLE_DEFINITION[key], key
 
 
+def test_functions_that_observe_the_whole_cluster_get_a_full_vcpu(template: dict[str, Any]) -> None:
+    """Assess, and off-hours before it scales a group down, observe the whole cluster (``Runtime.observe``):
+    643 MiB and 159 client CPU-s at 10,000 GPU nodes (``benchmarks/assess_memory.py``); a Lambda's CPU
+    share follows its memory (1,769 MB = one vCPU), and the Globals' 512 MB would hold neither."""
+    functions = resources(template, "AWS::Serverless::Function")
+    for name in ("AssessFunction", "OffhoursFunction"):
+        assert functions[name]["Properties"]["MemorySize"] >= 1769, name
+
+
 def test_schedules_send_the_scheduler_input(template: dict[str, Any]) -> None:
     functions = resources(template, "AWS::Serverless::Function")
     for name in ("AssessFunction", "OffhoursFunction"):
