@@ -19,6 +19,7 @@ from tests.builders import (
     pod,
     pv,
     pvc,
+    rfc,
     snapshot,
     verdict_reasons,
 )
@@ -95,6 +96,58 @@ def test_a_zonal_volume_protects_the_node_only_when_no_other_node_can_reach_it()
     assert (
         _local(_node_reasons([claim_volume("data-db-0")], pvcs=claims, pvs=[pv("pv-ebs")], zones=alone)) == []
     )
+
+
+@pytest.mark.parametrize(
+    ("others", "local"),
+    [
+        ([("gpu-2", "us-east-1c", {})], True),
+        ([("gpu-2", "us-east-1b", {"unschedulable": True})], True),
+        ([("gpu-2", "us-east-1b", {"deleting": True})], True),
+        ([("gpu-2", "us-east-1b", {"unschedulable": True}), ("gpu-3", "us-east-1b", {})], False),
+        ([("gpu-3", "us-east-1b", {}), ("gpu-2", "us-east-1b", {"deleting": True})], False),
+        ([("gpu-2", "us-east-1c", {}), ("gpu-3", "us-east-1c", {}), ("gpu-4", "us-east-1b", {})], False),
+    ],
+    ids=[
+        "other-zone",
+        "only-peer-cordoned",
+        "only-peer-deleting",
+        "a-later-peer",
+        "an-earlier-peer",
+        "last-node",
+    ],
+)
+def test_a_zonal_volume_is_pinned_unless_some_other_schedulable_node_reaches_it(
+    others: list[tuple[str, str, dict[str, bool]]], local: bool
+) -> None:
+    """The first other schedulable node the affinity admits settles it, wherever it is in the node list."""
+    nodes = [
+        gpu_node(
+            "gpu-1", instance_type="g5.xlarge", gpus=1, labels={"topology.kubernetes.io/zone": "us-east-1b"}
+        )
+    ]
+    for name, zone, state in others:
+        node = gpu_node(
+            name,
+            instance_type="g5.xlarge",
+            gpus=1,
+            labels={"topology.kubernetes.io/zone": zone},
+            unschedulable=state.get("unschedulable", False),
+        )
+        if state.get("deleting"):
+            node["metadata"]["deletionTimestamp"] = rfc(AT)
+        nodes.append(node)
+    pods = [pod("db-0", "gpu-1", volumes=[claim_volume("data-db-0")], owner=("StatefulSet", "apps/v1"))]
+    metrics = merge_metrics(*(node_devices(n["metadata"]["name"], 1) for n in nodes))
+    snap = snapshot(
+        nodes,
+        pods,
+        metrics,
+        pvcs=[pvc("data-db-0", "pv-ebs")],
+        pvs=[pv("pv-ebs", affinity={"topology.kubernetes.io/zone": ["us-east-1b"]})],
+    )
+    found = _local(plan(snap, Policy(), AT).node("gpu-1").reasons)
+    assert found == (["local_storage:default/db-0"] if local else [])
 
 
 @pytest.mark.parametrize(

@@ -30,7 +30,7 @@ from rightsizer.domain.model import (
 from rightsizer.domain.observation import signals_from_observation
 from rightsizer.domain.periods import schedule_contains
 from rightsizer.domain.plan import Action, NodeReport, Plan, Savings, UnmappedReport, action_id
-from rightsizer.domain.pods import PodClassification, PodContext, classify_pods, wants_node
+from rightsizer.domain.pods import PodClassification, PodContext, classify_pods, pdbs_by_namespace, wants_node
 from rightsizer.domain.policy import Policy
 from rightsizer.domain.prices import price_reason
 from rightsizer.domain.recommend import Recommendation, recommend_for_node
@@ -248,6 +248,7 @@ def plan(
     pending = [p for p in snapshot.pods if p.status.phase == "Pending" and not p.spec.nodeName]
     claims = _claims_by_node(snapshot)
     volumes = VolumeFacts.of(snapshot.pvcs, snapshot.pvs, snapshot.nodes, known=snapshot.volumes_known)
+    pdb_index = pdbs_by_namespace(snapshot.pdbs)
     inventory = snapshot.inventory
 
     decisions: list[NodeDecision] = []
@@ -295,7 +296,7 @@ def plan(
         )
         reasons.extend(assessment.reasons)
         reasons.extend(f"series_unmapped:{m}" for m in sorted(ambiguous.get(node.name, ())))
-        ctx = PodContext(policy, snapshot.pdbs, claims.get(node.name, {}), at, volumes)
+        ctx = PodContext(policy, snapshot.pdbs, claims.get(node.name, {}), at, volumes, pdb_index=pdb_index)
         classified = classify_pods(node_pods, ctx)
         for c in classified:
             reasons.extend(f.reason for f in c.findings)
