@@ -151,14 +151,27 @@ def _kept(value: Any, keys: frozenset[str]) -> Any:
     return {_intern(k): v for k, v in value.items() if k in keys}
 
 
-def _node_meta(meta: Mapping[str, Any]) -> JSON:
-    out = {k: v for k, v in meta.items() if k not in _NODE_META_UNREAD}
-    out["name"] = _intern(meta.get("name"))
+def _meta(
+    meta: Mapping[str, Any], unread: tuple[str, ...], interned: str, annotations: frozenset[str]
+) -> JSON:
+    """``metadata`` without the ``unread`` keys, the ``interned`` name (a node's name, a pod's namespace)
+    and every label interned, the annotations cut to those a rule reads."""
+    out = {k: v for k, v in meta.items() if k not in unread}
+    if interned in meta:
+        out[interned] = _intern(meta[interned])
     if "labels" in meta:
         out["labels"] = _interned_map(meta["labels"])
     if "annotations" in meta:
-        out["annotations"] = _kept(meta["annotations"], NODE_ANNOTATIONS)
+        out["annotations"] = _kept(meta["annotations"], annotations)
     return out
+
+
+def _node_meta(meta: Mapping[str, Any]) -> JSON:
+    return _meta(meta, _NODE_META_UNREAD, "name", NODE_ANNOTATIONS)
+
+
+def _pod_meta(meta: Mapping[str, Any]) -> JSON:
+    return _meta(meta, _POD_META_UNREAD, "namespace", POD_ANNOTATIONS)
 
 
 def _node_status(status: Mapping[str, Any]) -> JSON:
@@ -174,17 +187,6 @@ def _node_status(status: Mapping[str, Any]) -> JSON:
 
 def _pod_status(status: Mapping[str, Any]) -> JSON:
     return {**status, "phase": _intern(status["phase"])} if "phase" in status else dict(status)
-
-
-def _pod_meta(meta: Mapping[str, Any]) -> JSON:
-    out = {k: v for k, v in meta.items() if k not in _POD_META_UNREAD}
-    if "namespace" in meta:
-        out["namespace"] = _intern(meta["namespace"])
-    if "labels" in meta:
-        out["labels"] = _interned_map(meta["labels"])
-    if "annotations" in meta:
-        out["annotations"] = _kept(meta["annotations"], POD_ANNOTATIONS)
-    return out
 
 
 def _pod_spec(spec: Mapping[str, Any]) -> JSON:
