@@ -37,13 +37,20 @@ pays for the collections its own garbage causes, not for those of the run before
 ``--repeat`` times (least total CPU kept); the floor first runs once unmeasured so every method meets a
 warm page cache.
 
+``--inner k`` (default ``auto``: ⌈2,000 / N⌉, so 20 at 100 nodes and 1 from 2,000 up) makes each
+measured sample run the method k times in a row, each run with its own client, and prints per-run
+figures (requests, MiB, wall, CPU and engine seconds summed over the sample and divided by k; the
+slowest request and query and the peak RSS over the sample). At 100 nodes one run costs Prometheus a
+few 10 ms clock ticks of ``/proc`` accounting (``CLK_TCK``), so one run's ratio is mostly rounding; k
+runs make it k times as many ticks. The GC fence encloses the whole sample.
+
 ``--assess-rss`` then prints ``benchmarks/assess_memory.py``'s table for the same sizes: per N, the peak
 RSS of fresh processes doing the metrics part alone (N bare GPU nodes, ``collect_live``, ``plan``) and
 the whole assessment (the Kubernetes lists of N realistic GPU nodes with 15 pods each from the API double,
 then the metrics in device shards, then ``plan``, through ``rightsizer.wiring``), and the slopes per
 1,000 GPU nodes — the figure behind the assess function's ``MemorySize``.
 
-Run: ``.venv/bin/python benchmarks/collect_scale.py [--sizes 100,2000] [--repeat 1] [--assess-rss]
+Run: ``.venv/bin/python benchmarks/collect_scale.py [--sizes 100,2000] [--repeat 1] [--inner auto] [--assess-rss]
 [--data-dir DIR]``. ``--data-dir`` keeps the TSDB for a later run (backfilled only when empty; the
 sizes must then be the same). 10,000 nodes need ~70 M samples (~12 GB of OpenMetrics text streamed to
 disk, promtool needs several GB of memory and many minutes): size the machine first.
@@ -54,6 +61,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import gc
 import json
 import os
 import subprocess
@@ -295,43 +303,75 @@ def _server_gc(url: str) -> None:
     httpx.get(f"{url}/debug/pprof/heap", params={"gc": "1", "debug": "1"}, timeout=120).raise_for_status()
 
 
+def inner_runs(spec: str, size: int) -> int:
+    """Runs per measured sample at ``size`` nodes: ``spec`` a count, or ``auto`` — ⌈``AUTO_INNER_NODES`` /
+    size⌉, so a sample of a small cluster makes Prometheus read about as many series as one of 2,000
+    nodes (the floor ≈ 2 CPU-s, 200 clock ticks) instead of a few ticks; 1 from 2,000 nodes up."""
+    if spec == "auto":
+        return max(1, -(-AUTO_INNER_NODES // size))
+    k = int(spec)
+    if k < 1:
+        raise SystemExit(f"--inner must be ≥ 1 or auto, not {spec}")
+    return k
+
+
+AUTO_INNER_NODES = 2000
+PER_RUN = ("requests", "resp_mib", "wall_s", "prom_cpu_s", "engine_s", "client_cpu_s", "total_cpu_s")
+
+
 def measure(
     method: Method,
     server: PrometheusServer,
     size: int,
     joiner: NodeJoiner,
     repeat: int,
+    inner: int = 1,
 ) -> dict[str, float]:
+    """The least-total-CPU sample of ``repeat``; each sample runs ``method`` ``inner`` times back to back,
+    each run with its own client (as each assessment builds one), and reports per-run figures (the sums
+    of ``PER_RUN`` over the sample divided by ``inner``; the slowest request and query and the peak RSS
+    over the sample). The Go GC fence is around the whole sample: garbage of run i collected during run
+    i+1 is charged to the same sample, and the closing forced GC collects the last run's."""
     best: dict[str, float] = {}
     for _ in range(repeat):
-        with prom.PrometheusClient(server.url, stats=True, timeout=120) as client:
+        clients = [prom.PrometheusClient(server.url, stats=True, timeout=120) for _ in range(inner)]
+        try:
+            gc.collect()  # the client's cyclic garbage of earlier samples is not this sample's
             _server_gc(server.url)
             g0 = _proc_cpu(server.process.pid)
             _server_gc(server.url)  # the price of the closing GC alone, taken off below
             idle_gc = _proc_cpu(server.process.pid) - g0
             _reset_peak_rss()
             p0, c0, t0 = _proc_cpu(server.process.pid), time.process_time(), time.perf_counter()
+            answered = 0
             try:
-                answered = method(client, size, joiner)
+                for client in clients:
+                    answered = method(client, size, joiner)
             except (AssertionError, prom.PrometheusError) as exc:  # e.g. a query past the timeout
                 print(f"{size:>6} {method.__name__:<14} FAILED: {str(exc)[:300]}", flush=True)
                 answered = -1
             wall = time.perf_counter() - t0
             client_cpu = time.process_time() - c0
             _server_gc(server.url)
+            stats = [c.stats for c in clients]
             figures = {
-                "requests": float(client.stats.requests),
-                "resp_mib": client.stats.response_bytes / 2**20,
+                "requests": float(sum(s.requests for s in stats)),
+                "resp_mib": sum(s.response_bytes for s in stats) / 2**20,
                 "wall_s": wall,
-                "slowest_s": client.stats.slowest_request_seconds,
-                "slowest_eng_s": client.stats.slowest_engine_seconds,
+                "slowest_s": max(s.slowest_request_seconds for s in stats),
+                "slowest_eng_s": max(s.slowest_engine_seconds for s in stats),
                 "prom_cpu_s": _proc_cpu(server.process.pid) - p0 - idle_gc,
-                "engine_s": client.stats.engine_seconds,
+                "engine_s": sum(s.engine_seconds for s in stats),
                 "client_cpu_s": client_cpu,
                 "peak_rss_mib": _peak_rss_mib(),
                 "answered": float(answered),
             }
             figures["total_cpu_s"] = figures["prom_cpu_s"] + figures["client_cpu_s"]
+            for key in PER_RUN:
+                figures[key] /= inner
+        finally:
+            for client in clients:
+                client.close()
         if not best or figures["total_cpu_s"] < best["total_cpu_s"]:
             best = figures
     return best
@@ -496,6 +536,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="with --repeat k: run the methods of a size in turn k times (A B A B …), each keeping its least",
     )
+    parser.add_argument(
+        "--inner",
+        default="auto",
+        help="runs of a method per measured sample, figures per run (auto: ⌈2000 / N⌉, 1 from 2,000 nodes)",
+    )
     parser.add_argument("--backfill-jobs", type=int, default=2, help="promtool processes at once")
     parser.add_argument("--backfill-only", action="store_true", help="build (or check) the TSDB and stop")
     parser.add_argument(
@@ -540,16 +585,24 @@ def main(argv: list[str] | None = None) -> int:
                         if name in asked and size > per_shard and label not in {r[0] for r in runs}:
                             runs.append((label, fn, per_shard))
                 rounds, each = (args.repeat, 1) if args.interleave else (1, args.repeat)
+                inner = inner_runs(args.inner, size)
+                if inner > 1:
+                    print(
+                        f"{size:>6} each sample runs a method {inner} times in a row; figures per run",
+                        flush=True,
+                    )
                 results: dict[str, dict[str, float]] = {}
                 for k in range(rounds):
                     for label, fn, per_shard in runs:  # interleaved: load drift hits every method alike
                         SHARD_NODES = per_shard
-                        r = measure(fn, server, size, joiner, each)
+                        r = measure(fn, server, size, joiner, each, inner)
                         if label not in results or r["total_cpu_s"] < results[label]["total_cpu_s"]:
                             results[label] = r
                         shown = f"{label}#{k + 1}" if rounds > 1 else label
+                        digits = 3 if inner > 1 else 2  # per-run figures of a small cluster are ms
                         print(
-                            f"{size:>6} {shown:<14} " + " ".join(f"{r[c]:>13.2f}" for c in COLS), flush=True
+                            f"{size:>6} {shown:<14} " + " ".join(f"{r[c]:>13.{digits}f}" for c in COLS),
+                            flush=True,
                         )
                 SHARD_NODES = sweep[0]
                 rows.append((size, results))
