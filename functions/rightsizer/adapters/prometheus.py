@@ -2,14 +2,16 @@
 
 Two parts:
 - ``PrometheusClient`` — the HTTP API (``/api/v1/query``, ``/api/v1/query_range``) over httpx with
-  auth ``none`` | ``bearer`` | ``basic`` | ``sigv4`` (AMP, service ``aps``, botocore's signer), TLS with an
+  auth ``none`` | ``bearer`` | ``basic`` | ``sigv4`` (AMP, service ``aps``, botocore's signer:
+  ``adapters.prometheus_auth``, re-exported here), TLS with an
   optional CA bundle, connect/read timeouts bounded by a per-call budget, and bounded exponential backoff
   on 429/502/503/504 and connection errors (never on timeouts). Queries are POSTed as form bodies so long
   PromQL fits and SigV4 signs exactly the bytes that are sent.
 - ``collect_live`` — per-device signals for every GPU node from the same queries a snapshot records
   (``rightsizer.domain.observation.observation_queries``: every raw sample of the window counted), split
   into sub-windows (and, for large fleets, series shards) like a query frontend, with a number of queries
-  that does not grow with the fleet, each answer reduced on arrival to per-device facts by the snapshot
+  that does not grow with the fleet (one in flight while the answers are small, a few at once for a
+  large fleet), each answer reduced on arrival to per-device facts by the snapshot
   path's own ``ObservationReducer``, so ``plan`` decides alike on both paths.
 
 Failure policy: an answer that is not ``success``, carries ``warnings`` (Thanos partial responses), has an
@@ -29,7 +31,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
-import hashlib
 import json
 import logging
 import re
@@ -39,16 +40,15 @@ from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Final, Literal, Protocol
+from typing import Any, Final, Literal
 
 import httpx
 import orjson
-from botocore.auth import SigV4Auth as _BotocoreSigV4
-from botocore.awsrequest import AWSRequest
 
 from rightsizer.adapters import prometheus_matrix
 from rightsizer.adapters.http_bodies import unbound
 from rightsizer.adapters.prometheus_answers import answer_problem, refusal_answer
+from rightsizer.adapters.prometheus_auth import BearerAuth, CredentialsLike, SigV4Auth
 from rightsizer.adapters.prometheus_matrix import MatrixFeeder
 from rightsizer.domain.errors import ConfigError, PermanentError, TransientError
 from rightsizer.domain.join import NodeJoiner
@@ -107,67 +107,6 @@ class PrometheusQueryError(PermanentError, PrometheusError):
         self.status_code = status_code
         self.error_type = error_type
         super().__init__(message)
-
-
-# ----------------------------------------------------------------------------------------------- auth
-
-
-class CredentialsLike(Protocol):
-    """botocore credentials: ``get_frozen_credentials()`` (refreshable role credentials included)."""
-
-    def get_frozen_credentials(self) -> Any:
-        """A consistent (access_key, secret_key, token) triple for one signature."""
-
-
-class SigV4Auth(httpx.Auth):
-    """AWS Signature Version 4 for AMP (service ``aps``) using botocore's signer.
-
-    The request is signed over exactly what httpx will send: method, URL (path and query string), the
-    body bytes (``x-amz-content-sha256`` = hex SHA-256 of the body, sent as well), ``host``,
-    ``content-type`` and ``x-amz-date`` (plus ``x-amz-security-token`` for session credentials). Only
-    those headers are signed: httpx may add or rewrite others (``connection``, ``accept-encoding``) and a
-    proxy may too, which would break a signature over them. Credentials are frozen per request, so
-    refreshable role credentials rotate without rebuilding the client.
-    """
-
-    requires_request_body = True
-
-    def __init__(self, credentials: CredentialsLike, region: str, service: str = "aps") -> None:
-        self._credentials = credentials
-        self._region = region
-        self._service = service
-
-    def sign(self, request: httpx.Request) -> None:
-        """Add ``Authorization``, ``X-Amz-Date``, ``X-Amz-Content-SHA256`` (and token) to ``request``."""
-        body = request.content
-        headers = {"X-Amz-Content-SHA256": hashlib.sha256(body).hexdigest()}
-        if "content-type" in request.headers:
-            headers["Content-Type"] = request.headers["content-type"]
-        aws = AWSRequest(method=request.method, url=str(request.url), data=body, headers=headers)
-        # botocore derives the signed ``host`` from the URL the same way httpx writes the Host header
-        # (default ports omitted); assert it rather than hope, a mismatch would be a 403 far from here.
-        _BotocoreSigV4(self._credentials.get_frozen_credentials(), self._service, self._region).add_auth(aws)
-        for name in ("Authorization", "X-Amz-Date", "X-Amz-Content-SHA256", "X-Amz-Security-Token"):
-            value = aws.headers.get(name)
-            if value is not None:
-                request.headers[name] = value
-
-    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
-        """httpx hook: sign each attempt afresh (retries get a new date and signature)."""
-        self.sign(request)
-        yield request
-
-
-class BearerAuth(httpx.Auth):
-    """``Authorization: Bearer <token>`` (Thanos/Prometheus behind an auth proxy, Grafana Cloud…)."""
-
-    def __init__(self, token: str) -> None:
-        self._token = token
-
-    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
-        """httpx hook: add the header."""
-        request.headers["Authorization"] = f"Bearer {self._token}"
-        yield request
 
 
 # --------------------------------------------------------------------------------------------- client
@@ -609,6 +548,17 @@ def _file_kind(q: MetricQuery) -> str:
     return "step" if q.kind == "max" else q.kind
 
 
+#: ``collect_live`` asks one query at a time until an answer is larger than this (bytes) or a request
+#: slower than ``SERIAL_SECONDS``, then ``max_workers`` at a time. A small fleet's answers take Prometheus
+#: a few ms each, and threads there cost more CPU than they save time: at 100 GPU nodes × 8 GPUs, 4 in
+#: flight cost 10–15 % more Prometheus CPU, ~20 % more client CPU and 2–4× the engine time of one at a
+#: time (the queries contend for the same cores), for the same answers (``benchmarks/collect_scale.py``).
+#: The per-step activity query, asked first, is ~5.5 KiB per GPU node of 8 GPUs: a fleet of ~200 such
+#: nodes or more goes concurrent after it.
+SERIAL_BYTES: Final = 1 << 20
+SERIAL_SECONDS: Final = 0.5
+
+
 @contextlib.contextmanager
 def _cyclic_gc_paused() -> Generator[None, None, None]:
     """Pause Python's cyclic garbage collector (reference counting still frees everything).
@@ -657,8 +607,9 @@ def collect_live(
 ) -> CollectedSignals:
     """Per-device signals for the window ending at ``window.end``: the snapshot's queries, read live.
 
-    Issues ``plan_queries`` (a constant number whatever the node count), ``max_workers`` at a time, and
-    hands each answer as it arrives to ``rightsizer.domain.observation_signals.ObservationReducer`` — the
+    Issues ``plan_queries`` (a constant number whatever the node count) — one at a time while the answers
+    are small and quick, ``max_workers`` at a time from the first answer over ``SERIAL_BYTES`` or request
+    over ``SERIAL_SECONDS`` — and hands each answer as it arrives to ``rightsizer.domain.observation_signals.ObservationReducer`` — the
     very code ``plan --snapshot`` runs on a format-2 snapshot's files, so the two paths decide alike —
     which merges sub-windows and shards exactly and keeps per-device facts only, never the series: the
     client's memory grows with the devices, not with the answers (docs/architecture.md §8). DCGM fields: ``DCGM_FI_DEV_GPU_UTIL`` (%),
@@ -675,7 +626,7 @@ def collect_live(
         job: config ``prometheus.job``: only series of that scrape job.
         scope: label matchers selecting one node's series (``join.node_series_matchers``; the drain's
             per-node read), () for every series.
-        max_workers: queries in flight at once.
+        max_workers: queries in flight at once once the answers are large or slow (1: always one).
         split_seconds: longest sub-window one query reads (``plan_queries``).
         shards: series shards (``rightsizer.domain.observation.series_shards`` by node name,
             ``device_shards`` by GPU index) each DCGM query is split
@@ -701,6 +652,7 @@ def collect_live(
     lock = threading.Lock()
     started = clock()
     expired: list[SubQuery] = []
+    heavy = threading.Event()  # an answer was large or slow: the rest go max_workers at a time
 
     def remaining() -> float | None:
         return None if deadline_seconds is None else deadline_seconds - (clock() - started)
@@ -715,6 +667,7 @@ def collect_live(
         start, end = task.span(window.step)
         problem: str | None = None
         content: bytes | None = None
+        sent = time.monotonic()
         try:
             content = client.query_range_bytes(task.expr(window.step), start, end, window.step, budget=left)
         except PrometheusUnavailable as exc:
@@ -725,6 +678,11 @@ def collect_live(
             problem = f"{type(exc).__name__}: {exc}"
         except PrometheusQueryError as exc:
             problem = f"{type(exc).__name__}: {exc}"
+        finally:
+            if time.monotonic() - sent > SERIAL_SECONDS or (
+                content is not None and len(content) > SERIAL_BYTES
+            ):
+                heavy.set()
         with lock:  # decoded and reduced one answer at a time: bounded memory, whatever the fleet
             target = outcomes[q.path]
             if content is not None:
@@ -743,12 +701,15 @@ def collect_live(
                 target.problem = target.problem or problem
 
     with _cyclic_gc_paused():
-        if max_workers > 1:
-            with ThreadPoolExecutor(max_workers=max_workers) as pool:
-                list(pool.map(run, tasks))
-        else:
-            for task in tasks:
-                run(task)
+        pending = iter(tasks)
+        for task in pending:
+            run(task)
+            if heavy.is_set() and max_workers > 1:
+                break
+        rest = list(pending)
+        if rest:
+            with ThreadPoolExecutor(max_workers=min(max_workers, len(rest))) as pool:
+                list(pool.map(run, rest))
     if expired:
         raise PrometheusUnavailable(
             f"Prometheus unavailable: {len(expired)} of {len(tasks)} queries unanswered within the "
