@@ -64,10 +64,6 @@ from rightsizer.domain.usage import UP, CollectedSignals, Window
 
 log = logging.getLogger(__name__)
 
-#: The AWS actions behind ``auth: sigv4`` (Amazon Managed Service for Prometheus): the adapter calls only
-#: ``/api/v1/query`` and ``/api/v1/query_range``, both ``aps:QueryMetrics``.
-IAM_ACTIONS: Final = frozenset({"aps:QueryMetrics"})
-
 RETRY_STATUS = frozenset({429, 502, 503, 504})
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 

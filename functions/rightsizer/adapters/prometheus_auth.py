@@ -7,13 +7,17 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Generator
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import httpx
 from botocore.auth import SigV4Auth as _BotocoreSigV4
 from botocore.awsrequest import AWSRequest
 
-__all__ = ["BearerAuth", "CredentialsLike", "SigV4Auth"]
+__all__ = ["IAM_ACTIONS", "BearerAuth", "CredentialsLike", "SigV4Auth"]
+
+#: The AWS actions behind ``auth: sigv4`` (Amazon Managed Service for Prometheus), signed here: the
+#: adapter calls only ``/api/v1/query`` and ``/api/v1/query_range``, both ``aps:QueryMetrics``.
+IAM_ACTIONS: Final = frozenset({"aps:QueryMetrics"})
 
 
 class CredentialsLike(Protocol):
