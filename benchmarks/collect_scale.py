@@ -5,7 +5,7 @@ with disjoint clusters of N GPU nodes × 8 GPUs (jobs ``n<N>``), 15 s scrapes ov
 plus 5 minutes, every 10th node busy on 3 GPUs, then for each cluster measures, in this one process:
 
 - **live**: ``collect_live`` — what ``plan --config`` and the assess Lambda run (metrics format 2,
-  4 queries in flight), ending in per-device ``DeviceSignals``;
+  one query in flight while the answers are small, 4 once one is over 1 MiB), ending in per-device ``DeviceSignals``;
 - **sharded**: the same in series shards of ``--shard-nodes`` GPU nodes (``node=~"…"``), what the
   product does with ``prometheus.node_label`` set on a fleet larger than ``prometheus.shard_nodes``;
   only for N > ``--shard-nodes``;
@@ -37,6 +37,12 @@ pays for the collections its own garbage causes, not for those of the run before
 ``--repeat`` times (least total CPU kept); the floor first runs once unmeasured so every method meets a
 warm page cache.
 
+The anchor and the floor keep as many queries in flight as the live path does at that size (counted in
+an unmeasured live run first: one at a time at 100 nodes, whose answers are small, 4 from 2,000 up):
+engine time is wall time inside Prometheus, and queries asked together contend for its cores, so the
+engine times of methods asked with different concurrency would not compare (at 100 nodes the floor's
+6 queries read 138–144 ms of engine time 4 at a time and 77 ms one at a time, for the same CPU).
+
 ``--inner k`` (default ``auto``: ⌈2,000 / N⌉, so 20 at 100 nodes and 1 from 2,000 up) makes each
 measured sample run the method k times in a row, each run with its own client, and prints per-run
 figures (requests, MiB, wall, CPU and engine seconds summed over the sample and divided by k; the
@@ -67,10 +73,12 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -246,13 +254,38 @@ def shard_count(name: str, size: int) -> int:
     return len(device_shards(-(-size // SHARD_NODES)))
 
 
+IN_FLIGHT = 4  # queries the anchor and the floor keep in flight: as many as the live path at this size
+
+
+class PeakClient(prom.PrometheusClient):
+    """A ``PrometheusClient`` that records the most requests it had in flight at once (``peak``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.peak = 0
+        self._now = 0
+        self._count_lock = threading.Lock()
+
+    def _post(self, *args: Any, **kwargs: Any) -> httpx.Response:
+        with self._count_lock:
+            self._now += 1
+            self.peak = max(self.peak, self._now)
+        try:
+            return super()._post(*args, **kwargs)
+        finally:
+            with self._count_lock:
+                self._now -= 1
+
+
 def _instant(client: prom.PrometheusClient, exprs: list[str]) -> int:
     def run(expr: str) -> int:
         answer = client.query(expr, END)
         assert prom.answer_problem(answer, "vector") is None, answer
         return len(answer["data"]["result"])
 
-    with ThreadPoolExecutor(max_workers=4) as pool:
+    if IN_FLIGHT <= 1:
+        return sum(map(run, exprs))
+    with ThreadPoolExecutor(max_workers=IN_FLIGHT) as pool:
         return sum(pool.map(run, exprs))
 
 
@@ -518,7 +551,7 @@ def start(binaries: PrometheusBinaries, root: Path, sizes: tuple[int, ...], jobs
 
 
 def main(argv: list[str] | None = None) -> int:
-    global SHARD_NODES
+    global SHARD_NODES, IN_FLIGHT
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--sizes", default="100,2000", help="GPU node counts, comma-separated")
     parser.add_argument("--repeat", type=int, default=1, help="runs per method (least total CPU kept)")
@@ -571,8 +604,15 @@ def main(argv: list[str] | None = None) -> int:
             rows: list[tuple[int, dict[str, dict[str, float]]]] = []
             for size in sizes:
                 joiner = joiner_for(size)
+                IN_FLIGHT = 4
                 with prom.PrometheusClient(server.url, timeout=600) as warm:
                     floor(warm, size, joiner)  # warm the page cache
+                with PeakClient(server.url, timeout=600) as peak:
+                    live(peak, size, joiner)  # how many queries the product keeps in flight here
+                IN_FLIGHT = peak.peak
+                print(
+                    f"{size:>6} the live path keeps {IN_FLIGHT} queries in flight: so do the anchor and the floor"
+                )
                 asked = args.methods.split(",")
                 methods: list[tuple[str, Method]] = [("floor", floor), ("anchor", anchor), ("live", live)]
                 methods = [(n, fn) for n, fn in methods if n == "floor" or n in asked]
