@@ -548,8 +548,9 @@ def _file_kind(q: MetricQuery) -> str:
 #: slower than ``SERIAL_SECONDS``, then ``max_workers`` at a time. A small fleet's answers take Prometheus
 #: a few ms each; asked together they only contend for its cores and the client's: at 100 GPU nodes × 8
 #: GPUs one at a time halves the engine time and costs ~4 % less CPU (the client's ~6 % less, no thread
-#: pool) for 0.1 s more wall (``benchmarks/collect_scale.py``'s TSDB, 6 alternated samples of 30 runs). The per-step activity
-#: answer, asked first, is ~5.5 KiB per GPU node of 8 GPUs: from ~200 such nodes the rest go concurrent.
+#: pool) for 0.1 s more wall (``benchmarks/collect_scale.py``'s TSDB, 6 alternated samples of 30 runs).
+#: The per-step activity answer, asked first, is ~5.5 KiB per GPU node of 8 GPUs: from ~200 such nodes
+#: the rest go concurrent.
 SERIAL_BYTES: Final = 1 << 20
 SERIAL_SECONDS: Final = 0.5
 
