@@ -241,7 +241,8 @@ class ObservationReducer:
         (its ``resolve``\ d labels, times in Unix s, values): the work per series is chosen once per
         answer, since an answer holds a series per GPU (16,000 at 2,000 nodes)."""
         if kind == "step" and metric in self._max:
-            self._accumulate(kind, metric, rows, self._merge_max(metric), _RANK[metric])
+            # no speaking: a device is reported only with an activity series, which outranks these
+            self._accumulate(kind, metric, rows, self._merge_max(metric))
         elif kind == "step":
             for joined, times, values in rows:
                 if joined.node is None or joined.device is None:
@@ -323,15 +324,19 @@ class ObservationReducer:
             dev = joined.device
             if dev is None:
                 continue
-            pairs = averages.get(dev)
-            if pairs is None:
-                pairs = averages[dev] = []
             ident = joined.sorted_ident
-            at = next((i for i in range(0, len(pairs), 3) if pairs[i] == ident), None)
-            if at is None:
-                at = len(pairs)
-                pairs += (ident, None, None)
-            pairs[at + side] = values[-1] if values else None
+            last = values[-1] if values else None
+            pairs = averages.get(dev)
+            if pairs is None:  # the device's first series (nearly always its only one)
+                averages[dev] = [ident, last, None] if side == 1 else [ident, None, last]
+            else:
+                at = 0 if pairs[0] == ident else None
+                if at is None:
+                    at = next((i for i in range(3, len(pairs), 3) if pairs[i] == ident), None)
+                if at is None:
+                    at = len(pairs)
+                    pairs += (ident, None, None)
+                pairs[at + side] = last
             if not _all_finite(values):
                 bad.add(dev)
 
