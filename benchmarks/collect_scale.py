@@ -25,7 +25,8 @@ size, named ``<method>/<shards>`` (its shard count at that N).
 
 ``--interleave`` (with ``--repeat k``) runs the methods of one size in turn, k rounds, so a change of
 the machine's load during the run hits every method alike (compare methods this way on a shared
-machine); each keeps its run of least total CPU, and every run is printed (``<method>#<round>``).
+machine); each keeps its run of least total CPU, and every run is printed (``<method>#<round>``). With
+``--repeat 3`` or more, the ratios are printed a second time from each method's medians.
 
 For each it prints: requests, response MiB, wall s, the slowest single request (wall s) and the slowest
 single query's engine time (``stats=all`` → ``evalTotalTime``), Prometheus CPU s (``/proc/<pid>/stat``
@@ -70,6 +71,7 @@ import dataclasses
 import gc
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -428,8 +430,8 @@ def _ratio(a: float, b: float) -> str:
     return f"×{a / b:.2f}" if b > 1e-9 else "—"
 
 
-def print_ratios(rows: list[tuple[int, dict[str, dict[str, float]]]]) -> None:
-    print("\nratios (total CPU = Prometheus CPU + client CPU):")
+def print_ratios(rows: list[tuple[int, dict[str, dict[str, float]]]], kind: str = "least total") -> None:
+    print(f"\nratios (total CPU = Prometheus CPU + client CPU; each method's {kind}):")
     print(
         f"{'nodes':>6} {'method':<14} {'engine/floor':>13} {'promCPU/floor':>14} {'total/floor':>12} {'total/anchor':>13}"
     )
@@ -444,6 +446,12 @@ def print_ratios(rows: list[tuple[int, dict[str, dict[str, float]]]]) -> None:
                 f"{_ratio(m['prom_cpu_s'], f['prom_cpu_s']):>14} {_ratio(m['total_cpu_s'], f['total_cpu_s']):>12} "
                 f"{to_anchor:>13}"
             )
+
+
+def _medians(runs: list[dict[str, float]]) -> dict[str, float]:
+    """Each figure's median over ``runs`` (the samples of one method), ``total_cpu_s`` included: with the
+    floor's least sample as the divisor, one lucky floor sample moves every ratio (±20 % at 100 nodes)."""
+    return {key: statistics.median(r[key] for r in runs) for key in runs[0]}
 
 
 # Bump when write_openmetrics writes different series: a kept TSDB of another version is refused.
@@ -602,6 +610,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             print(f"{'nodes':>6} {'method':<14} " + " ".join(f"{c:>13}" for c in COLS))
             rows: list[tuple[int, dict[str, dict[str, float]]]] = []
+            medians: list[tuple[int, dict[str, dict[str, float]]]] = []
             for size in sizes:
                 joiner = joiner_for(size)
                 IN_FLIGHT = 4
@@ -632,10 +641,12 @@ def main(argv: list[str] | None = None) -> int:
                         flush=True,
                     )
                 results: dict[str, dict[str, float]] = {}
+                samples: dict[str, list[dict[str, float]]] = {}
                 for k in range(rounds):
                     for label, fn, per_shard in runs:  # interleaved: load drift hits every method alike
                         SHARD_NODES = per_shard
                         r = measure(fn, server, size, joiner, each, inner)
+                        samples.setdefault(label, []).append(r)
                         if label not in results or r["total_cpu_s"] < results[label]["total_cpu_s"]:
                             results[label] = r
                         shown = f"{label}#{k + 1}" if rounds > 1 else label
@@ -646,7 +657,10 @@ def main(argv: list[str] | None = None) -> int:
                         )
                 SHARD_NODES = sweep[0]
                 rows.append((size, results))
+                medians.append((size, {label: _medians(runs_) for label, runs_ in samples.items()}))
             print_ratios(rows)
+            if args.repeat >= 3:
+                print_ratios(medians, "median of its samples, figure by figure")
             if args.assess_rss:
                 from assess_memory import assess_rss
 
