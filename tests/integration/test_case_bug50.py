@@ -37,6 +37,7 @@ from rightsizer.backtest.sources import MAX_QUERY_SPAN_S, fetch_prometheus_histo
 from rightsizer.domain.errors import ConfigError
 from tests.builders import AT, rfc
 from tests.integration.test_snapshot_cli import double, prometheus, run, seed_cluster, write_config
+from tests.support.http_serve import reply
 
 if TYPE_CHECKING:
     from rightsizer.testing.k8s import KubernetesDouble
@@ -71,12 +72,7 @@ class AmpFront:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 form = {k: v[0] for k, v in parse_qs(body.decode()).items()}
                 status, headers, answer = front.answer(self.path, form, body)
-                self.send_response(status)
-                for key, value in headers.items():
-                    self.send_header(key, value)
-                self.send_header("Content-Length", str(len(answer)))
-                self.end_headers()
-                self.wfile.write(answer)
+                reply(self, status, headers, answer)
 
             def log_message(self, *args: Any) -> None:
                 pass

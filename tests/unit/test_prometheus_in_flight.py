@@ -30,7 +30,7 @@ from rightsizer.domain.planner import plan
 from rightsizer.domain.policy import Policy
 from rightsizer.domain.usage import GPU_UTIL, CollectedSignals, Window
 from tests.builders import AT, STEP, gpu_node, snapshot
-from tests.support.http_serve import serving
+from tests.support.http_serve import reply, serving
 from tests.unit.test_prometheus_unit import Script, Seen, _matrix, _query, _steps, idle_answers
 
 PAUSE = 0.05  # every answer waits this long, so requests sent together overlap at the server
@@ -61,12 +61,7 @@ def counting_server(counting: Counting) -> Iterator[str]:
             time.sleep(max(delay, PAUSE))
             with counting.lock:  # before answering: the client's next request cannot overlap this one
                 counting.in_flight -= 1
-            self.send_response(status)
-            for k, v in headers.items():
-                self.send_header(k, v)
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
+            reply(self, status, headers, payload)
 
         def log_message(self, *_args: Any) -> None:
             pass

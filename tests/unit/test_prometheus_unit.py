@@ -7,6 +7,7 @@ headers that reach the wire are what the tests see.
 from __future__ import annotations
 
 import base64
+import contextlib
 import gc
 import gzip
 import hashlib
@@ -45,7 +46,7 @@ from rightsizer.domain.planner import plan
 from rightsizer.domain.policy import Policy
 from rightsizer.domain.usage import ENERGY, FB_FREE, FB_USED, GPU_UTIL, POWER, UP, Window
 from tests.builders import AT, STEP, WINDOW, gpu_node, snapshot, verdict_reasons
-from tests.support.http_serve import serving
+from tests.support.http_serve import reply, serving
 from tests.support.sigv4 import AKID, FROZEN, SECRET, sigv4_by_hand
 
 # ------------------------------------------------------------------------------------- scripted server
@@ -108,15 +109,10 @@ def prom() -> Iterator[tuple[str, Script]]:
             status, headers, payload, delay = script.reply(seen)
             if delay:
                 time.sleep(delay)
-            try:
-                self.send_response(status)
-                for k, v in headers.items():
-                    self.send_header(k, v)
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-            except (BrokenPipeError, ConnectionResetError):
-                pass  # the client gave up (read timeout test)
+            with contextlib.suppress(
+                BrokenPipeError, ConnectionResetError
+            ):  # the client gave up (timeout test)
+                reply(self, status, headers, payload)
 
         def log_message(self, *_args: Any) -> None:
             pass
