@@ -110,6 +110,9 @@ def prometheus(prometheus_binaries: Any, tmp_path_factory: pytest.TempPathFactor
     # node 5's exporter stopped answering 100 s before the window's end: stale at the 90 s bound its 15 s
     # scrapes set (up counted), fresh at the fixed 300 s a read without the target's up count would use
     series(families, 5, busy=False, stopped=100)
+    # node 6's exporter runs on the host network and its scrape config names the target by the node's name
+    # (instance "<node>:9400", Hostname "<node>"), neither a node nor a pod IP; stopped 100 s ago like node 5
+    series(families, 6, busy=False, stopped=100, extra={"instance": f"{name(6)}:9400", "Hostname": name(6)})
     # node 4 has no series at all: unknown
 
     def write(path: Path) -> None:
@@ -203,7 +206,7 @@ def cluster_wide(requests: list[RecordedRequest]) -> list[str]:
     return wide
 
 
-@pytest.mark.parametrize("node", [0, 1, 2, 3, 4, 5])
+@pytest.mark.parametrize("node", [0, 1, 2, 3, 4, 5, 6])
 def test_one_node_is_judged_as_the_whole_cluster_judges_it_without_reading_the_cluster(
     prometheus: str, node: int
 ) -> None:
@@ -246,9 +249,9 @@ def test_the_cases_differ_so_the_comparison_is_not_vacuous(prometheus: str) -> N
         policy = Policy(dry_run=False)
         assessor = parts.build_assessor(config, policy, observers)
         at = AT + timedelta(seconds=30)
-        reports = {i: assessor.assess_node(name(i), at) for i in (0, 1, 2, 3, 4, 5)}
+        reports = {i: assessor.assess_node(name(i), at) for i in (0, 1, 2, 3, 4, 5, 6)}
         assert all(r is not None for r in reports.values())
-        idle, busy, ambiguous, zonal, silent, stopped = (reports[i] for i in (0, 1, 2, 3, 4, 5))
+        idle, busy, ambiguous, zonal, silent, stopped, named = (reports[i] for i in range(7))
         assert idle is not None and idle.gpu_activity_max_pct == 0.0 and idle.coverage == 1.0
         # the unscheduled GPU pod is read (by field selector) and keeps every node it fits
         assert "pending_gpu_pods:1" in idle.reasons
@@ -261,6 +264,9 @@ def test_the_cases_differ_so_the_comparison_is_not_vacuous(prometheus: str) -> N
         # the exporter that stopped 130 s ago is stale by its own target's scrape interval (90 s bound)
         assert stopped is not None and stopped.verdict == "unknown", stopped
         assert [r for r in stopped.reasons if r.startswith("stale_metrics:")], stopped.reasons
+        # AND so is the one whose target is named by the node's name: its up is read by that name too
+        assert named is not None and named.verdict == "unknown", named
+        assert [r for r in named.reasons if r.startswith("stale_metrics:")], named.reasons
     finally:
         double.stop()
 

@@ -151,22 +151,23 @@ def node_series_matchers(node: Node, pods: Iterable[Pod], node_label: str | None
     """PromQL label matchers that together select every series the join could map to ``node``.
 
     One matcher per node-name label (the configured ``node_label`` first, then ``NODE_NAME_LABELS``) equal
-    to the node's name, and one ``instance`` matcher for the node's InternalIPs and the IPs of its
-    Running pods (the exporter's address, with or without a port). A series joins a node only through
-    one of these labels (or a workload pod's labels, which DCGM series carry beside the exporter's own
+    to the node's name, and one ``instance`` matcher for every name the node's scrape targets go by: the
+    node's name and addresses (``status.addresses``: InternalIP, InternalDNS, Hostname…) and the IPs and
+    names of its Running pods, each with or without a port. A series joins a node only through one of
+    these labels (or a workload pod's labels, which DCGM series carry beside the exporter's own
     ``instance`` and ``Hostname``), so the union of the selections is the node's series: the per-node
-    read of the drain (issue 11 item 5), whose cost does not grow with the cluster.
+    read of the drain (issue 11 item 5), whose cost does not grow with the cluster. The ``instance``
+    names also select the node's exporters' ``up``, whose scrape attempts set the freshness bound
+    (``usage.target_of``) — a scrape config that names its targets by node or pod name (a host-network
+    exporter, a relabelled ``instance``) is read with its own bound, as the whole cluster's read reads it.
     """
     labels = dict.fromkeys([*([node_label] if node_label else []), *NODE_NAME_LABELS])
     matchers = [f"{label}={_promql_string(node.name)}" for label in labels]
-    ips = set(node.internal_ips)
-    ips.update(
-        p.status.podIP
-        for p in pods
-        if p.spec.nodeName == node.name and p.status.phase == "Running" and p.status.podIP
-    )
-    if ips:
-        alternatives = "|".join(re.escape(ip) for ip in sorted(ips))
-        pattern = r"\[?(?:" + alternatives + r")\]?(?::[0-9]+)?"  # RE2, anchored by Prometheus
-        matchers.append(f"instance=~{_promql_string(pattern)}")
+    names = {node.name, *(a.address for a in node.status.addresses if a.address)}
+    for p in pods:
+        if p.spec.nodeName == node.name and p.status.phase == "Running":
+            names.update(n for n in (p.status.podIP, p.metadata.name) if n)
+    alternatives = "|".join(re.escape(n) for n in sorted(names))
+    pattern = r"\[?(?:" + alternatives + r")\]?(?::[0-9]+)?"  # RE2, anchored by Prometheus
+    matchers.append(f"instance=~{_promql_string(pattern)}")
     return tuple(matchers)
