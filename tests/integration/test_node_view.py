@@ -41,6 +41,8 @@ RBAC = Path(__file__).resolve().parents[2] / "infra" / "k8s" / "rbac.yaml"
 JOB = "dcgm"
 END = AT.timestamp()
 Families = dict[str, list[tuple[dict[str, str], list[tuple[float, float]]]]]
+#: Scrape targets named by the scrape config alone (neither the node's nor a pod's name or address).
+OWN_NAMES = {8: "gpu8.dcgm.example"}
 #: Reasons the drain re-checks itself (its budget slot); they depend on the other nodes by design.
 BUDGET_CODES = ("disruption_budget_exhausted", "in_flight")
 
@@ -113,6 +115,11 @@ def prometheus(prometheus_binaries: Any, tmp_path_factory: pytest.TempPathFactor
     # node 6's exporter runs on the host network and its scrape config names the target by the node's name
     # (instance "<node>:9400", Hostname "<node>"), neither a node nor a pod IP; stopped 100 s ago like node 5
     series(families, 6, busy=False, stopped=100, extra={"instance": f"{name(6)}:9400", "Hostname": name(6)})
+    # node 8's target goes by a name the node does not know (a DNS name of the scrape config's own): its up
+    # is found by the target its DCGM series name
+    series(
+        families, 8, busy=False, stopped=100, extra={"instance": f"{OWN_NAMES[8]}:9400", "Hostname": name(8)}
+    )
     # node 4 has no series at all: unknown
 
     def write(path: Path) -> None:
@@ -206,7 +213,7 @@ def cluster_wide(requests: list[RecordedRequest]) -> list[str]:
     return wide
 
 
-@pytest.mark.parametrize("node", [0, 1, 2, 3, 4, 5, 6])
+@pytest.mark.parametrize("node", [0, 1, 2, 3, 4, 5, 6, 8])
 def test_one_node_is_judged_as_the_whole_cluster_judges_it_without_reading_the_cluster(
     prometheus: str, node: int
 ) -> None:
@@ -231,13 +238,15 @@ def test_one_node_is_judged_as_the_whole_cluster_judges_it_without_reading_the_c
         assert not [r for r in requests if r.status == 403]
         pod_lists = sorted(str(r.param("fieldSelector")) for r in requests if r.path == "/api/v1/pods")
         assert f"spec.nodeName={name(node)}" in pod_lists
-        # AND every query reads the node's series only: each alternative names the node or its addresses
+        # AND every query reads the node's series only: each alternative names the node, its addresses or
+        # the targets its series name
         assert len(transport.queries) >= 13
         for query in transport.queries:
             for selector in re.findall(r"\{([^}]*)\}", query):
                 assert (
                     f'"{name(node)}"' in selector
                     or re.escape(exporter_ip(node)).replace("\\", "\\\\") in selector
+                    or OWN_NAMES.get(node, "-") in selector.replace("\\", "")  # its targets' up, by name
                 )
     finally:
         double.stop()
@@ -249,9 +258,11 @@ def test_the_cases_differ_so_the_comparison_is_not_vacuous(prometheus: str) -> N
         policy = Policy(dry_run=False)
         assessor = parts.build_assessor(config, policy, observers)
         at = AT + timedelta(seconds=30)
-        reports = {i: assessor.assess_node(name(i), at) for i in (0, 1, 2, 3, 4, 5, 6)}
+        reports = {i: assessor.assess_node(name(i), at) for i in (0, 1, 2, 3, 4, 5, 6, 8)}
         assert all(r is not None for r in reports.values())
-        idle, busy, ambiguous, zonal, silent, stopped, named = (reports[i] for i in range(7))
+        idle, busy, ambiguous, zonal, silent, stopped, named, other = (
+            reports[i] for i in (0, 1, 2, 3, 4, 5, 6, 8)
+        )
         assert idle is not None and idle.gpu_activity_max_pct == 0.0 and idle.coverage == 1.0
         # the unscheduled GPU pod is read (by field selector) and keeps every node it fits
         assert "pending_gpu_pods:1" in idle.reasons
@@ -267,6 +278,8 @@ def test_the_cases_differ_so_the_comparison_is_not_vacuous(prometheus: str) -> N
         # AND so is the one whose target is named by the node's name: its up is read by that name too
         assert named is not None and named.verdict == "unknown", named
         assert [r for r in named.reasons if r.startswith("stale_metrics:")], named.reasons
+        assert other is not None and other.verdict == "unknown", other
+        assert [r for r in other.reasons if r.startswith("stale_metrics:")], other.reasons
     finally:
         double.stop()
 

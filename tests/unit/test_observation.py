@@ -6,6 +6,7 @@ Pure: snapshot directories written to ``tmp_path`` and decoded by the real loade
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -180,3 +181,56 @@ def test_device_shards_partition_every_gpu_index_exactly_and_evenly(count: int) 
         held = [next(i for i, s in enumerate(shards) if s.holds(str(g))) for g in range(gpus)]
         assert sorted(set(held)) == list(range(min(gpus, n)))
     assert device_shards(1) == device_shards(0) == ()
+
+
+class _ScopedPrometheus:
+    """A metrics port for one node's read: its activity series name the targets ``named``; ``up`` counts
+    come for the targets ``selected`` (those the node's matchers select) and, asked by name, for any."""
+
+    def __init__(self, named: list[str], selected: list[str], fail_by_name: bool = False) -> None:
+        self.named, self.selected, self.fail_by_name, self.asked = named, selected, fail_by_name, []
+
+    def query_range_raw(self, expr: str, start: float, end: float, step: float) -> dict[str, Any]:
+        self.asked.append(expr)
+        if expr.startswith("max_over_time(DCGM_FI_DEV_GPU_UTIL"):
+            metrics = [
+                {"UUID": f"GPU-{i}", "gpu": "0", "instance": t, "job": "dcgm"}
+                for i, t in enumerate(self.named)
+            ]
+        elif expr.startswith("count_over_time(up") and 'instance=~"' in expr and "node=" not in expr:
+            if self.fail_by_name:
+                return {"status": "error", "errorType": "timeout", "error": "query timed out"}
+            metrics = [
+                {"instance": t, "job": "dcgm"}
+                for t in self.named
+                if re.escape(t).replace("\\-", "-") in expr.replace("\\\\", "\\")
+            ]
+        elif expr.startswith("count_over_time(up"):
+            metrics = [{"instance": t, "job": "dcgm"} for t in self.selected]
+        else:
+            metrics = []
+        result = [{"metric": m, "values": [[end, "120"]]} for m in metrics]
+        return {"status": "success", "data": {"resultType": "matrix", "result": result}}
+
+
+@pytest.mark.parametrize("fail_by_name", [False, True])
+def test_one_nodes_snapshot_counts_the_up_of_targets_its_matchers_did_not_select(fail_by_name: bool) -> None:
+    from rightsizer.services.snapshot import ObserveRequest, metric_documents
+
+    # GIVEN a node whose two exporters' targets are named "10.1.0.5:9400" (its pod's IP, selected by the
+    # node's matchers) and "gpu.dcgm.example:9400" (a name of the scrape config's own)
+    port = _ScopedPrometheus(["10.1.0.5:9400", "gpu.dcgm.example:9400"], ["10.1.0.5:9400"], fail_by_name)
+    request = ObserveRequest(
+        at=AT, window_seconds=WINDOW, step_seconds=STEP, cluster="c", region="r", job="dcgm"
+    )
+    documents = metric_documents(port, request, ('node="n"', 'instance=~"10\\\\.1\\\\.0\\\\.5(:[0-9]+)?"'))
+    # THEN the up of the other target is asked by its name, once, after the scoped queries
+    by_name = [e for e in port.asked if e.startswith("count_over_time(up") and "node=" not in e]
+    assert len(by_name) == 1 and port.asked[-1] == by_name[0]
+    assert 'instance=~"gpu\\\\.dcgm\\\\.example:9400"' in by_name[0]
+    counted = documents["metrics/up.count.json"]
+    if fail_by_name:  # AND a failed answer makes the count a problem: never a looser freshness bound
+        assert counted["status"] == "error"
+    else:  # AND its count joins the selected one in up.count.json
+        instances = sorted(s["metric"]["instance"] for s in counted["data"]["result"])
+        assert instances == ["10.1.0.5:9400", "gpu.dcgm.example:9400"]

@@ -58,6 +58,7 @@ from rightsizer.domain.observation import (
     SeriesShard,
     Shard,
     observation_queries,
+    target_matchers,
 )
 from rightsizer.domain.policy import Policy
 from rightsizer.domain.usage import UP, CollectedSignals, Window
@@ -621,7 +622,9 @@ def collect_live(
         node_label: config ``prometheus.node_label`` (tried first by the join).
         job: config ``prometheus.job``: only series of that scrape job.
         scope: label matchers selecting one node's series (``join.node_series_matchers``; the drain's
-            per-node read), () for every series.
+            per-node read), () for every series. The ``up`` of a target the node's DCGM series name but
+            the matchers did not select is then counted by its name (``ObservationReducer.
+            uncounted_targets``, ``observation.target_matchers``): one more query, only when needed.
         max_workers: queries in flight at once once the answers are large or slow (1: always one).
         split_seconds: longest sub-window one query reads (``plan_queries``).
         shards: series shards (``rightsizer.domain.observation.series_shards`` by node name,
@@ -697,15 +700,10 @@ def collect_live(
                 target.problem = target.problem or problem
 
     with _cyclic_gc_paused():
-        pending = iter(tasks)
-        for task in pending:
-            run(task)
-            if heavy.is_set() and max_workers > 1:
-                break
-        rest = list(pending)
-        if rest:
-            with ThreadPoolExecutor(max_workers=min(max_workers, len(rest))) as pool:
-                list(pool.map(run, rest))
+        _ask(tasks, run, heavy, max_workers)
+        if scope and (targets := reducer.uncounted_targets()):
+            # targets named otherwise than the node's matchers know: their up counts by name
+            run(SubQuery(MetricQuery(UP, "count", job, target_matchers(targets)), window.end, window.seconds))
     if expired:
         raise PrometheusUnavailable(
             f"Prometheus unavailable: {len(expired)} of {len(tasks)} queries unanswered within the "
@@ -715,6 +713,21 @@ def collect_live(
     with _cyclic_gc_paused():
         signals = reducer.finish()
     return dataclasses.replace(signals, node_problems=node_problems) if node_problems else signals
+
+
+def _ask(
+    tasks: Sequence[SubQuery], run: Callable[[SubQuery], None], heavy: threading.Event, max_workers: int
+) -> None:
+    """``run`` every task: one at a time until ``heavy`` is set, then the rest ``max_workers`` at a time."""
+    pending = iter(tasks)
+    for task in pending:
+        run(task)
+        if heavy.is_set() and max_workers > 1:
+            break
+    rest = list(pending)
+    if rest:
+        with ThreadPoolExecutor(max_workers=min(max_workers, len(rest))) as pool:
+            list(pool.map(run, rest))
 
 
 def _conclude(

@@ -67,6 +67,7 @@ __all__ = [
     "observation_queries",
     "series_shards",
     "signals_from_observation",
+    "target_matchers",
 ]
 
 #: Observation format ``rightsizer snapshot`` writes (``snapshot.json`` ``metrics_format``; absent = 1).
@@ -186,6 +187,18 @@ def observation_queries(job: str | None = None, scope: tuple[str, ...] = ()) -> 
     ``scope``: label matchers selecting one node's series (``MetricQuery.scope``), () for every series.
     """
     return tuple(MetricQuery(m, kind, job, scope) for kind, (_, metrics) in KINDS.items() for m in metrics)
+
+
+def target_matchers(targets: Iterable[tuple[str, str]]) -> tuple[str, ...]:
+    """PromQL label matchers selecting exactly the series of scrape ``targets`` (``usage.target_of``:
+    (``job``, ``instance``)): one ``job="…",instance=~"a|b"`` per job, the instances a set of literal
+    values (answered from Prometheus' index), as ``MetricQuery.scope`` alternatives."""
+    by_job: dict[str, list[str]] = {}
+    for job, instance in sorted(set(targets)):
+        by_job.setdefault(job, []).append(_regex_literal(instance))
+    return tuple(
+        f"job={_quote(job)},instance=~{_quote('|'.join(instances))}" for job, instances in by_job.items()
+    )
 
 
 #: RE2 metacharacters. Escaping only these keeps a shard's ``a|b|c`` a plain set of literals, which

@@ -456,6 +456,17 @@ class ObservationReducer:
             elif not slots[slot] >= v:  # also when the slot holds no sample yet (NaN)
                 slots[slot] = v
 
+    def uncounted_targets(self) -> set[Target]:
+        """The scrape targets (``usage.target_of``: ``job``, ``instance``) of the DCGM series joined to a
+        node so far whose ``up`` count has not come: a read scoped to one node may not have selected
+        their ``up`` (its matchers name the node's addresses and pods, a target may go by another name)."""
+        up, counted = self._up_idents, self._target_counts
+        return {
+            j.target
+            for j in self._joined.values()
+            if j.device is not None and j.target is not None and j.target not in counted and j.ident not in up
+        }
+
     def nodes_of_series(self, label: str, holds: Callable[[str], bool]) -> set[str]:
         """The nodes of every DCGM series met so far whose ``label`` (\"\" when absent) ``holds``: where a
         failed device shard's devices live (``observation.DeviceShard.label``, ``holds``). ``up`` series

@@ -34,9 +34,9 @@ from rightsizer.domain.model import (
     PodAddress,
     PodDisruptionBudget,
 )
-from rightsizer.domain.observation import METRICS_FORMAT, observation_queries
+from rightsizer.domain.observation import METRICS_FORMAT, MetricQuery, observation_queries, target_matchers
 from rightsizer.domain.pod_parts import CompactObjects
-from rightsizer.domain.usage import ACTIVITY_METRICS, DEVICE_METRICS, UP
+from rightsizer.domain.usage import ACTIVITY_METRICS, DEVICE_METRICS, UP, target_of
 from rightsizer.ports import (
     JSON,
     AccessCheck,
@@ -233,15 +233,57 @@ def metric_documents(
     metrics: MetricsRangeReader, request: ObserveRequest, scope: tuple[str, ...] = ()
 ) -> dict[str, Any]:
     """The format-2 metrics files: each ``observation_queries`` answer (``scope``: one node's series,
-    ``join.node_series_matchers``) over (at − W, at] at the request's step, by relative path."""
+    ``join.node_series_matchers``) over (at − W, at] at the request's step, by relative path.
+
+    With ``scope``, the ``up`` count of a target the node's activity series name but the matchers did not
+    select is asked by its name (``observation.target_matchers``) and added to ``metrics/up.count.json``,
+    as ``collect_live`` does; a failed answer there replaces that file (the count is then a problem)."""
     documents: dict[str, Any] = {}
     end = float(int(request.at.timestamp()))
-    for query in observation_queries(request.job, scope):
+
+    def ask(query: MetricQuery) -> Any:
         start, stop = query.span(end, request.window_seconds, request.step_seconds)
         expr = query.expr(request.step_seconds, request.window_seconds)
         answer = metrics.query_range_raw(expr, start, stop, float(request.step_seconds))
-        documents[query.path] = json.loads(answer) if isinstance(answer, bytes | bytearray) else answer
+        return json.loads(answer) if isinstance(answer, bytes | bytearray) else answer
+
+    queries = observation_queries(request.job, scope)
+    for query in queries:
+        documents[query.path] = ask(query)
+    counted = next(q for q in queries if q.kind == "count" and q.metric == UP).path
+    if scope and (targets := _uncounted_targets(documents, counted)):
+        extra = ask(MetricQuery(UP, "count", request.job, target_matchers(targets)))
+        have = _series(documents[counted])
+        found = _series(extra)
+        documents[counted] = extra if have is None or found is None else _with_series(extra, have + found)
     return documents
+
+
+def _series(answer: Any) -> list[Any] | None:
+    """The series of a successful matrix answer, None for anything else."""
+    data = answer.get("data") if isinstance(answer, dict) and answer.get("status") == "success" else None
+    result = data.get("result") if isinstance(data, dict) else None
+    return result if isinstance(result, list) else None
+
+
+def _with_series(answer: dict[str, Any], series: list[Any]) -> dict[str, Any]:
+    return {**answer, "data": {**answer["data"], "result": series}}
+
+
+def _uncounted_targets(documents: Mapping[str, Any], counted: str) -> set[tuple[str, str]]:
+    """Targets (``usage.target_of``) of the activity series in ``documents`` whose ``up`` has no count in
+    ``documents[counted]``."""
+    named = {
+        target
+        for q in observation_queries()
+        if q.per_step and q.metric != UP
+        for s in _series(documents.get(q.path)) or ()
+        if isinstance(s, dict) and (target := target_of(s.get("metric") or {})) is not None
+    }
+    have = {
+        target_of(s.get("metric") or {}) for s in _series(documents.get(counted)) or () if isinstance(s, dict)
+    }
+    return named - have
 
 
 def observe(
