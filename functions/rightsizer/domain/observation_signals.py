@@ -50,9 +50,9 @@ from rightsizer.domain.usage import (
     target_of,
 )
 
-#: Metrics of the ``step`` file kind (per-step activity and ``up``, window maxima of FB and power), in
-#: the order that picks the labels speaking for a device.
-STEP_ORDER = (GPU_UTIL, PROF_ACTIVE, UP, FB_USED, POWER)
+#: The per-step metrics, in the order that picks the labels speaking for a device (a device is reported
+#: only with an activity series, so the window maxima that share the ``step`` file kind never speak).
+STEP_ORDER = (GPU_UTIL, PROF_ACTIVE, UP)
 _RANK = {m: i for i, m in enumerate(STEP_ORDER)}
 LabelKey = tuple[tuple[str, str], ...]
 _INF = math.inf
@@ -241,7 +241,6 @@ class ObservationReducer:
         (its ``resolve``\ d labels, times in Unix s, values): the work per series is chosen once per
         answer, since an answer holds a series per GPU (16,000 at 2,000 nodes)."""
         if kind == "step" and metric in self._max:
-            # no speaking: a device is reported only with an activity series, which outranks these
             self._accumulate(kind, metric, rows, self._merge_max(metric))
         elif kind == "step":
             for joined, times, values in rows:
@@ -257,24 +256,14 @@ class ObservationReducer:
             for joined, _, values in rows:
                 self._add_fact(kind, metric, joined, values)
 
-    def _accumulate(
-        self,
-        kind: str,
-        metric: str,
-        rows: Iterable[Row],
-        add: _Add,
-        rank: int | None = None,
-    ) -> None:
-        """Each series' values merged into its device's fact by ``add`` (window maxima, spreads); with
-        ``rank``, the series may also speak for its device (``_speaks``)."""
+    def _accumulate(self, kind: str, metric: str, rows: Iterable[Row], add: _Add) -> None:
+        """Each series' values merged into its device's fact by ``add`` (window maxima, spreads)."""
         for joined, _, values in rows:
             dev = joined.device
             if dev is None:
                 self._unmapped_series(kind, metric, joined)
                 continue
             add(dev, values)
-            if rank is not None:
-                self._speaks(rank, dev, joined)
 
     def _merge_max(self, metric: str) -> _Add:
         """Window maxima merged from (sub-)window maxima (``_window_max`` semantics), noting +Inf and any
@@ -330,9 +319,12 @@ class ObservationReducer:
             if pairs is None:  # the device's first series (nearly always its only one)
                 averages[dev] = [ident, last, None] if side == 1 else [ident, None, last]
             else:
-                at = 0 if pairs[0] == ident else None
-                if at is None:
-                    at = next((i for i in range(3, len(pairs), 3) if pairs[i] == ident), None)
+                # the head first: the second average of a device's only series finds it there
+                at = (
+                    0
+                    if pairs[0] == ident
+                    else next((i for i in range(3, len(pairs), 3) if pairs[i] == ident), None)
+                )
                 if at is None:
                     at = len(pairs)
                     pairs += (ident, None, None)

@@ -178,7 +178,8 @@ def _node_status(status: Mapping[str, Any]) -> JSON:
     out = dict(status)
     addresses = status.get("addresses")
     if isinstance(addresses, list):
-        # Node.internal_ips is all that reads them (the series join); a node's DNS names are not kept.
+        # The plan's series join reads only Node.internal_ips; a node's DNS names are not kept (the one-node
+        # read, which matches every address, reads its node whole: services.node_view).
         out["addresses"] = [
             a for a in addresses if not isinstance(a, Mapping) or a.get("type") == "InternalIP"
         ]

@@ -247,10 +247,9 @@ def metric_documents(
         answer = metrics.query_range_raw(expr, start, stop, float(request.step_seconds))
         return json.loads(answer) if isinstance(answer, bytes | bytearray) else answer
 
-    queries = observation_queries(request.job, scope)
-    for query in queries:
+    for query in observation_queries(request.job, scope):
         documents[query.path] = ask(query)
-    counted = next(q for q in queries if q.kind == "count" and q.metric == UP).path
+    counted = MetricQuery(UP, "count").path
     if scope and (targets := _uncounted_targets(documents, counted)):
         extra = ask(MetricQuery(UP, "count", request.job, target_matchers(targets)))
         have = _series(documents[counted])
