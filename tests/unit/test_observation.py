@@ -187,8 +187,11 @@ class _ScopedPrometheus:
     """A metrics port for one node's read: its activity series name the targets ``named``; ``up`` counts
     come for the targets ``selected`` (those the node's matchers select) and, asked by name, for any."""
 
-    def __init__(self, named: list[str], selected: list[str], fail_by_name: bool = False) -> None:
-        self.named, self.selected, self.fail_by_name, self.asked = named, selected, fail_by_name, []
+    def __init__(
+        self, named: list[str], selected: list[str], fail_by_name: bool = False, fail_scoped: bool = False
+    ) -> None:
+        self.named, self.selected, self.asked = named, selected, []
+        self.fail_by_name, self.fail_scoped = fail_by_name, fail_scoped
 
     def query_range_raw(self, expr: str, start: float, end: float, step: float) -> dict[str, Any]:
         self.asked.append(expr)
@@ -206,6 +209,8 @@ class _ScopedPrometheus:
                 if re.escape(t).replace("\\-", "-") in expr.replace("\\\\", "\\")
             ]
         elif expr.startswith("count_over_time(up"):
+            if self.fail_scoped:
+                return {"status": "error", "errorType": "timeout", "error": "query timed out"}
             metrics = [{"instance": t, "job": "dcgm"} for t in self.selected]
         else:
             metrics = []
@@ -234,3 +239,17 @@ def test_one_nodes_snapshot_counts_the_up_of_targets_its_matchers_did_not_select
     else:  # AND its count joins the selected one in up.count.json
         instances = sorted(s["metric"]["instance"] for s in counted["data"]["result"])
         assert instances == ["10.1.0.5:9400", "gpu.dcgm.example:9400"]
+
+
+def test_a_failed_scoped_up_count_stays_failed_whatever_the_count_by_name_says() -> None:
+    from rightsizer.services.snapshot import ObserveRequest, metric_documents
+
+    # GIVEN a node's read whose scoped up count failed, while its other target's count by name would answer
+    port = _ScopedPrometheus(["10.1.0.5:9400", "gpu.dcgm.example:9400"], ["10.1.0.5:9400"], fail_scoped=True)
+    request = ObserveRequest(
+        at=AT, window_seconds=WINDOW, step_seconds=STEP, cluster="c", region="r", job="dcgm"
+    )
+    documents = metric_documents(port, request, ('node="n"', 'instance=~"10\\\\.1\\\\.0\\\\.5(:[0-9]+)?"'))
+    # THEN up.count.json keeps the failure (collect_live keeps the count a problem too): the selected
+    # target's count is missing, so no answer by name may stand in for the whole file
+    assert documents["metrics/up.count.json"]["status"] == "error"

@@ -237,7 +237,8 @@ def metric_documents(
 
     With ``scope``, the ``up`` count of a target the node's activity series name but the matchers did not
     select is asked by its name (``observation.target_matchers``) and added to ``metrics/up.count.json``,
-    as ``collect_live`` does; a failed answer there replaces that file (the count is then a problem)."""
+    as ``collect_live`` does; a failed answer there replaces that file, and a failed scoped count is kept
+    (either way the count is then a problem)."""
     documents: dict[str, Any] = {}
     end = float(int(request.at.timestamp()))
 
@@ -250,11 +251,12 @@ def metric_documents(
     for query in observation_queries(request.job, scope):
         documents[query.path] = ask(query)
     counted = MetricQuery(UP, "count").path
-    if scope and (targets := _uncounted_targets(documents, counted)):
+    have = _series(documents[counted])
+    # a failed scoped count stays failed (collect_live keeps it a problem): nothing by name stands in for it
+    if scope and have is not None and (targets := _uncounted_targets(documents, counted)):
         extra = ask(MetricQuery(UP, "count", request.job, target_matchers(targets)))
-        have = _series(documents[counted])
         found = _series(extra)
-        documents[counted] = extra if have is None or found is None else _with_series(extra, have + found)
+        documents[counted] = extra if found is None else _with_series(extra, have + found)
     return documents
 
 
