@@ -143,7 +143,8 @@ def _strip_port(instance: str) -> str:
     return instance
 
 
-def _promql_string(value: str) -> str:
+def promql_string(value: str) -> str:
+    """``value`` as a PromQL double-quoted string literal (backslash and double quote escaped)."""
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
@@ -162,12 +163,12 @@ def node_series_matchers(node: Node, pods: Iterable[Pod], node_label: str | None
     exporter, a relabelled ``instance``) is read with its own bound, as the whole cluster's read reads it.
     """
     labels = dict.fromkeys([*([node_label] if node_label else []), *NODE_NAME_LABELS])
-    matchers = [f"{label}={_promql_string(node.name)}" for label in labels]
+    matchers = [f"{label}={promql_string(node.name)}" for label in labels]
     names = {node.name, *(a.address for a in node.status.addresses if a.address)}
     for p in pods:
         if p.spec.nodeName == node.name and p.status.phase == "Running":
             names.update(n for n in (p.status.podIP, p.metadata.name) if n)
     alternatives = "|".join(re.escape(n) for n in sorted(names))
     pattern = r"\[?(?:" + alternatives + r")\]?(?::[0-9]+)?"  # RE2, anchored by Prometheus
-    matchers.append(f"instance=~{_promql_string(pattern)}")
+    matchers.append(f"instance=~{promql_string(pattern)}")
     return tuple(matchers)

@@ -40,6 +40,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from rightsizer.domain.join import promql_string
 from rightsizer.domain.model import MetricData
 from rightsizer.domain.observation_signals import ObservationReducer, signals_from_observation
 from rightsizer.domain.usage import (
@@ -95,14 +96,8 @@ MetricFiles = dict[str, dict[str, MetricData]]
 → metric name → its answer."""
 
 
-def _quote(value: str) -> str:
-    """A PromQL double-quoted string literal."""
-    escaped = value.replace("\\", "\\\\").replace('"', '\\"')
-    return f'"{escaped}"'
-
-
 def _selector(metric: str, job: str | None, matchers: str = "") -> str:
-    inner = ",".join(m for m in ((f"job={_quote(job)}" if job else ""), matchers) if m)
+    inner = ",".join(m for m in ((f"job={promql_string(job)}" if job else ""), matchers) if m)
     return f"{metric}{{{inner}}}" if inner else metric
 
 
@@ -197,7 +192,8 @@ def target_matchers(targets: Iterable[tuple[str, str]]) -> tuple[str, ...]:
     for job, instance in sorted(set(targets)):
         by_job.setdefault(job, []).append(_regex_literal(instance))
     return tuple(
-        f"job={_quote(job)},instance=~{_quote('|'.join(instances))}" for job, instances in by_job.items()
+        f"job={promql_string(job)},instance=~{promql_string('|'.join(instances))}"
+        for job, instances in by_job.items()
     )
 
 
@@ -224,7 +220,7 @@ class SeriesShard:
 
     def matcher(self) -> str:
         """``label=~"n1|n2|…"`` with each name's regex metacharacters escaped (an exact-match set)."""
-        return f"{self.label}=~{_quote('|'.join(_regex_literal(n) for n in self.nodes))}"
+        return f"{self.label}=~{promql_string('|'.join(_regex_literal(n) for n in self.nodes))}"
 
 
 def series_shards(label: str, nodes: Iterable[str], per_shard: int) -> tuple[SeriesShard, ...]:
