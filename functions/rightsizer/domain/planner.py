@@ -41,9 +41,11 @@ from rightsizer.domain.replacement import (
     held_groups,
     replacement_reasons,
 )
+from rightsizer.domain.showback import NodeHolders, shares, showback
 from rightsizer.domain.usage import CollectedSignals, UnmappedSeries, Window, collect_signals
 from rightsizer.domain.verdicts import order_reasons, verdict_of
 from rightsizer.domain.volumes import VolumeFacts
+from rightsizer.domain.workloads import Activity, Holder, WorkloadVerdict, judge_workloads
 
 KARPENTER_NODEPOOL = "karpenter.sh/nodepool"
 OTHER_AUTOSCALER_TAINTS = ("ToBeDeletedByClusterAutoscaler", "karpenter.sh/disrupted")
@@ -51,6 +53,35 @@ CA_SCALE_DOWN_DISABLED = "cluster-autoscaler.kubernetes.io/scale-down-disabled"
 KARPENTER_DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
 #: EC2 instance states (DescribeInstances ``State.Name``) of an instance that is leaving or gone.
 GONE_INSTANCE_STATES = frozenset({"shutting-down", "terminated", "stopping", "stopped"})
+
+
+@dataclass(frozen=True)
+class _GpuFacts:
+    """What ``assess_gpus`` reads of one node besides the signals and the window."""
+
+    node: Node
+    row: InstanceType | None
+    ceilings: Mapping[str, float]
+    at: datetime
+    exporter: str | None
+    signal_set: frozenset[str]
+
+    def assess(self, signals: CollectedSignals, window: Window, policy: Policy) -> GpuAssessment:
+        name = self.node.name
+        return assess_gpus(
+            self.node,
+            self.row,
+            signals.devices.get(name, []),
+            policy=policy,
+            power_ceilings=self.ceilings,
+            window=window,
+            at=self.at,
+            up_coverage=signals.up_coverage.get(name),
+            problems=signals.problems_of(name),
+            present=signals.present,
+            exporter=self.exporter,
+            signal_set=self.signal_set,
+        )
 
 
 @dataclass
@@ -226,15 +257,12 @@ def plan(
     joiner = NodeJoiner(
         snapshot.nodes, snapshot.pods, node_label or snapshot.node_label, snapshot.pod_addresses
     )
-    if isinstance(snapshot.signals, CollectedSignals):
-        signals = snapshot.signals
-    elif snapshot.meta.metrics_format >= 2:
-        files = {"step": snapshot.metrics, "timestamp": snapshot.timestamps, **snapshot.metric_extras}
-        signals = signals_from_observation(files, joiner, window, policy.gpu_activity_max_pct)
-    else:
-        signals = collect_signals(
-            snapshot.metrics, snapshot.timestamps, joiner, window, policy.gpu_activity_max_pct
-        )
+    signals = _signals(snapshot, joiner, window, policy)
+    assert signals is not None  # the decision window is the snapshot's own
+    # Workload verdicts judge each node again over the workloads' own (longer) idle window (issue 32).
+    wl_window = Window.ending(at, policy.workloads.idle_window, snapshot.meta.step_seconds)
+    wl_signals: list[CollectedSignals | None] = []
+    activity: dict[str, Activity] = {}
     ambiguous: dict[str, set[str]] = {}
     for u in signals.unmapped:
         if u.reason.startswith("series_unmapped:ambiguous:"):
@@ -280,24 +308,22 @@ def plan(
         if not _selected(node, group, policy):
             reasons.append("not_selected")
         node_pods = pods_by_node.get(node.name, [])
-        assessment = assess_gpus(
-            node,
-            row,
-            signals.devices.get(node.name, []),
-            policy=policy,
-            power_ceilings=ceilings,
-            window=window,
-            at=at,
-            up_coverage=signals.up_coverage.get(node.name),
-            problems=signals.problems_of(node.name),
-            present=signals.present,
-            exporter=_exporter_pod(node_pods),
-            signal_set=snapshot.signal_set,
-        )
+        facts = _GpuFacts(node, row, ceilings, at, _exporter_pod(node_pods), snapshot.signal_set)
+        assessment = facts.assess(signals, window, policy)
         reasons.extend(assessment.reasons)
         reasons.extend(f"series_unmapped:{m}" for m in sorted(ambiguous.get(node.name, ())))
         ctx = PodContext(policy, snapshot.pdbs, claims.get(node.name, {}), at, volumes, pdb_index=pdb_index)
         classified = classify_pods(node_pods, ctx)
+        if any(c.gpu_holder is not None for c in classified):
+            if policy.workloads.idle_window == policy.idle_window:
+                activity[node.name] = _activity(assessment)
+            else:
+                if not wl_signals:
+                    wl_signals.append(_signals(snapshot, joiner, wl_window, policy))
+                longer = wl_signals[0]
+                activity[node.name] = (
+                    "unknown" if longer is None else _activity(facts.assess(longer, wl_window, policy))
+                )
         for c in classified:
             reasons.extend(f.reason for f in c.findings)
             if c.gpu_holder is not None:
@@ -336,7 +362,48 @@ def plan(
     _apply_group_rules(decisions, snapshot, policy, at)
     actions = _choose(decisions, policy, stale_cordons)
     held = held_groups(replacements, at)
-    return _assemble(snapshot, policy, at, decisions, actions, signals.unmapped, catalog, held)
+    plan_ = _assemble(snapshot, policy, at, decisions, actions, signals.unmapped, catalog, held)
+    return plan_.model_copy(
+        update={"workloads": workload_verdicts(snapshot, decisions, activity, policy, at)}
+    )
+
+
+def _signals(
+    snapshot: ClusterSnapshot, joiner: NodeJoiner, window: Window, policy: Policy
+) -> CollectedSignals | None:
+    """Device signals over ``window``; None when the snapshot's signals were collected live for another
+    window (the live path computes them in Prometheus for the decision window only)."""
+    if isinstance(snapshot.signals, CollectedSignals):
+        return snapshot.signals if window.seconds == policy.idle_window else None
+    if snapshot.meta.metrics_format >= 2:
+        files = {"step": snapshot.metrics, "timestamp": snapshot.timestamps, **snapshot.metric_extras}
+        return signals_from_observation(files, joiner, window, policy.gpu_activity_max_pct)
+    return collect_signals(snapshot.metrics, snapshot.timestamps, joiner, window, policy.gpu_activity_max_pct)
+
+
+def workload_verdicts(
+    snapshot: ClusterSnapshot,
+    decisions: Sequence[NodeDecision],
+    activity: Mapping[str, Activity],
+    policy: Policy,
+    at: datetime,
+) -> list[WorkloadVerdict]:
+    """The verdict of every workload owning a GPU-holding pod on a GPU node (``domain.workloads``), each
+    pod priced at its share of its node (``domain.showback.shares``; None on a reserved or unpriced node)."""
+    holders: list[Holder] = []
+    for d in decisions:
+        pods = [c.pod for c in d.pods if c.gpu_holder is not None]
+        hourly = None if _reservation(d.reasons) else d.hourly_usd
+        share = shares(NodeHolders(d.node, d.assessment.expected.physical, hourly, d.assessment.idle, pods))
+        holders += [
+            Holder(p, d.node.name, None if hourly is None else round(share.get(p.key, 0.0) * hourly, 6))
+            for p in pods
+        ]
+    return judge_workloads(holders, snapshot.owners, snapshot.autoscalers, activity, policy.workloads, at)
+
+
+def _activity(assessment: GpuAssessment) -> Activity:
+    return "busy" if assessment.busy else "idle" if assessment.idle else "unknown"
 
 
 def _apply_group_rules(
@@ -518,6 +585,16 @@ def _assemble(
     )
     executable = [x for x in actions if x.kind != "recommend" and x.hourly_savings_usd is not None]
     hourly = sum(x.hourly_savings_usd or 0.0 for x in executable)
+    holders = [
+        NodeHolders(
+            d.node,
+            d.assessment.expected.physical,
+            None if _reservation(d.reasons) else d.hourly_usd,
+            d.assessment.idle,
+            [c.pod for c in d.pods if c.gpu_holder is not None],
+        )
+        for d in decisions
+    ]
     return Plan(
         at=_rfc3339(at),
         taken_at=_rfc3339(snapshot.meta.taken_at),
@@ -527,4 +604,5 @@ def _assemble(
         actions=actions,
         unmapped=[UnmappedReport(metric=u.metric, labels=u.labels, reason=u.reason) for u in unmapped],
         savings=Savings(hourly_usd=hourly, monthly_usd=hourly * HOURS_PER_MONTH),
+        showback=showback(holders, at, policy.idle_window, policy.showback_team_label),
     )
