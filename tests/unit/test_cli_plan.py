@@ -50,6 +50,7 @@ def test_plan_json_follows_the_contract(snap_dir: Path, capsys: pytest.CaptureFi
         "savings",
         "showback",
         "workloads",
+        "reservations",
     }
     assert doc["at"] == doc["taken_at"] == "2026-11-02T10:00:00Z"
     assert doc["dry_run"] is True
