@@ -29,6 +29,7 @@ from rightsizer.domain.model import (
 )
 from rightsizer.domain.observation import signals_from_observation
 from rightsizer.domain.periods import schedule_contains
+from rightsizer.domain.placement_cluster import ClusterPlacement, movers
 from rightsizer.domain.plan import Action, NodeReport, Plan, Savings, UnmappedReport, action_id
 from rightsizer.domain.pods import PodClassification, PodContext, classify_pods, pdbs_by_namespace, wants_node
 from rightsizer.domain.policy import Policy
@@ -193,6 +194,7 @@ def plan(
     stale_cordons: frozenset[str] = frozenset(),
     snoozed: Mapping[str, datetime] | None = None,
     replacements: Sequence[KnownReplacement] = (),
+    placement: bool = True,
 ) -> Plan:
     """Decide, for every GPU node of ``snapshot``, a verdict with reasons, and the actions to take.
 
@@ -334,7 +336,8 @@ def plan(
         decisions.append(decision)
 
     _apply_group_rules(decisions, snapshot, policy, at)
-    actions = _choose(decisions, policy, stale_cordons)
+    checker = ClusterPlacement(snapshot, volumes) if placement else None
+    actions = _choose(decisions, policy, stale_cordons, checker)
     held = held_groups(replacements, at)
     return _assemble(snapshot, policy, at, decisions, actions, signals.unmapped, catalog, held)
 
@@ -371,8 +374,15 @@ def _reservation(reasons: Sequence[str]) -> str | None:
     return None
 
 
-def _choose(decisions: list[NodeDecision], policy: Policy, stale: frozenset[str]) -> list[Action]:
-    """Pick ``scale_in`` candidates among idle nodes under the disruption budget (docs/architecture.md §3)."""
+def _choose(
+    decisions: list[NodeDecision],
+    policy: Policy,
+    stale: frozenset[str],
+    checker: ClusterPlacement | None = None,
+) -> list[Action]:
+    """Pick ``scale_in`` candidates among idle nodes under the disruption budget (docs/architecture.md §3);
+    with ``checker``, only nodes whose evicted pods fit on the nodes left (each chosen removal and its
+    placements are kept for the next candidate, as Cluster Autoscaler's simulator commits them)."""
     flying = [
         d for d in decisions if ANN_CORDONED_BY in d.node.metadata.annotations and d.node.name not in stale
     ]
@@ -406,6 +416,13 @@ def _choose(decisions: list[NodeDecision], policy: Policy, stale: frozenset[str]
         if run_slots <= 0 or taken >= policy.node_group_budget(group.desired):
             d.reasons.append("disruption_budget_exhausted")
             continue
+        if checker is not None:
+            placed = checker.trial([d.node.name], movers(d.pods))
+            if not placed.ok:
+                checker.undo()
+                d.reasons.extend(u.reason for u in placed.unplaced)
+                continue
+            checker.keep()
         before = group.desired - chosen_group.get(group.name, 0)
         chosen_group[group.name] = chosen_group.get(group.name, 0) + 1
         run_slots -= 1

@@ -50,6 +50,7 @@ REASON_CODES: tuple[str, ...] = (
     "replacement_settling",
     "node_group_unknown",
     "node_group_at_min_size",
+    "no_placement",
     "disruption_budget_exhausted",
     "cooldown",
     "outside_disruption_window",
@@ -116,7 +117,12 @@ def verdict_of(reasons: Iterable[str], *, cheaper_shape_fits: bool = False) -> V
 BUDGET_ONLY = frozenset({"disruption_budget_exhausted", "in_flight"})
 #: Protections an off-hours drain is exempt from: the schedule is the operator's window
 #: (docs/architecture.md §4 "Off-hours").
-OFFHOURS_EXEMPT = BUDGET_ONLY | {"cooldown", "outside_disruption_window", "node_group_at_min_size"}
+OFFHOURS_EXEMPT = BUDGET_ONLY | {
+    "cooldown",
+    "outside_disruption_window",
+    "node_group_at_min_size",
+    "no_placement",  # a group going to zero on schedule strands its pods by the operator's choice
+}
 
 
 def blocking_reasons(reasons: Iterable[str], execution_id: str, *, offhours: bool) -> list[str]:
