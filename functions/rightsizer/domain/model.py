@@ -9,7 +9,7 @@ DescribeAutoScalingGroups / DescribeAutoScalingInstances / DescribeNodegroup sha
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
@@ -145,10 +145,12 @@ class NodeAddress(_K8s):
 
 
 class NodeCondition(_K8s):
-    """status.conditions[] of a Node."""
+    """status.conditions[] of a Node (``reason``: CamelCase cause, e.g. the EKS node monitoring agent's
+    ``AcceleratedHardwareReady`` reasons, ``domain.health``)."""
 
     type: str
     status: str
+    reason: str = ""
 
 
 class NodeSelectorRequirement(_K8s):
@@ -610,6 +612,12 @@ class AsgInfo:
     nodegroup: str | None = None
     tags: dict[str, str] = field(default_factory=dict)
     last_launch: datetime | None = None
+    capacity_failures: tuple[datetime, ...] = ()
+    """Start times of failed launches for InsufficientInstanceCapacity (DescribeScalingActivities)."""
+    nodegroup_issues: tuple[str, ...] = ()
+    """EKS DescribeNodegroup ``health.issues[].code`` that say the group cannot get capacity."""
+    node_repair: bool = False
+    """EKS DescribeNodegroup ``nodeRepairConfig.enabled``: EKS replaces the group's unhealthy nodes."""
 
     @property
     def display_name(self) -> str:
@@ -634,6 +642,26 @@ class Ec2Instance:
     lifecycle: str = ""
     capacity_reservation_id: str | None = None
     availability_zone: str = ""
+    events: tuple[str, ...] = ()
+    """Scheduled events not yet completed or canceled (DescribeInstanceStatus ``Events[].Code``:
+    ``instance-stop``, ``instance-retirement``, ``system-maintenance`` …)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityReservation:
+    """An On-Demand Capacity Reservation or Capacity Block (EC2 DescribeCapacityReservations).
+
+    ``kind`` is ``capacity_block`` for ``ReservationType=capacity-block``, else ``odcr``; counts are
+    instances; ``end`` is ``EndDate`` (None for an ODCR without an end date); ``state`` is ``State``.
+    """
+
+    reservation_id: str
+    kind: str
+    instance_type: str
+    total: int
+    available: int
+    state: str = "active"
+    end: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -653,6 +681,8 @@ class Inventory:
     instances: dict[str, Ec2Instance] | None = None
     spot_prices: dict[tuple[str, str], float] = field(default_factory=dict)
     on_demand: PriceBook | None = None
+    reservations: dict[str, CapacityReservation] = field(default_factory=dict)
+    """Capacity reservations the nodes' instances run in, by id (DescribeCapacityReservations)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -697,6 +727,9 @@ class ClusterSnapshot:
     pod_addresses: tuple[PodAddress, ...] = ()
     """Live path only: the pods bound to non-GPU nodes, as the series join reads them (``pods`` then
     holds the others); a snapshot directory keeps every pod in ``pods``."""
+    xids: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]] = field(default_factory=dict)
+    """Node → (XID codes whose ``DCGM_EXP_XID_ERRORS_COUNT`` rose in the window, codes the stale-prone
+    ``DCGM_FI_DEV_XID_ERRORS`` gauge shows): ``domain.health``."""
     source: Literal["snapshot", "live"] = "snapshot"
     signals: Any = None
     """Live path only: ``rightsizer.domain.usage.CollectedSignals`` computed by PromQL in the server for

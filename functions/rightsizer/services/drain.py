@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from rightsizer.domain.capacity import interruption_signals, reserved_kept
 from rightsizer.domain.catalog import HOURS_PER_MONTH
 from rightsizer.domain.errors import PermanentError, RightsizerError, StalePlan, TransientError
 from rightsizer.domain.holds import stamp
@@ -96,7 +97,7 @@ class DrainDeps:
     approvals: ApprovalGate | None = None
 
 
-def is_candidate(report: NodeReport | None, execution_id: str, *, offhours: bool) -> tuple[bool, list[str]]:
+def is_candidate(report: NodeReport | None, execution_id: str, *, offhours: bool, shrinking: bool = False) -> tuple[bool, list[str]]:  # fmt: skip
     """Whether a fresh report still allows draining: no excluded, unknown or busy reason, and no protection
     but those the workflow re-checks itself (the budget slot, our own cordon; for off-hours drains also
     cooldown, disruption windows and MinSize, docs/architecture.md §4).
@@ -106,7 +107,7 @@ def is_candidate(report: NodeReport | None, execution_id: str, *, offhours: bool
     """
     if report is None:
         return False, ["not_a_gpu_node"]
-    blocking = blocking_reasons(report.reasons, execution_id, offhours=offhours)
+    blocking = blocking_reasons(report.reasons, execution_id, offhours=offhours, shrinking=shrinking)
     return not blocking, blocking
 
 
@@ -192,8 +193,13 @@ class DrainWorkflow:
         return StepResult(record.execution_id, step, nxt, "running", wait, message)
 
     def _still_candidate(self, record: WorkflowRecord, report: NodeReport | None) -> tuple[bool, list[str]]:
-        """Whether a fresh report still allows this workflow to go on (a hook: resize judges differently)."""
-        return is_candidate(report, record.execution_id, offhours=bool(record.details.get("offhours")))
+        """Whether a fresh report still allows this workflow to go on (a hook: resize judges differently);
+        a drain the plan started shrinks its group anyway (issue 28: unhealthy nodes go first)."""
+        offhours, shrinking = (
+            bool(record.details.get("offhours")),
+            record.details.get("trigger") == "schedule",
+        )
+        return is_candidate(report, record.execution_id, offhours=offhours, shrinking=shrinking)
 
     def _slot_floor(self, record: WorkflowRecord, min_size: int) -> int:
         """The group size the budget slot may not take the group below (a hook: off-hours and a node group
@@ -247,7 +253,9 @@ class DrainWorkflow:
             gone_controllers(self.deps.cluster, parsed) if live else frozenset(),
         )
         to_evict: list[Pod] = []
-        blocking: list[str] = []
+        # An interruption handler's notice (issue 28): the drain yields to it, leaving its cordon.
+        node = self.deps.cluster.get_node(record.node) if live else None
+        blocking: list[str] = interruption_signals(Node.model_validate(node), None) if node else []
         for c in classify_pods(parsed, ctx):
             # A pod that is not evicted can still block (do-not-disrupt or a PDB on a DaemonSet pod).
             blocking.extend(f.reason for f in c.findings)
@@ -331,7 +339,8 @@ class DrainWorkflow:
         if record.status in FINAL_STATUSES:
             return StepResult(execution_id, step, None, record.status, 0.0, "already finished")
         undone = False
-        if record.cordoned_at is not None and not record.details.get("dry_run"):
+        yielding = "spot_interruption:" in reason  # the handler's cordon, and the node, are its now
+        if record.cordoned_at is not None and not record.details.get("dry_run") and not yielding:
             try:
                 undone = self.deps.cluster.uncordon(record.node, execution_id)
             except (TransientError, StalePlan) as exc:
@@ -436,13 +445,8 @@ class DrainWorkflow:
         if blocking:
             return self._end(record, "abandoned", "protected:" + ",".join(blocking), step="validate")
         hourly = record.details.get("hourly_savings_usd")
-        if (
-            hourly is None
-            and report is not None
-            and not any(r.startswith("capacity_reserved:") for r in report.reasons)
-        ):
-            # A node in a Capacity Reservation or Capacity Block saves nothing while the reservation is held.
-            hourly = report.hourly_usd
+        if hourly is None and report is not None and reserved_kept(report.reasons) is None:
+            hourly = report.hourly_usd  # a node in a Capacity Reservation or Block saves nothing while held
         details = {
             **record.details,
             "asg": asg,

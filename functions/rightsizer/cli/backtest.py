@@ -7,26 +7,20 @@ The command's flags and wiring; the simulation is :mod:`rightsizer.backtest.simu
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import sys
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from rightsizer.cli.common import EXIT_OK, emit_json, parse_time, read_policy_file
 from rightsizer.config import Config, load_config
 from rightsizer.domain.errors import ConfigError
 from rightsizer.domain.policy import Policy
 
-__all__ = ["add_backtest_parser", "cmd_backtest", "measured_provision_delay"]
-
 log = logging.getLogger("rightsizer")
-EXIT_OK = 0
 
 
 def _backtest_time(text: str, flag: str) -> datetime:
-    from rightsizer.cli import parse_time
-
     try:
         return parse_time(text)
     except ConfigError as exc:
@@ -66,10 +60,6 @@ def _backtest_source(args: argparse.Namespace) -> tuple[Any, Config | None]:
     finally:
         client.close()
     return source, config
-
-
-def _emit_json(doc: Any) -> None:
-    sys.stdout.write(json.dumps(doc, indent=2, sort_keys=False) + "\n")
 
 
 def measured_provision_delay(config: Config, *, warm: bool = False) -> int:
@@ -129,7 +119,6 @@ def cmd_backtest(args: argparse.Namespace) -> int:
         scale_to_zero_policy,
     )
     from rightsizer.backtest.simulate import SimModel, WarmPoolModel
-    from rightsizer.cli import read_policy_file
 
     price = args.unserved_gpu_minute_usd
     if price is not None and price < 0:
@@ -176,7 +165,7 @@ def cmd_backtest(args: argparse.Namespace) -> int:
     if args.json:
         doc = report_json(report)
         doc["frontier"] = None if chosen is None else frontier_json(chosen)
-        _emit_json(doc)
+        emit_json(doc)
     else:
         print(render_report(report))
         if chosen is not None:
@@ -184,8 +173,8 @@ def cmd_backtest(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def add_backtest_parser(sub: Any) -> None:
-    """Register ``rightsizer backtest`` on the CLI's subparsers."""
+def add_parsers(sub: Any) -> None:
+    """Register ``backtest``."""
     b = sub.add_parser("backtest", help="price policies on history before turning them on (never acts)")
     src = b.add_mutually_exclusive_group(required=True)
     src.add_argument(
