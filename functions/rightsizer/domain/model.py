@@ -290,11 +290,21 @@ class SecurityContext(_K8s):
     privileged: bool | None = None
 
 
+class ContainerPort(_K8s):
+    """containers[].ports[]: only a ``hostPort`` claims something on the node (core/v1 ContainerPort)."""
+
+    containerPort: int = 0
+    hostPort: int | None = None
+    hostIP: str = ""
+    protocol: str = "TCP"
+
+
 class Container(_K8s):
     """A container or init container."""
 
     name: str = ""
     resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
+    ports: list[ContainerPort] = Field(default_factory=list)
     env: list[EnvVar] = Field(default_factory=list)
     envFrom: list[dict[str, Any]] = Field(default_factory=list)
     securityContext: SecurityContext | None = None
@@ -334,6 +344,51 @@ class PodResourceClaim(_K8s):
     resourceClaimTemplateName: str | None = None
 
 
+class PodAffinityTerm(_K8s):
+    """A required (anti-)affinity term: pods matching ``labelSelector`` in ``namespaces`` (empty: the pod's
+    own; ``namespaceSelector`` ``{}``: every namespace) sharing the node's ``topologyKey`` label value."""
+
+    labelSelector: LabelSelector | None = None
+    namespaces: list[str] = Field(default_factory=list)
+    namespaceSelector: LabelSelector | None = None
+    topologyKey: str = ""
+    matchLabelKeys: list[str] = Field(default_factory=list)
+    mismatchLabelKeys: list[str] = Field(default_factory=list)
+
+
+class PodAffinity(_K8s):
+    """podAffinity / podAntiAffinity; only the required terms constrain a placement."""
+
+    requiredDuringSchedulingIgnoredDuringExecution: list[PodAffinityTerm] = Field(default_factory=list)
+
+
+class NodeAffinity(_K8s):
+    """nodeAffinity; only the required selector constrains a placement."""
+
+    requiredDuringSchedulingIgnoredDuringExecution: NodeSelector | None = None
+
+
+class Affinity(_K8s):
+    """spec.affinity of a Pod."""
+
+    nodeAffinity: NodeAffinity | None = None
+    podAffinity: PodAffinity | None = None
+    podAntiAffinity: PodAffinity | None = None
+
+
+class TopologySpreadConstraint(_K8s):
+    """spec.topologySpreadConstraints[] (core/v1); only ``whenUnsatisfiable: DoNotSchedule`` filters."""
+
+    maxSkew: int = 1
+    topologyKey: str = ""
+    whenUnsatisfiable: str = "DoNotSchedule"
+    labelSelector: LabelSelector | None = None
+    minDomains: int | None = None
+    matchLabelKeys: list[str] = Field(default_factory=list)
+    nodeAffinityPolicy: str | None = None
+    nodeTaintsPolicy: str | None = None
+
+
 class PodSpec(_K8s):
     """spec of a Pod."""
 
@@ -347,6 +402,10 @@ class PodSpec(_K8s):
     tolerations: list[Toleration] = Field(default_factory=list)
     resourceClaims: list[PodResourceClaim] = Field(default_factory=list)
     priorityClassName: str | None = None
+    schedulerName: str | None = None
+    affinity: Affinity | None = None
+    topologySpreadConstraints: list[TopologySpreadConstraint] = Field(default_factory=list)
+    overhead: dict[str, str | int | float] = Field(default_factory=dict)
 
 
 class ResourceClaimStatusRef(_K8s):

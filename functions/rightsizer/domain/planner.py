@@ -40,6 +40,7 @@ from rightsizer.domain.model import (
 )
 from rightsizer.domain.observation import signals_from_observation
 from rightsizer.domain.periods import schedule_contains
+from rightsizer.domain.placement_cluster import ClusterPlacement, movers
 from rightsizer.domain.plan import (
     Action,
     NodeReport,
@@ -208,6 +209,7 @@ def plan(
     stale_cordons: frozenset[str] = frozenset(),
     snoozed: Mapping[str, datetime] | None = None,
     replacements: Sequence[KnownReplacement] = (),
+    placement: bool = True,
 ) -> Plan:
     """Decide, for every GPU node of ``snapshot``, a verdict with reasons, and the actions to take.
 
@@ -351,7 +353,8 @@ def plan(
 
     floors = _warm_floors(decisions, snapshot, policy, at)
     _apply_group_rules(decisions, snapshot, policy, at, floors)
-    actions = _choose(decisions, policy, stale_cordons, floors)
+    checker = ClusterPlacement(snapshot, volumes) if placement else None
+    actions = _choose(decisions, policy, stale_cordons, floors, checker)
     held = held_groups(replacements, at)
     return _assemble(snapshot, policy, at, decisions, actions, signals.unmapped, catalog, held)
 
@@ -472,11 +475,28 @@ def _removable_unhealthy(d: NodeDecision) -> bool:
     return verdict_of(d.reasons) == "unhealthy" and verdict_of(rest) == "idle"
 
 
+def _fits(checker: ClusterPlacement, d: NodeDecision) -> bool:
+    """Whether the pods a drain of ``d`` sends elsewhere fit on the nodes left (kept when they do, as
+    Cluster Autoscaler's simulator commits each removal); else ``no_placement`` reasons on ``d``."""
+    placed = checker.trial([d.node.name], movers(d.pods))
+    if placed.ok:
+        checker.keep()
+        return True
+    checker.undo()
+    d.reasons.extend(u.reason for u in placed.unplaced)
+    return False
+
+
 def _choose(
-    decisions: list[NodeDecision], policy: Policy, stale: frozenset[str], floors: Floors
+    decisions: list[NodeDecision],
+    policy: Policy,
+    stale: frozenset[str],
+    floors: Floors,
+    checker: ClusterPlacement | None = None,
 ) -> list[Action]:
     """Pick ``scale_in`` candidates among idle nodes under the disruption budget (docs/architecture.md §3),
-    never below a group's warm floor; a removable unhealthy node of the group goes before each (issue 28)."""
+    never below a group's warm floor; a removable unhealthy node of the group goes before each (issue 28);
+    with ``checker``, only nodes whose evicted pods fit on the nodes left (``domain.placement``)."""
     flying = [
         d for d in decisions if ANN_CORDONED_BY in d.node.metadata.annotations and d.node.name not in stale
     ]
@@ -527,6 +547,16 @@ def _choose(
             floor = _floor_of(d, floors)
             assert floor is not None
             d.reasons.append(warm_floor_reason(floor[0][1], floor[2], floor[3]))
+            continue
+        if checker is not None and victim is not None and not _fits(checker, victim):
+            broken[group.name].remove(victim)
+            victim = None
+            if not above_floor(d):
+                floor = _floor_of(d, floors)
+                assert floor is not None
+                d.reasons.append(warm_floor_reason(floor[0][1], floor[2], floor[3]))
+                continue
+        if checker is not None and victim is None and not _fits(checker, d):
             continue
         before = group.desired - chosen_group.get(group.name, 0)
         chosen_group[group.name] = chosen_group.get(group.name, 0) + 1
