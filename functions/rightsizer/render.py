@@ -209,6 +209,19 @@ def render_status(report: dict[str, Any]) -> str:
     for k in savings["by_action_kind"]:
         out.append(f"  {k['kind']}: {k['applied']} applied, {k['hourly_usd']:,.2f} USD/hour")
     out.append(f"  total: {savings['total_usd']:,.2f} USD")
+    out += ["", "Measured restore delays (desired-size change -> p50 / p95 s):"]
+    if not report.get("restore_delays"):
+        out.append("  none measured yet")
+    for d in report.get("restore_delays") or []:
+        steps = ", ".join(
+            f"{m.replace('_', ' ')} {d['p50_seconds'][m]:.0f} / {d['p95_seconds'][m]:.0f}"
+            for m in ("instance_running", "node_ready", "gpu_allocatable", "first_gpu_pod_ready")
+            if m in d["p50_seconds"]
+        )
+        out.append(
+            f"  {d['node_group']}: serving {d['serving_p50_seconds']:.0f} / {d['serving_p95_seconds']:.0f} "
+            f"({d['measured']} node(s), {d['warm']} warm): {steps}"
+        )
     out += ["", "Last failures:"]
     if not report["failures"]:
         out.append("  none")

@@ -328,6 +328,18 @@ class Policy(BaseModel):
         description="Alert labels that may carry the node name, first present wins.",
     )
     restore_deadline: Seconds = Field(1800, gt=0, description="Off-hours restore alarm after this many s.")
+    unserved_gpu_minute_usd: float = Field(
+        0.10,
+        ge=0,
+        description="The operator's price (USD) of one GPU-minute of work that waited for a removed node "
+        "to come back: `backtest --sweep idle_window=...` and the recommended window weigh billed "
+        "savings against unserved GPU-minutes at this price; warm pools are recommended against it.",
+    )
+    allow_warm_pool: bool = Field(
+        False,
+        description="Let `apply` set the recommended warmPoolConfig on managed node groups that off-hours "
+        "takes down (EKS UpdateNodegroupConfig).",
+    )
     drain_failure_backoff: Seconds = Field(
         1800,
         ge=0,
