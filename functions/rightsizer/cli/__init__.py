@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from rightsizer import logsafety
-from rightsizer.cli import backtest, deployment, offhours, plan, prices, serve, validate
+from rightsizer.cli import backtest, deployment, offhours, plan, prices, restore, serve, validate
 from rightsizer.cli.common import (
     EXIT_BAD_INPUT,
     EXIT_FAILED,
@@ -43,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rightsizer", description="Stop paying for idle GPUs on EKS.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
     sub = parser.add_subparsers(dest="command", required=True)
-    for group in (plan, deployment, validate, serve, offhours, backtest, prices):
+    for group in (plan, deployment, validate, serve, offhours, backtest, prices, restore):
         group.add_parsers(sub)
     return parser
 
