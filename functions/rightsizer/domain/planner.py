@@ -9,10 +9,11 @@ price everything.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from rightsizer.domain.catalog import HOURS_PER_MONTH, Catalog, InstanceType, load_catalog
+from rightsizer.domain.eligibility import DrainFacts, Judged, ResizeFacts, drain_refusals, resize_refusals
 from rightsizer.domain.gpu import GpuAssessment, assess_gpus, is_gpu_node
 from rightsizer.domain.holds import snooze_reason
 from rightsizer.domain.join import NodeJoiner
@@ -42,7 +43,7 @@ from rightsizer.domain.replacement import (
     replacement_reasons,
 )
 from rightsizer.domain.usage import CollectedSignals, UnmappedSeries, Window, collect_signals
-from rightsizer.domain.verdicts import order_reasons, verdict_of
+from rightsizer.domain.verdicts import Verdict, order_reasons, verdict_of
 from rightsizer.domain.volumes import VolumeFacts
 
 KARPENTER_NODEPOOL = "karpenter.sh/nodepool"
@@ -325,7 +326,6 @@ def plan(
             pods=classified,
             group=group,
             standalone=standalone,
-            instances=inventory.instances,
             hourly=hourly,
             policy=policy,
             catalog=catalog,
@@ -384,7 +384,14 @@ def _choose(decisions: list[NodeDecision], policy: Policy, stale: frozenset[str]
     run_slots = policy.max_nodes_per_run - in_flight_total
     chosen_group: dict[str, int] = {}
 
-    idle = [d for d in decisions if verdict_of(d.reasons) == "idle" and d.group is not None]
+    # The drain's own eligibility (domain.eligibility), as the workflow's validate applies it.
+    idle = [
+        d
+        for d in decisions
+        if not drain_refusals(
+            DrainFacts(Judged(verdict_of(d.reasons), tuple(d.reasons)), d.group.name if d.group else None)
+        )
+    ]
 
     def order(d: NodeDecision) -> tuple[float, int, float, str]:
         created = d.node.metadata.creationTimestamp
@@ -441,7 +448,7 @@ def _choose(decisions: list[NodeDecision], policy: Policy, stale: frozenset[str]
 
 
 def _group_members(
-    judged: Sequence[tuple[NodeDecision, list[str], str]],
+    judged: Sequence[tuple[NodeDecision, list[str], Verdict]],
 ) -> list[tuple[AsgInfo, list[GroupMember]]]:
     """The GPU nodes of each managed node group with their verdicts, for ``domain.replacement``."""
     groups: dict[str, tuple[AsgInfo, list[GroupMember]]] = {}
@@ -450,10 +457,54 @@ def _group_members(
             continue
         rec = d.recommendation
         member = GroupMember(
-            d.node.name, verdict, d.row, rec.demand if rec is not None else None, _reservation(reasons)
+            d.node.name,
+            verdict,
+            d.row,
+            rec.demand if rec is not None else None,
+            _reservation(reasons),
+            tuple(reasons),
         )
         groups.setdefault(d.group.name, (d.group, []))[1].append(member)
     return [groups[name] for name in sorted(groups)]
+
+
+def _resize_or_recommend(
+    d: NodeDecision,
+    rec: Recommendation,
+    reasons: list[str],
+    verdict: Verdict,
+    policy: Policy,
+    catalog: Catalog,
+    snapshot: ClusterSnapshot,
+) -> Recommendation:
+    """The recommendation whose action is the executable ``resize_instance`` when the resize's eligibility
+    (``domain.eligibility.resize_refusals``, the one the workflow's validate calls) refuses nothing, else
+    the ``recommend`` naming the refusals."""
+    proposal = rec.proposal
+    assert proposal is not None
+    instance = (snapshot.inventory.instances or {}).get(d.node.instance_id or "")
+    facts = ResizeFacts(
+        judged=Judged(verdict, tuple(reasons)),
+        allow_resize=policy.allow_resize,
+        in_group=not d.standalone,
+        tags=instance.tags if instance is not None else {},
+        state=instance.state if instance is not None else "unknown",
+        current=d.row,
+        current_type=d.node.instance_type or "",
+        target_type=str(proposal.to),
+        target=catalog.get(str(proposal.to)),
+        labels=d.node.labels,
+        driver_minimums=catalog.driver_minimums,
+        allow_unknown_driver=policy.resize_allow_unknown_driver,
+        allow_instance_store_loss=policy.resize_allow_instance_store_loss,
+    )
+    refused = resize_refusals(facts)
+    if not refused:
+        return replace(rec, action=proposal)
+    assert rec.action is not None
+    why = "; ".join(r.reason for r in refused)
+    text = f"{rec.action.reason}; standalone instance: the resize preflight would refuse it: {why}"
+    return replace(rec, action=rec.action.model_copy(update={"reason": text}))
 
 
 def _assemble(
@@ -468,7 +519,7 @@ def _assemble(
 ) -> Plan:
     reports: list[NodeReport] = []
     actions = list(scale_ins)
-    judged = []
+    judged: list[tuple[NodeDecision, list[str], Verdict]] = []
     for d in decisions:
         rec = d.recommendation
         reasons = order_reasons(d.reasons)
@@ -483,6 +534,8 @@ def _assemble(
         rec = d.recommendation
         if d.node.name in replaced:
             rec = None  # the group's replace_node_group action covers this node
+        if rec is not None and rec.proposal is not None and verdict in rec.for_verdicts:
+            rec = _resize_or_recommend(d, rec, reasons, verdict, policy, catalog, snapshot)
         if rec is not None and rec.action is not None and verdict in rec.for_verdicts:
             reserved = _reservation(reasons)
             if reserved and rec.action.hourly_savings_usd is not None:
@@ -491,6 +544,8 @@ def _assemble(
                     update={
                         "hourly_savings_usd": None,
                         "monthly_savings_usd": None,
+                        "estimated_hourly_savings_usd": None,
+                        "estimated_monthly_savings_usd": None,
                         "reason": rec.action.reason + note,
                     }
                 )
