@@ -40,7 +40,17 @@ def snap_dir(tmp_path: Path) -> Path:
 def test_plan_json_follows_the_contract(snap_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", "--snapshot", str(snap_dir), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert set(doc) == {"at", "taken_at", "dry_run", "policy", "nodes", "actions", "unmapped", "savings"}
+    assert set(doc) == {
+        "at",
+        "taken_at",
+        "dry_run",
+        "policy",
+        "nodes",
+        "actions",
+        "unmapped",
+        "savings",
+        "reservations",
+    }
     assert doc["at"] == doc["taken_at"] == "2026-11-02T10:00:00Z"
     assert doc["dry_run"] is True
     assert doc["policy"]["idle_window"] == 1800

@@ -133,7 +133,13 @@ def group_plan(protected: str) -> Plan:
     hot = {"util": const(40), "fb_used": const(6000), "power": const(150)}
     metrics = merge_metrics(*(node_devices(n, 4, per_gpu={0: hot}) for n in ("n1", "n2")))
     snap = snapshot(
-        nodes, pods, metrics, groups=[group], pdbs=parts.get("pdbs"), pvcs=parts.get("pvcs"), pvs=parts.get("pvs")
+        nodes,
+        pods,
+        metrics,
+        groups=[group],
+        pdbs=parts.get("pdbs"),
+        pvcs=parts.get("pvcs"),
+        pvs=parts.get("pvs"),
     )
     return plan(snap, Policy(allow_replace_node_group=True, cooldown=0), AT)
 
@@ -170,9 +176,13 @@ def test_a_guard_is_one_entry() -> None:
     """What another engineer does to add a protection: one more Guard in the kind's tuple."""
     from rightsizer.domain.eligibility import Guard
 
-    spot: Guard[DrainFacts] = Guard("spot", lambda f: [Refusal("spot_interruption")] if f.asg == "spot" else [])
+    spot: Guard[DrainFacts] = Guard(
+        "spot", lambda f: [Refusal("spot_interruption")] if f.asg == "spot" else []
+    )
     guards = (*DRAIN_GUARDS, spot)
-    assert [r.reason for r in refusals(guards, DrainFacts(Judged("idle"), asg="spot"))] == ["spot_interruption"]
+    assert [r.reason for r in refusals(guards, DrainFacts(Judged("idle"), asg="spot"))] == [
+        "spot_interruption"
+    ]
     assert refusals(guards, DrainFacts(Judged("idle"), asg="od")) == ()
     assert RESIZE_GUARDS[0].name == "allow_resize"
 

@@ -618,7 +618,9 @@ def run_policy(
             at = _utc(t)
         removed = 0
         if snap is not None and snap.nodes:
-            result = plan(snap, policy, at, catalog=prep.catalog)
+            # A trace is GPU utilisation alone: no node's cpu, memory or readiness, so where an evicted pod
+            # would land is not knowable; the replay prices removals (its regrets count the misses).
+            result = plan(snap, policy, at, catalog=prep.catalog, placement=False)
             if on_plan is not None:
                 on_plan(at.timestamp(), result)
             state.evaluations += len(result.nodes)

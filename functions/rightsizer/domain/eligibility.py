@@ -34,17 +34,18 @@ from rightsizer.domain.catalog import InstanceType
 from rightsizer.domain.drivers import DriverMinimum, driver_check
 from rightsizer.domain.model import TAG_ENABLED, TAG_RESIZE
 from rightsizer.domain.plan import NodeReport
-from rightsizer.domain.verdicts import Verdict, reasons_blocking
+from rightsizer.domain.verdicts import BUDGET_ONLY, SHRINKING_EXEMPT, Verdict, reasons_blocking
+from rightsizer.domain.verdicts import OFFHOURS_EXEMPT as VERDICT_OFFHOURS_EXEMPT
 
 F = TypeVar("F")
 
 DrainMode = Literal["scale_in", "offhours", "replace"]
 
 #: Protections a drain re-checks itself: the budget slot (the state store's) and our own cordon.
-SCALE_IN_EXEMPT = frozenset({"disruption_budget_exhausted", "in_flight"})
-#: An off-hours drain is exempt from cooldown, disruption windows and MinSize as well: the schedule is the
-#: operator's window (docs/architecture.md §4 "Off-hours").
-OFFHOURS_EXEMPT = SCALE_IN_EXEMPT | {"cooldown", "outside_disruption_window", "node_group_at_min_size"}
+SCALE_IN_EXEMPT = BUDGET_ONLY
+#: An off-hours drain is exempt from cooldown, disruption windows, MinSize and more: the schedule is the
+#: operator's window (``domain.verdicts.OFFHOURS_EXEMPT``, docs/architecture.md §4 "Off-hours").
+OFFHOURS_EXEMPT = VERDICT_OFFHOURS_EXEMPT
 #: A replacement's child drain moves a busy node's workload (idle GPU holders included) out of a group
 #: whose size no longer matters (cooldown, MinSize); its budget slot is the state store's.
 REPLACE_CHILD_EXEMPT = frozenset(
@@ -151,6 +152,8 @@ class DrainFacts:
         mode: ``scale_in``, ``offhours`` (the schedule's drain) or ``replace`` (a replacement's child).
         execution_id: the asking workflow ("" for the planner): its own cordon does not refuse.
         parent: for ``replace``, the replacement execution whose ``replacement_in_progress`` is its own.
+        shrinking: the plan shrinks the group anyway (its scale-in): ``SHRINKING_EXEMPT`` is lifted
+            (issue 28: an unhealthy node goes first even with a repair pending).
     """
 
     judged: Judged
@@ -158,6 +161,7 @@ class DrainFacts:
     mode: DrainMode = "scale_in"
     execution_id: str = ""
     parent: str = ""
+    shrinking: bool = False
 
 
 def _drain_assessment(f: DrainFacts) -> list[Refusal]:
@@ -166,7 +170,11 @@ def _drain_assessment(f: DrainFacts) -> list[Refusal]:
     if f.mode == "replace":
         own = f"replacement_in_progress:{f.parent}" if f.parent else ""
         return _blocking(f.judged, f.execution_id, exempt=REPLACE_CHILD_EXEMPT, busy_blocks=False, own=own)
-    exempt = OFFHOURS_EXEMPT if f.mode == "offhours" else SCALE_IN_EXEMPT
+    exempt = (
+        OFFHOURS_EXEMPT
+        if f.mode == "offhours"
+        else SCALE_IN_EXEMPT | (SHRINKING_EXEMPT if f.shrinking else set())
+    )
     return _blocking(f.judged, f.execution_id, exempt=exempt, busy_blocks=True)
 
 

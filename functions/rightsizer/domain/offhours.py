@@ -294,6 +294,9 @@ def _going_down(facts: GroupFacts, policy: Policy, *, force: bool) -> OffhoursDe
         )
     holds = {name: facts.holds(name, policy) for name in facts.members}
     blockers = drain_blockers(facts.members, facts.verdicts, force=force, holds=holds)
+    # A member kept by its group's warm floor alone (issue 28) stays; the others go down around it.
+    floor = {n: why for n, why in blockers.items() if all(code_of(r) == "warm_floor" for r in why[1:])}
+    blockers = {n: why for n, why in blockers.items() if n not in floor}
     if blockers:
         return OffhoursDecision(
             OffhoursAction.SKIP,
@@ -301,6 +304,11 @@ def _going_down(facts: GroupFacts, policy: Policy, *, force: bool) -> OffhoursDe
             reasons=("nodes_not_drainable:" + ",".join(sorted(blockers)),),
             node_reasons=blockers,
         )
+    drain = _unhealthy_first(tuple(m for m in facts.members if m not in floor), facts.verdicts)
+    if not drain:
+        kept = sorted({r for why in floor.values() for r in why[1:]})
+        return OffhoursDecision(OffhoursAction.HOLD, "down", save=save, restart_restore_clock=restart,
+                                reasons=(*save_reasons, *kept))  # fmt: skip
     resize = (
         Resize("min_zero", GroupSizes(0, current.desired, current.max), "set min 0")
         if current.min != 0
@@ -323,10 +331,16 @@ def _going_down(facts: GroupFacts, policy: Policy, *, force: bool) -> OffhoursDe
         save=save,
         restart_restore_clock=restart,
         resize=resize,
-        drain=facts.members,
-        then=GroupSizes(0, 0, current.max),
+        drain=drain,
+        then=GroupSizes(0, len(floor), current.max),
         reasons=save_reasons,
     )
+
+
+def _unhealthy_first(members: tuple[str, ...], verdicts: Mapping[str, NodeReport | None]) -> tuple[str, ...]:
+    """``members`` with the unhealthy ones first (issue 28), the order otherwise kept."""
+    broken = tuple(m for m in members if (r := verdicts.get(m)) is not None and r.verdict == "unhealthy")
+    return broken + tuple(m for m in members if m not in broken)
 
 
 def restore_target(saved: GroupSizes, current: GroupSizes) -> GroupSizes:

@@ -89,6 +89,25 @@ class Savings(_Out):
     monthly_usd: float
 
 
+class ReservationReport(_Out):
+    """One capacity reservation the plan's GPU nodes run in, and what it costs unused (issue 28).
+
+    ``kind`` ``odcr`` or ``capacity_block``; ``idle_nodes`` its GPU nodes with nothing to do;
+    ``available`` its empty slots (EC2 DescribeCapacityReservations ``AvailableInstanceCount``);
+    ``unused_usd_per_hour`` (idle nodes + empty slots) × on-demand USD/h, None when unpriced; ``end``
+    RFC 3339 ``EndDate`` (a Capacity Block's end: AWS terminates its instances 30 min before); ``advice``.
+    """
+
+    reservation_id: str
+    kind: str
+    instance_type: str | None
+    idle_nodes: list[str]
+    available: int
+    unused_usd_per_hour: float | None
+    end: str | None
+    advice: str
+
+
 class Plan(_Out):
     """What the rightsizer decided at ``at`` for the snapshot taken at ``taken_at`` (docs/architecture.md §5)."""
 
@@ -100,6 +119,7 @@ class Plan(_Out):
     actions: list[Action]
     unmapped: list[UnmappedReport]
     savings: Savings
+    reservations: list[ReservationReport] = Field(default_factory=list)
 
     def to_json_dict(self) -> dict[str, Any]:
         """The contract JSON document (``from`` spelled as in the contract)."""

@@ -92,6 +92,31 @@ def _budget(value: object) -> int | str:
 
 NodeBudget = Annotated[int | str, BeforeValidator(_budget)]
 
+#: Instance families kept warm by default (issue 28): p4d/p5-class capacity is often unavailable for
+#: hours (InsufficientInstanceCapacity), so the last idle node of such a type costs more in unserved work
+#: than it saves. A family key covers every size (``p5`` covers ``p5.48xlarge``; ``p6`` covers
+#: ``p6-b200.48xlarge``), an instance type key only itself (``domain.capacity.warm_floor_of``).
+DEFAULT_WARM_FLOOR: Mapping[str, int] = {"p4d": 1, "p4de": 1, "p5": 1, "p5e": 1, "p5en": 1, "p6": 1}
+
+
+def _warm_floor(value: object) -> dict[str, int]:
+    """The operator's ``warm_floor`` entries over the defaults (``{"p5": 0}`` turns one default off)."""
+    if value is None:
+        return dict(DEFAULT_WARM_FLOOR)
+    if not isinstance(value, Mapping):
+        raise ValueError("warm_floor is a map from instance type or family to a node count")
+    merged = dict(DEFAULT_WARM_FLOOR)
+    for key, count in value.items():
+        if not isinstance(key, str) or not key.strip():
+            raise ValueError(f"warm_floor key {key!r} is not an instance type or family")
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise ValueError(f"warm_floor[{key!r}] must be a whole number of nodes >= 0, got {count!r}")
+        merged[key.strip()] = count
+    return merged
+
+
+WarmFloor = Annotated[dict[str, int], BeforeValidator(_warm_floor)]
+
 Approval = Literal["none", "required"]
 """Whether a person must approve a drain before its cordon (``approval``, docs/architecture.md §4)."""
 #: The longest approval wait (the drain state machine's timeout leaves room for it, wiring.settings).
@@ -236,6 +261,19 @@ class Policy(BaseModel):
         "another replacement and drains; null = idle_window + cooldown: a whole idle window of evidence "
         "taken after the pods moved, plus the scale-down delay after a scale-up (Cluster Autoscaler's "
         "scale-down-delay-after-add, Karpenter's consolidateAfter).",
+    )
+    release_reserved_capacity: StrictBool = Field(
+        False,
+        description="Allow scale-in, resize, replacement and consolidation of nodes whose instance runs in an "
+        "On-Demand Capacity Reservation or a Capacity Block (DescribeInstances CapacityReservationId, "
+        "InstanceLifecycle=capacity-block, Karpenter capacity-type reserved). The reservation is paid for "
+        "whether it runs or not: removal saves nothing and frees the slot for any matching launch.",
+    )
+    warm_floor: WarmFloor = Field(
+        default_factory=lambda: dict(DEFAULT_WARM_FLOOR),
+        description="Nodes of an instance type (or family) a node group keeps through scale-in, off-hours "
+        "and consolidation. Entries merge over the default of 1 for p4d, p4de, p5, p5e, p5en and p6 (0 "
+        "turns one off); recent InsufficientInstanceCapacity evidence raises a type's floor by one.",
     )
     alert_node_labels: list[str] = Field(
         default_factory=lambda: list(DEFAULT_ALERT_NODE_LABELS),

@@ -82,6 +82,9 @@ class PlanningAssessor:
         Raises:
             ValueError: neither ``observe`` nor ``observe_node``.
         """
+        # A one-node view has no other node to place evicted pods on: its plan skips the placement check
+        # (the assessment's whole-cluster plan made it when it proposed the action).
+        self._placement = observe_node is None
         if observe_node is None:
             if observe is None:
                 raise ValueError("PlanningAssessor needs observe or observe_node")
@@ -99,7 +102,13 @@ class PlanningAssessor:
         known = known_replacements(self._leases, now) if self._leases is not None else []
         snapshot = self._observe(node, now)
         result = plan(
-            snapshot, self._policy, now, node_label=self._node_label, snoozed=snoozed, replacements=known
+            snapshot,
+            self._policy,
+            now,
+            node_label=self._node_label,
+            snoozed=snoozed,
+            replacements=known,
+            placement=self._placement,
         )
         try:
             return result.node(node)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from rightsizer.domain.capacity import interruption_signals, reserved_kept
 from rightsizer.domain.catalog import HOURS_PER_MONTH
 from rightsizer.domain.eligibility import (
     DRAIN_GUARDS,
@@ -192,8 +193,11 @@ class DrainWorkflow:
         return not found, [r.reason for r in found]
 
     def _facts(self, record: WorkflowRecord, report: NodeReport | None, asg: str | None) -> DrainFacts:
+        """The drain's eligibility facts; a drain the plan started shrinks its group anyway (issue 28:
+        unhealthy nodes go first)."""
         mode: DrainMode = "offhours" if record.details.get("offhours") else "scale_in"
-        return DrainFacts(Judged.of(report), asg, mode, record.execution_id)
+        shrinking = record.details.get("trigger") == "schedule"
+        return DrainFacts(Judged.of(report), asg, mode, record.execution_id, shrinking=shrinking)
 
     def _slot_floor(self, record: WorkflowRecord, min_size: int) -> int:
         """The group size the budget slot may not take the group below (a hook: off-hours and a node group
@@ -247,7 +251,9 @@ class DrainWorkflow:
             gone_controllers(self.deps.cluster, parsed) if live else frozenset(),
         )
         to_evict: list[Pod] = []
-        blocking: list[str] = []
+        # An interruption handler's notice (issue 28): the drain yields to it, leaving its cordon.
+        node = self.deps.cluster.get_node(record.node) if live else None
+        blocking: list[str] = interruption_signals(Node.model_validate(node), None) if node else []
         for c in classify_pods(parsed, ctx):
             # A pod that is not evicted can still block (do-not-disrupt or a PDB on a DaemonSet pod).
             blocking.extend(f.reason for f in c.findings)
@@ -331,7 +337,8 @@ class DrainWorkflow:
         if record.status in FINAL_STATUSES:
             return StepResult(execution_id, step, None, record.status, 0.0, "already finished")
         undone = False
-        if record.cordoned_at is not None and not record.details.get("dry_run"):
+        yielding = "spot_interruption:" in reason  # the handler's cordon, and the node, are its now
+        if record.cordoned_at is not None and not record.details.get("dry_run") and not yielding:
             try:
                 undone = self.deps.cluster.uncordon(record.node, execution_id)
             except (TransientError, StalePlan) as exc:
@@ -434,13 +441,8 @@ class DrainWorkflow:
         if blocking:
             return self._end(record, "abandoned", "protected:" + ",".join(blocking), step="validate")
         hourly = record.details.get("hourly_savings_usd")
-        if (
-            hourly is None
-            and report is not None
-            and not any(r.startswith("capacity_reserved:") for r in report.reasons)
-        ):
-            # A node in a Capacity Reservation or Capacity Block saves nothing while the reservation is held.
-            hourly = report.hourly_usd
+        if hourly is None and report is not None and reserved_kept(report.reasons) is None:
+            hourly = report.hourly_usd  # a node in a Capacity Reservation or Block saves nothing while held
         details = {
             **record.details,
             "asg": asg,

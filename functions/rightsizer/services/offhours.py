@@ -639,7 +639,7 @@ def _would(decision: OffhoursDecision) -> list[str]:
         lines.append(f"would drain and remove, one at a time: {', '.join(decision.drain)}")
     if decision.then is not None:
         t = decision.then
-        lines.append(f"would set desired 0: min {t.min}, desired {t.desired}, max {t.max}")
+        lines.append(f"would set desired {t.desired}: min {t.min}, desired {t.desired}, max {t.max}")
     if decision.forget_saved:
         lines.append("would forget the saved sizes (restore complete)")
     return lines
