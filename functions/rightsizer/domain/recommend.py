@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from rightsizer.domain.catalog import HOURS_PER_MONTH, Catalog, InstanceType
+from rightsizer.domain.eligibility import Judged, ResizeFacts, resize_refusals
 from rightsizer.domain.gpu import GpuAssessment
-from rightsizer.domain.model import AsgInfo, Node
+from rightsizer.domain.model import AsgInfo, Ec2Instance, Node
 from rightsizer.domain.plan import Action, ActionKind, action_id
 from rightsizer.domain.pods import PodClassification
 from rightsizer.domain.policy import Policy
@@ -373,3 +374,44 @@ def recommend_for_node(
         _action("recommend", node, group, to, row.name, why, None, manifests, why_safe=safe),
         frozenset({"underutilized"}),
     )
+
+
+def resize_or_recommend(
+    rec: Recommendation,
+    node: Node,
+    row: InstanceType | None,
+    judged: Judged,
+    instance: Ec2Instance | None,
+    policy: Policy,
+    catalog: Catalog,
+    *,
+    standalone: bool,
+) -> Recommendation:
+    """``rec`` with its executable ``resize_instance`` proposal as the action when the resize's eligibility
+    (``domain.eligibility.resize_refusals``, the one the resize workflow's validate calls on fresh facts)
+    refuses nothing on the node's final verdict and reasons; else ``rec`` whose ``recommend`` names the
+    refusals (issue 25). ``instance`` is the node's EC2 instance (DescribeInstances: tags, state), if known.
+    """
+    proposal = rec.proposal
+    assert proposal is not None and rec.action is not None
+    facts = ResizeFacts(
+        judged=judged,
+        allow_resize=policy.allow_resize,
+        in_group=not standalone,
+        tags=instance.tags if instance is not None else {},
+        state=instance.state if instance is not None else "unknown",
+        current=row,
+        current_type=node.instance_type or "",
+        target_type=str(proposal.to),
+        target=catalog.get(str(proposal.to)),
+        labels=node.labels,
+        driver_minimums=catalog.driver_minimums,
+        allow_unknown_driver=policy.resize_allow_unknown_driver,
+        allow_instance_store_loss=policy.resize_allow_instance_store_loss,
+    )
+    refused = resize_refusals(facts)
+    if not refused:
+        return replace(rec, action=proposal)
+    why = "; ".join(r.reason for r in refused)
+    text = f"{rec.action.reason}; standalone instance: the resize preflight would refuse it: {why}"
+    return replace(rec, action=rec.action.model_copy(update={"reason": text}))
