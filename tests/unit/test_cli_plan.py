@@ -48,6 +48,8 @@ def test_plan_json_follows_the_contract(snap_dir: Path, capsys: pytest.CaptureFi
         "actions",
         "unmapped",
         "savings",
+        "showback",
+        "workloads",
         "reservations",
     }
     assert doc["at"] == doc["taken_at"] == "2026-11-02T10:00:00Z"

@@ -360,18 +360,22 @@ def project_answer(answer: Any, keep: frozenset[str]) -> Any:
     return out
 
 
-def project_documents(docs: Mapping[str, Any], *, policy_node_labels: Iterable[str] = ()) -> dict[str, Any]:
+def project_documents(
+    docs: Mapping[str, Any], *, policy_node_labels: Iterable[str] = (), policy_pod_labels: Iterable[str] = ()
+) -> dict[str, Any]:
     """Every document of a snapshot reduced to what the decision reads (module docstring).
 
     Args:
         docs: relative path → JSON document, as ``services.snapshot.observe`` returns them.
         policy_node_labels: label keys the policy's ``node_selector`` compares (kept on nodes).
+        policy_pod_labels: pod label keys the policy reads (``showback_team_label``; kept on pods).
 
     Returns:
         A new mapping with the same paths; ``snapshot.json`` is unchanged; ``metrics/*`` keep the series
         labels of ``series_label_keys`` for the ``node_label`` ``snapshot.json`` records.
     """
     node_keys, pod_keys = _referenced_labels(docs, policy_node_labels)
+    pod_keys |= set(policy_pod_labels)
     meta = docs.get("snapshot.json")
     node_label = meta.get("node_label") if isinstance(meta, Mapping) else None
     series_keys = series_label_keys(str(node_label) if node_label else None)
@@ -450,10 +454,15 @@ class PagedProjection:
             decision compares could be lost.
     """
 
-    def __init__(self, policy_node_labels: Iterable[str] = (), node_label: str | None = None) -> None:
+    def __init__(
+        self,
+        policy_node_labels: Iterable[str] = (),
+        node_label: str | None = None,
+        policy_pod_labels: Iterable[str] = (),
+    ) -> None:
         self._series_keys = series_label_keys(node_label)
         self._node_keys = set(policy_node_labels)
-        self._pod_keys: set[str] = set()
+        self._pod_keys: set[str] = set(policy_pod_labels)
         self._pods_started = False
         self._final: dict[tuple[type, str], Rule] | None = None
         self._draft = _rules(None, ())

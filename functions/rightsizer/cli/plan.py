@@ -74,7 +74,10 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     # The policy's node_selector keys stay on the nodes, so the snapshot selects the nodes it selected.
     keep = tuple(config.policy.node_selector)
     with SnapshotDirectoryWriter(
-        args.out, policy_node_labels=keep, node_label=config.prometheus.node_label
+        args.out,
+        policy_node_labels=keep,
+        node_label=config.prometheus.node_label,
+        policy_pod_labels=(config.policy.showback_team_label,),
     ) as writer:
         record(observers.cluster, observers.inventory, observers.metrics, request, writer)
         counts = writer.counts()

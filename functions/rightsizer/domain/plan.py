@@ -8,7 +8,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rightsizer.domain.showback import Showback
 from rightsizer.domain.verdicts import Verdict
+from rightsizer.domain.workloads import WorkloadVerdict
 
 ActionKind = Literal[
     "scale_in", "resize_instance", "replace_node_group", "scale_node_group", "consolidate", "recommend"
@@ -128,6 +130,12 @@ class Plan(_Out):
     actions: list[Action]
     unmapped: list[UnmappedReport]
     savings: Savings
+    showback: Showback | None = None
+    """Idle GPU-hours and USD per holder, namespace and team (``domain.showback``); None in plans
+    written before it."""
+    workloads: list[WorkloadVerdict] = Field(default_factory=list)
+    """Every workload owning a GPU-holding pod, with ``scale_to_zero`` or ``keep`` and why
+    (``domain.workloads``)."""
     reservations: list[ReservationReport] = Field(default_factory=list)
 
     def to_json_dict(self) -> dict[str, Any]:

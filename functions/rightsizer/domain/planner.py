@@ -25,7 +25,7 @@ from rightsizer.domain.capacity import (
 )
 from rightsizer.domain.catalog import HOURS_PER_MONTH, Catalog, InstanceType, load_catalog
 from rightsizer.domain.consolidation import budget_left, choose_consolidations, pin_advice
-from rightsizer.domain.gpu import GpuAssessment, assess_gpus, is_gpu_node
+from rightsizer.domain.gpu import GpuAssessment, is_gpu_node
 from rightsizer.domain.health import health_reasons, repair_owner
 from rightsizer.domain.holds import snooze_reason
 from rightsizer.domain.join import NodeJoiner
@@ -40,7 +40,6 @@ from rightsizer.domain.model import (
     Pod,
     ResourceClaim,
 )
-from rightsizer.domain.observation import signals_from_observation
 from rightsizer.domain.periods import schedule_contains
 from rightsizer.domain.placement_cluster import ClusterPlacement, movers, placement_reasons
 from rightsizer.domain.plan import (
@@ -52,6 +51,7 @@ from rightsizer.domain.plan import (
     UnmappedReport,
     action_id,
 )
+from rightsizer.domain.planner_holders import GpuFacts, activity_of, signals_over, workload_verdicts
 from rightsizer.domain.pods import PodClassification, PodContext, classify_pods, pdbs_by_namespace, wants_node
 from rightsizer.domain.policy import Policy
 from rightsizer.domain.prices import price_reason
@@ -63,9 +63,11 @@ from rightsizer.domain.replacement import (
     held_groups,
     replacement_reasons,
 )
-from rightsizer.domain.usage import CollectedSignals, UnmappedSeries, Window, collect_signals
+from rightsizer.domain.showback import NodeHolders, showback
+from rightsizer.domain.usage import CollectedSignals, UnmappedSeries, Window
 from rightsizer.domain.verdicts import UNHEALTHY_CODES, code_of, order_reasons, verdict_of
 from rightsizer.domain.volumes import VolumeFacts
+from rightsizer.domain.workloads import Activity
 
 KARPENTER_NODEPOOL = "karpenter.sh/nodepool"
 OTHER_AUTOSCALER_TAINTS = ("ToBeDeletedByClusterAutoscaler", "karpenter.sh/disrupted")
@@ -245,15 +247,12 @@ def plan(
     joiner = NodeJoiner(
         snapshot.nodes, snapshot.pods, node_label or snapshot.node_label, snapshot.pod_addresses
     )
-    if isinstance(snapshot.signals, CollectedSignals):
-        signals = snapshot.signals
-    elif snapshot.meta.metrics_format >= 2:
-        files = {"step": snapshot.metrics, "timestamp": snapshot.timestamps, **snapshot.metric_extras}
-        signals = signals_from_observation(files, joiner, window, policy.gpu_activity_max_pct)
-    else:
-        signals = collect_signals(
-            snapshot.metrics, snapshot.timestamps, joiner, window, policy.gpu_activity_max_pct
-        )
+    signals = signals_over(snapshot, joiner, window, policy)
+    assert signals is not None  # the decision window is the snapshot's own
+    # Workload verdicts judge each node again over the workloads' own (longer) idle window (issue 32).
+    wl_window = Window.ending(at, policy.workloads.idle_window, snapshot.meta.step_seconds)
+    wl_signals: list[CollectedSignals | None] = []
+    activity: dict[str, Activity] = {}
     ambiguous: dict[str, set[str]] = {}
     for u in signals.unmapped:
         if u.reason.startswith("series_unmapped:ambiguous:"):
@@ -299,24 +298,22 @@ def plan(
         if not _selected(node, group, policy):
             reasons.append("not_selected")
         node_pods = pods_by_node.get(node.name, [])
-        assessment = assess_gpus(
-            node,
-            row,
-            signals.devices.get(node.name, []),
-            policy=policy,
-            power_ceilings=ceilings,
-            window=window,
-            at=at,
-            up_coverage=signals.up_coverage.get(node.name),
-            problems=signals.problems_of(node.name),
-            present=signals.present,
-            exporter=_exporter_pod(node_pods),
-            signal_set=snapshot.signal_set,
-        )
+        facts = GpuFacts(node, row, ceilings, at, _exporter_pod(node_pods), snapshot.signal_set)
+        assessment = facts.assess(signals, window, policy)
         reasons.extend(assessment.reasons)
         reasons.extend(f"series_unmapped:{m}" for m in sorted(ambiguous.get(node.name, ())))
         ctx = PodContext(policy, snapshot.pdbs, claims.get(node.name, {}), at, volumes, pdb_index=pdb_index)
         classified = classify_pods(node_pods, ctx)
+        if any(c.gpu_holder is not None for c in classified):
+            if policy.workloads.idle_window == policy.idle_window:
+                activity[node.name] = activity_of(assessment)
+            else:
+                if not wl_signals:
+                    wl_signals.append(signals_over(snapshot, joiner, wl_window, policy))
+                longer = wl_signals[0]
+                activity[node.name] = (
+                    "unknown" if longer is None else activity_of(facts.assess(longer, wl_window, policy))
+                )
         for c in classified:
             reasons.extend(f.reason for f in c.findings)
             if c.gpu_holder is not None:
@@ -363,7 +360,23 @@ def plan(
         actions += choose_consolidations(decisions, policy, checker, budget, floor_of, _reservation)
     actions += pin_advice(decisions)
     held = held_groups(replacements, at)
-    return _assemble(snapshot, policy, at, decisions, actions, signals.unmapped, catalog, held)
+    plan_ = _assemble(snapshot, policy, at, decisions, actions, signals.unmapped, catalog, held)
+    workloads = workload_verdicts(snapshot, _holders(decisions), activity, policy, at)
+    return plan_.model_copy(update={"workloads": workloads})
+
+
+def _holders(decisions: Sequence[NodeDecision]) -> list[NodeHolders]:
+    """Each GPU node's GPU-holding pods, idleness and price (a reserved node's USD is not paid extra)."""
+    return [
+        NodeHolders(
+            d.node,
+            d.assessment.expected.physical,
+            None if _reservation(d.reasons) else d.hourly_usd,
+            d.assessment.idle,
+            [c.pod for c in d.pods if c.gpu_holder is not None],
+        )
+        for d in decisions
+    ]
 
 
 def _capacity_and_health(
@@ -715,6 +728,7 @@ def _assemble(
         actions=actions,
         unmapped=[UnmappedReport(metric=u.metric, labels=u.labels, reason=u.reason) for u in unmapped],
         savings=Savings(hourly_usd=hourly, monthly_usd=hourly * HOURS_PER_MONTH),
+        showback=showback(_holders(decisions), at, policy.idle_window, policy.showback_team_label),
         reservations=_reservation_reports(judged, snapshot),
     )
 
