@@ -61,7 +61,9 @@ class Action(_Out):
     """A proposed action. ``from``/``to`` depend on ``kind`` (docs/architecture.md §5); ``reason`` says why.
 
     ``hourly_savings_usd`` is set only for an action the rightsizer will execute and that stops paying for
-    an instance (USD per hour); a recommendation states what it would save in ``reason``.
+    an instance (USD per hour); a ``recommend`` whose target is priced carries what it would save once a
+    person applied it in ``estimated_hourly_savings_usd`` (and ``estimated_monthly_savings_usd``, 730 h),
+    never counted in the plan's ``savings``.
     ``expected_slowdown_pct`` is the slowdown the workloads should expect (percent, 0 when none) and
     ``why_safe`` the evidence for it.
     """
@@ -78,6 +80,8 @@ class Action(_Out):
     reason: str
     hourly_savings_usd: float | None
     monthly_savings_usd: float | None
+    estimated_hourly_savings_usd: float | None = None
+    estimated_monthly_savings_usd: float | None = None
     manifests: list[str] = Field(default_factory=list)
     expected_slowdown_pct: float = 0.0
     why_safe: str = ""

@@ -25,6 +25,7 @@ from rightsizer.domain.capacity import (
 )
 from rightsizer.domain.catalog import HOURS_PER_MONTH, Catalog, InstanceType, load_catalog
 from rightsizer.domain.consolidation import budget_left, choose_consolidations, pin_advice
+from rightsizer.domain.eligibility import DrainFacts, Judged, drain_refusals
 from rightsizer.domain.gpu import GpuAssessment, is_gpu_node
 from rightsizer.domain.health import health_reasons, repair_owner
 from rightsizer.domain.holds import snooze_reason
@@ -55,7 +56,7 @@ from rightsizer.domain.planner_holders import GpuFacts, activity_of, signals_ove
 from rightsizer.domain.pods import PodClassification, PodContext, classify_pods, pdbs_by_namespace, wants_node
 from rightsizer.domain.policy import Policy
 from rightsizer.domain.prices import price_reason
-from rightsizer.domain.recommend import Recommendation, recommend_for_node
+from rightsizer.domain.recommend import Recommendation, recommend_for_node, resize_or_recommend
 from rightsizer.domain.replacement import (
     GroupMember,
     KnownReplacement,
@@ -65,7 +66,7 @@ from rightsizer.domain.replacement import (
 )
 from rightsizer.domain.showback import NodeHolders, showback
 from rightsizer.domain.usage import CollectedSignals, UnmappedSeries, Window
-from rightsizer.domain.verdicts import UNHEALTHY_CODES, code_of, order_reasons, verdict_of
+from rightsizer.domain.verdicts import UNHEALTHY_CODES, Verdict, code_of, order_reasons, verdict_of
 from rightsizer.domain.volumes import VolumeFacts
 from rightsizer.domain.workloads import Activity
 
@@ -342,7 +343,6 @@ def plan(
             pods=classified,
             group=group,
             standalone=standalone,
-            instances=inventory.instances,
             hourly=hourly,
             policy=policy,
             catalog=catalog,
@@ -508,6 +508,13 @@ def _fits(checker: ClusterPlacement, d: NodeDecision) -> bool:
     return False
 
 
+def _drainable(d: NodeDecision, *, shrinking: bool) -> bool:
+    """Whether the drain's eligibility (``domain.eligibility.drain_refusals``, the workflow's own) lets
+    the node be drained and its instance scaled in; ``shrinking``: the plan shrinks its group anyway."""
+    judged = Judged(verdict_of(d.reasons), tuple(d.reasons))
+    return not drain_refusals(DrainFacts(judged, d.group.name if d.group else None, shrinking=shrinking))
+
+
 def _choose(
     decisions: list[NodeDecision],
     policy: Policy,
@@ -533,10 +540,11 @@ def _choose(
     run_slots = policy.max_nodes_per_run - in_flight_total
     chosen_group: dict[str, int] = {}
 
-    idle = [d for d in decisions if verdict_of(d.reasons) == "idle" and d.group is not None]
+    # The drain's own eligibility (domain.eligibility), as the workflow's validate applies it.
+    idle = [d for d in decisions if verdict_of(d.reasons) == "idle" and _drainable(d, shrinking=False)]
     broken: dict[str, list[NodeDecision]] = {}
     for d in decisions:
-        if d.group is not None and _removable_unhealthy(d):
+        if d.group is not None and _removable_unhealthy(d) and _drainable(d, shrinking=True):
             broken.setdefault(d.group.name, []).append(d)
 
     def above_floor(d: NodeDecision) -> bool:
@@ -632,7 +640,7 @@ def _choose(
 
 
 def _group_members(
-    judged: Sequence[tuple[NodeDecision, list[str], str]],
+    judged: Sequence[tuple[NodeDecision, list[str], Verdict]],
 ) -> list[tuple[AsgInfo, list[GroupMember]]]:
     """The GPU nodes of each managed node group with their verdicts, for ``domain.replacement``."""
     groups: dict[str, tuple[AsgInfo, list[GroupMember]]] = {}
@@ -641,7 +649,12 @@ def _group_members(
             continue
         rec = d.recommendation
         member = GroupMember(
-            d.node.name, verdict, d.row, rec.demand if rec is not None else None, _reservation(reasons)
+            d.node.name,
+            verdict,
+            d.row,
+            rec.demand if rec is not None else None,
+            _reservation(reasons),
+            tuple(reasons),
         )
         groups.setdefault(d.group.name, (d.group, []))[1].append(member)
     return [groups[name] for name in sorted(groups)]
@@ -659,7 +672,7 @@ def _assemble(
 ) -> Plan:
     reports: list[NodeReport] = []
     actions = list(scale_ins)
-    judged = []
+    judged: list[tuple[NodeDecision, list[str], Verdict]] = []
     for d in decisions:
         rec = d.recommendation
         reasons = order_reasons(d.reasons)
@@ -681,6 +694,12 @@ def _assemble(
         rec = d.recommendation
         if d.node.name in replaced:
             rec = None  # the group's replace_node_group action covers this node
+        if rec is not None and rec.proposal is not None and verdict in rec.for_verdicts:
+            instance = (snapshot.inventory.instances or {}).get(d.node.instance_id or "")
+            facts = Judged(verdict, tuple(reasons))
+            rec = resize_or_recommend(
+                rec, d.node, d.row, facts, instance, policy, catalog, standalone=d.standalone
+            )
         kept_here = any(code_of(r) == "capacity_reserved" for r in reasons)
         if kept_here and rec is not None and rec.action is not None and rec.action.kind != "recommend":
             rec = None  # a kept reservation is never resized: the change would save nothing
@@ -692,6 +711,8 @@ def _assemble(
                     update={
                         "hourly_savings_usd": None,
                         "monthly_savings_usd": None,
+                        "estimated_hourly_savings_usd": None,
+                        "estimated_monthly_savings_usd": None,
                         "reason": rec.action.reason + note,
                     }
                 )
