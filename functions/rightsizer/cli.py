@@ -21,6 +21,7 @@ import yaml
 
 from rightsizer import logsafety
 from rightsizer.adapters.snapshot_dir import load_snapshot
+from rightsizer.cli_fleet import add_fleet_parser
 from rightsizer.cli_prices import add_prices_parser
 from rightsizer.config import Config, load_config
 from rightsizer.domain.errors import ConfigError, RightsizerError
@@ -766,6 +767,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_backtest_parser(sub)
     add_prices_parser(sub)
+    add_fleet_parser(sub)
 
     d = sub.add_parser("demo", help="run the main job on the embedded default")
     d.add_argument("--json", action="store_true", help="print the outcome as JSON")
