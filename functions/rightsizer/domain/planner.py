@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 
 from rightsizer.domain.capacity import (
     ice_evidence,
@@ -23,6 +24,7 @@ from rightsizer.domain.capacity import (
     warm_floor_reason,
 )
 from rightsizer.domain.catalog import HOURS_PER_MONTH, Catalog, InstanceType, load_catalog
+from rightsizer.domain.consolidation import budget_left, choose_consolidations, pin_advice
 from rightsizer.domain.eligibility import DrainFacts, Judged, drain_refusals
 from rightsizer.domain.gpu import GpuAssessment, is_gpu_node
 from rightsizer.domain.health import health_reasons, repair_owner
@@ -40,7 +42,7 @@ from rightsizer.domain.model import (
     ResourceClaim,
 )
 from rightsizer.domain.periods import schedule_contains
-from rightsizer.domain.placement_cluster import ClusterPlacement, movers
+from rightsizer.domain.placement_cluster import ClusterPlacement, movers, placement_reasons
 from rightsizer.domain.plan import (
     Action,
     NodeReport,
@@ -352,6 +354,11 @@ def plan(
     _apply_group_rules(decisions, snapshot, policy, at, floors)
     checker = ClusterPlacement(snapshot, volumes) if placement else None
     actions = _choose(decisions, policy, stale_cordons, floors, checker)
+    if checker is not None and policy.consolidation != "off":
+        floor_of = partial(_floor_of, floors=floors)
+        budget = budget_left(decisions, actions, policy, stale_cordons, floor_of)
+        actions += choose_consolidations(decisions, policy, checker, budget, floor_of, _reservation)
+    actions += pin_advice(decisions)
     held = held_groups(replacements, at)
     plan_ = _assemble(snapshot, policy, at, decisions, actions, signals.unmapped, catalog, held)
     workloads = workload_verdicts(snapshot, _holders(decisions), activity, policy, at)
@@ -491,12 +498,13 @@ def _removable_unhealthy(d: NodeDecision) -> bool:
 def _fits(checker: ClusterPlacement, d: NodeDecision) -> bool:
     """Whether the pods a drain of ``d`` sends elsewhere fit on the nodes left (kept when they do, as
     Cluster Autoscaler's simulator commits each removal); else ``no_placement`` reasons on ``d``."""
-    placed = checker.trial([d.node.name], movers(d.pods))
+    moving = movers(d.pods)
+    placed = checker.trial([d.node.name], moving)
     if placed.ok:
         checker.keep()
         return True
     checker.undo()
-    d.reasons.extend(u.reason for u in placed.unplaced)
+    d.reasons.extend(placement_reasons([c.pod for c in d.pods if c.ignored is None], placed))
     return False
 
 

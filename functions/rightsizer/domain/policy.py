@@ -264,6 +264,18 @@ class Policy(BaseModel):
         description="Compute and memory-bandwidth headroom (ratio) a different GPU model must leave over "
         "a busy node's observed peak.",
     )
+    consolidation: Literal["off", "idle_holders", "all"] = Field(
+        "off",
+        description="Empty partly-used GPU nodes onto fewer (issue 29, docs/consolidation.md): off; "
+        "idle_holders (a pod moves only if its node's GPUs were idle the whole window, CPU-only pods "
+        "always); all (any pod the drain may evict, placed by its requests).",
+    )
+    consolidation_max_candidates: int = Field(
+        100,
+        ge=1,
+        le=1000,
+        description="Nodes a plan simulates emptying, least measured GPU use first (a bound on its work).",
+    )
     allow_resize: bool = Field(False, description="Resize opted-in standalone instances in place.")
     resize_timeout: Seconds = Field(
         1800,

@@ -55,6 +55,7 @@ REASON_CODES: tuple[str, ...] = (
     "node_group_unknown",
     "node_group_at_min_size",
     "no_placement",
+    "cpu_pods_pin_gpu_node",
     "disruption_budget_exhausted",
     "cooldown",
     "outside_disruption_window",
