@@ -68,7 +68,9 @@ def protected_parts(name: str, node: str, busy: bool) -> dict[str, Any]:
     base: dict[str, Any] = {"gpus": gpus, "cpu": "2", "memory": "8Gi"}
     parts: dict[str, Any] = {"pods": [], "pdbs": [], "pvcs": [], "pvs": [], "node": {}}
     if name == "host_path":
-        parts["pods"] = [pod(f"api-{node}", node, volumes=[{"name": "c", "hostPath": {"path": "/models"}}], **base)]
+        parts["pods"] = [
+            pod(f"api-{node}", node, volumes=[{"name": "c", "hostPath": {"path": "/models"}}], **base)
+        ]
     elif name == "local_pv":
         parts["pods"] = [pod(f"api-{node}", node, volumes=[claim_volume("data")], **base)]
         parts["pvcs"] = [pvc("data", "pv-local")]
@@ -79,7 +81,9 @@ def protected_parts(name: str, node: str, busy: bool) -> dict[str, Any]:
     elif name == "bare_pod":
         parts["pods"] = [pod(f"api-{node}", node, owner=None, **base)]
     elif name == "pod_do_not_disrupt":
-        parts["pods"] = [pod(f"api-{node}", node, annotations={"karpenter.sh/do-not-disrupt": "true"}, **base)]
+        parts["pods"] = [
+            pod(f"api-{node}", node, annotations={"karpenter.sh/do-not-disrupt": "true"}, **base)
+        ]
     elif name == "system_pod":
         parts["pods"] = [pod(f"api-{node}", node, namespace="kube-system", **base)]
     else:
