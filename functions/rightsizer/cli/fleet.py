@@ -14,11 +14,10 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from rightsizer.cli.common import EXIT_FAILED, EXIT_OK, parse_time, read_policy_file
 from rightsizer.domain.errors import ConfigError
 from rightsizer.domain.fleet import ClusterResult, FleetReport, FleetRules, FleetTarget, fleet_report
-from rightsizer.domain.policy import Policy, load_policy
-
-EXIT_OK, EXIT_SOME_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+from rightsizer.domain.policy import Policy
 
 
 def _load_manifest(path: str) -> list[FleetTarget]:
@@ -41,16 +40,6 @@ def _load_manifest(path: str) -> list[FleetTarget]:
         raise ConfigError(err["msg"], source=path, field=where or "<entry>") from exc
     except ValueError as exc:
         raise ConfigError(str(exc), source=path) from exc
-
-
-def _policy(path: str | None) -> Policy:
-    if path is None:
-        return Policy()
-    try:
-        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"cannot read the policy: {exc}", source=path) from exc
-    return load_policy(raw or {}, source=path)
 
 
 def _table(report: FleetReport) -> str:
@@ -81,7 +70,7 @@ def _print(report: FleetReport, as_json: bool) -> int:
         print(json.dumps(report.model_dump(mode="json"), indent=2))
     else:
         print(_table(report))
-    return EXIT_OK if all(r.outcome == "assessed" for r in report.results) else EXIT_SOME_FAILED
+    return EXIT_OK if all(r.outcome == "assessed" for r in report.results) else EXIT_FAILED
 
 
 def cmd_fleet_plan(args: argparse.Namespace) -> int:
@@ -96,8 +85,8 @@ def cmd_fleet_plan(args: argparse.Namespace) -> int:
     from rightsizer.wiring.fleet import assess_member, member_config
 
     targets = _load_manifest(args.manifest)
-    policy = _policy(args.policy)
-    at = datetime.now(UTC) if args.at is None else datetime.fromisoformat(args.at)
+    policy = Policy() if args.policy is None else read_policy_file(args.policy)
+    at = datetime.now(UTC) if args.at is None else parse_time(args.at)
 
     def one(target: FleetTarget) -> ClusterResult:
         def config_for(t: FleetTarget) -> Any:
@@ -126,7 +115,7 @@ def cmd_fleet_status(args: argparse.Namespace) -> int:
     return _print(report_of_stack(args.stack, args.region), args.json)
 
 
-def add_fleet_parser(sub: Any) -> None:
+def add_parsers(sub: Any) -> None:
     """Register ``fleet plan`` and ``fleet status`` on the ``rightsizer`` sub-command parsers."""
     fleet = sub.add_parser("fleet", help="many clusters: assess a manifest, or read the fleet report")
     verbs = fleet.add_subparsers(dest="fleet_command", required=True)
