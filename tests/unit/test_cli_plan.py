@@ -18,6 +18,7 @@ NODE_KEYS = {
 ACTION_KEYS = {
     "action_id", "kind", "node", "node_group", "instance_id", "from", "to", "reason",
     "hourly_savings_usd", "monthly_savings_usd", "manifests", "expected_slowdown_pct", "why_safe",
+    "estimated_hourly_savings_usd", "estimated_monthly_savings_usd",
 }  # fmt: skip
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from rightsizer.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, deployed_config, emit_json
@@ -23,14 +24,14 @@ def cmd_restore(args: argparse.Namespace) -> int:
     from rightsizer.wiring import Runtime
 
     if bool(args.workload) == bool(args.all):
-        print("rightsizer: error: give exactly one of WORKLOAD or --all", flush=True)
+        print("rightsizer: error: give exactly one of WORKLOAD or --all", file=sys.stderr)
         return EXIT_BAD_INPUT
     runtime = Runtime(deployed_config(args), "cli", dry_run=not args.execute)
     scaler = runtime.workload_scaler()
     try:
         outcomes = scaler.restore_all() if args.all else [scaler.restore(args.workload)]
     except ValueError as exc:
-        print(f"rightsizer: error: {exc}", flush=True)
+        print(f"rightsizer: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     if args.json:
         emit_json(

@@ -21,7 +21,6 @@ from pydantic import (
     field_validator,
 )
 
-from rightsizer.domain.errors import ConfigError
 from rightsizer.domain.periods import Period
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
@@ -264,6 +263,18 @@ class Policy(BaseModel):
         description="Compute and memory-bandwidth headroom (ratio) a different GPU model must leave over "
         "a busy node's observed peak.",
     )
+    consolidation: Literal["off", "idle_holders", "all"] = Field(
+        "off",
+        description="Empty partly-used GPU nodes onto fewer (issue 29, docs/consolidation.md): off; "
+        "idle_holders (a pod moves only if its node's GPUs were idle the whole window, CPU-only pods "
+        "always); all (any pod the drain may evict, placed by its requests).",
+    )
+    consolidation_max_candidates: int = Field(
+        100,
+        ge=1,
+        le=1000,
+        description="Nodes a plan simulates emptying, least measured GPU use first (a bound on its work).",
+    )
     allow_resize: bool = Field(False, description="Resize opted-in standalone instances in place.")
     resize_timeout: Seconds = Field(
         1800,
@@ -412,11 +423,11 @@ def load_policy(data: Mapping[str, Any] | None, *, source: str = "policy") -> Po
     """Validate a policy mapping (parsed YAML/JSON) into a ``Policy``.
 
     Raises:
-        ConfigError: naming ``source`` and the first offending key (dotted path).
+        ConfigError: naming ``source`` and the first offending key (dotted path); ``problems`` every one.
     """
+    from rightsizer.domain.validation import config_error
+
     try:
         return Policy.model_validate(dict(data or {}))
     except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(part) for part in err["loc"]) or "<root>"
-        raise ConfigError(err["msg"], source=source, field=field) from exc
+        raise config_error(exc, source=source, model=Policy) from exc

@@ -380,6 +380,10 @@ def _workload_documents(cluster: ClusterReader, nodes: Sequence[Any], pods: Sequ
     return {"workloads.json": kubectl_list(workload_objects(cluster, namespaces, kinds))}
 
 
+class ReadAccessDenied(PermanentError):
+    """The cluster's RBAC denies a read the observation needs (the preflight's SelfSubjectAccessReviews)."""
+
+
 def _preflight(cluster: ClusterReader) -> bool:
     """Whether DRA is served, after asking for every read permission the observation needs.
 
@@ -391,7 +395,7 @@ def _preflight(cluster: ClusterReader) -> bool:
     checks = READ_CHECKS + (DRA_READ_CHECKS if dra else ())
     denied = cluster.preflight(checks)
     if denied:
-        raise PermanentError(
+        raise ReadAccessDenied(
             f"{cluster.identity()} may not "
             + ", ".join(c.describe() for c in denied)
             + ": nothing was read and nothing is decided. Remedy: bind the ClusterRole rightsizer-read "
