@@ -408,7 +408,7 @@ class Runtime:
             dry_run=self.effective_dry_run(policy),
             snoozes=self.approvals,
             pods=self.cluster,
-            instances=self.inventory,
+            instances=parts.build_instance_reader(self._config),
         )
 
     def webhook_intake(
