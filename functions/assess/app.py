@@ -20,7 +20,13 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from rightsizer import logsafety
 from rightsizer.domain.decisions import DECISION_LOG_MESSAGE
 from rightsizer.domain.errors import RightsizerError
-from rightsizer.handler_support import METRICS_NAMESPACE, ScheduledTick, traced
+from rightsizer.handler_support import (
+    METRICS_NAMESPACE,
+    ScheduledTick,
+    emit_dimensioned,
+    showback_metrics,
+    traced,
+)
 from rightsizer.services.assess import run_assessment
 from rightsizer.wiring import lambda_runtime
 
@@ -54,6 +60,8 @@ def handler(event: ScheduledTick, context: LambdaContext) -> dict[str, Any]:
     )
     metrics.add_metric(name="AssessmentDuration", unit=MetricUnit.Seconds, value=summary.duration_s)
     metrics.add_metric(name="VerdictEvents", unit=MetricUnit.Count, value=summary.events)
+    for metric in showback_metrics(deps.cluster_name, summary.showback):
+        emit_dimensioned("assess", metric)
     for record in summary.records:  # one line per GPU node: the shipped Logs Insights queries read them
         logger.info(DECISION_LOG_MESSAGE, extra={"decision": record.model_dump(mode="json")})
     logger.info("assessment finished", extra={"summary": summary.to_json()})

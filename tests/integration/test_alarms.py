@@ -28,7 +28,7 @@ from rightsizer.domain.policy import Policy
 from rightsizer.ports import EvictionOutcome
 from rightsizer.services.assess import AssessmentDeps
 from rightsizer.testing.fakes import FakeClock, FakeClusterWriter
-from tests.builders import AT, gpu_node, node_devices, pdb, pod, snapshot
+from tests.builders import AT, gpu_node, merge_metrics, node_devices, pdb, pod, snapshot
 from tests.integration.test_statemachine import NODE, LambdaContext, World, drain_world, request
 from tests.unit.test_template import CfnLoader
 
@@ -352,8 +352,13 @@ def emitted_by_every_handler(
     deps = AssessmentDeps(
         cluster_name=CLUSTER,
         observe=lambda at: snapshot(
-            [gpu_node("idle-1", instance_type="g5.12xlarge", gpus=4, instance_id="i-idle1")],
-            metrics=node_devices("idle-1", 4),
+            [
+                gpu_node("idle-1", instance_type="g5.12xlarge", gpus=4, instance_id="i-idle1"),
+                # an idle GPU held by a pod: the showback panels' per-namespace and per-team series
+                gpu_node("held-1", instance_type="g5.xlarge", gpus=1, instance_id="i-held1"),
+            ],
+            [pod("notebook-1", "held-1", namespace="ml", gpus=1, labels={"team": "research"})],
+            merge_metrics(node_devices("idle-1", 4), node_devices("held-1", 1)),
             at=at,
         ),
         policy=Policy(),

@@ -440,3 +440,25 @@ def test_scale_in_is_proposed_only_when_the_evicted_pods_fit_elsewhere() -> None
     proposed = _plan_of(room=True)
     assert [a.kind for a in proposed.actions] == ["scale_in"]
     assert proposed.node("idle").verdict == "idle"
+
+
+def test_a_written_snapshot_keeps_the_labels_placement_compares() -> None:
+    from rightsizer.adapters.snapshot_projection import project_documents
+
+    spec = {
+        **_anti("web"),
+        "topologySpreadConstraints": [
+            {"maxSkew": 1, "topologyKey": "example.com/rack", "labelSelector": {"matchLabels": {"tier": "x"}}}
+        ],
+    }
+    spec["affinity"]["nodeAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "example.com/pool", "operator": "In", "values": ["a"]}]}]
+    }}  # fmt: skip
+    raw_pod = pod("web-1", "n", labels={"app": "web", "tier": "x", "secret-ish": "y"}, extra_spec=spec)
+    raw_node = gpu_node("n", labels={"example.com/pool": "a", "example.com/rack": "r1", "other": "z"})
+    docs = {"pods.json": {"items": [raw_pod]}, "nodes.json": {"items": [raw_node]}}
+    out = project_documents(docs)
+    assert out["pods.json"]["items"][0]["metadata"]["labels"] == {"app": "web", "tier": "x"}
+    kept = out["nodes.json"]["items"][0]["metadata"]["labels"]
+    assert {"example.com/pool", "example.com/rack", "kubernetes.io/hostname"} <= set(kept)
+    assert "other" not in kept

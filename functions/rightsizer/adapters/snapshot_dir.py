@@ -38,6 +38,7 @@ from rightsizer.domain.model import (
 )
 from rightsizer.domain.observation import MetricFiles, file_kind
 from rightsizer.domain.prices import PriceBook
+from rightsizer.domain.workload_model import KubeObject
 
 M = TypeVar("M", bound=BaseModel)
 log = logging.getLogger(__name__)
@@ -442,7 +443,10 @@ OPTIONAL_FILES = (
     "resourceslices.json",
     "nodegroups.json",
     "instances.json",
+    "workloads.json",
 )
+#: Kinds of ``workloads.json`` that scale others (the rest are owners of pods, ``domain.workloads``).
+AUTOSCALER_KINDS = frozenset({"HorizontalPodAutoscaler", "ScaledObject"})
 
 
 def snapshot_from_documents(
@@ -498,6 +502,10 @@ def snapshot_from_documents(
         root / "instances.json",
         docs.get("instances.json"),
     )
+    workload_data = docs.get("workloads.json")
+    workload_objects = (
+        _typed_list(root / "workloads.json", workload_data, KubeObject) if workload_data is not None else []
+    )
     if metric_files is None:
         metric_files = {}
         for path in sorted(p for p in docs if p.startswith("metrics/") and p.endswith(".json")):
@@ -527,6 +535,8 @@ def snapshot_from_documents(
         metric_extras={k: v for k, v in metric_files.items() if k not in ("step", "timestamp")},
         node_label=node_label or (str(recorded) if recorded else None),
         pod_addresses=tuple(addresses),
+        owners=tuple(o for o in workload_objects if o.kind not in AUTOSCALER_KINDS),
+        autoscalers=tuple(o for o in workload_objects if o.kind in AUTOSCALER_KINDS),
     )
 
 

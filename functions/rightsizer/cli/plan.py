@@ -120,7 +120,10 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     # The policy's node_selector keys stay on the nodes, so the snapshot selects the nodes it selected.
     keep = tuple(config.policy.node_selector)
     with SnapshotDirectoryWriter(
-        args.out, policy_node_labels=keep, node_label=config.prometheus.node_label
+        args.out,
+        policy_node_labels=keep,
+        node_label=config.prometheus.node_label,
+        policy_pod_labels=(config.policy.showback_team_label,),
     ) as writer:
         record(observers.cluster, observers.inventory, observers.metrics, request, writer)
         counts = writer.counts()
@@ -209,7 +212,11 @@ def cmd_apply(args: argparse.Namespace) -> int:
 def add_parsers(sub: Any) -> None:
     """Register ``plan``, ``snapshot``, ``apply`` and ``demo``."""
 
-    p = sub.add_parser("plan", help="decide on a snapshot (never acts)")
+    p = sub.add_parser(
+        "plan",
+        help="decide on a snapshot or on the live cluster (never acts)",
+        description="Decide on a snapshot directory (--snapshot) or on the live cluster (--config); never acts.",
+    )
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument(
         "--snapshot", metavar="DIR", help="a snapshot directory (README: 'Capturing a snapshot')"

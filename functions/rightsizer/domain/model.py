@@ -12,12 +12,15 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from rightsizer.domain.prices import PriceBook
 from rightsizer.domain.quantity import parse_count
+
+if TYPE_CHECKING:
+    from rightsizer.domain.workload_model import KubeObject
 
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_SHARED_RESOURCE = "nvidia.com/gpu.shared"
@@ -793,6 +796,10 @@ class ClusterSnapshot:
     signals: Any = None
     """Live path only: ``rightsizer.domain.usage.CollectedSignals`` computed by PromQL in the server for
     this snapshot's window; when set, ``plan`` uses it instead of interpreting ``metrics``."""
+    owners: tuple[KubeObject, ...] = ()
+    """Owners of GPU-holding pods, up their ``ownerReferences`` (``workloads.json``; workload verdicts)."""
+    autoscalers: tuple[KubeObject, ...] = ()
+    """HorizontalPodAutoscalers and KEDA ScaledObjects of those pods' namespaces (``workloads.json``)."""
     signal_set: frozenset[str] = ALL_SIGNALS
     """Signal families the source carries (``ALL_SIGNALS`` for DCGM). A source that carries activity only
     (a utilisation trace, ``rightsizer backtest --trace``) sets ``{"activity"}``: the framebuffer, power and

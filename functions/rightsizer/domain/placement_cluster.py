@@ -45,6 +45,16 @@ def pod_demand(pod: Pod, volumes: VolumeFacts, dra: DraClaimFacts = NO_DRA) -> D
     return demand_of(pod, affinity, dra=dra, volume_problem=problem)
 
 
+def placement_reasons(pods: Sequence[Pod], placed: Placement) -> list[str]:
+    """``no_placement:<pod>:<cause>`` per pod that fits nowhere, and ``cpu_pods_pin_gpu_node:<n>`` when
+    no pod of the node asks for a GPU and ``n`` CPU-only pods that fit nowhere else keep it (karpenter
+    -provider-aws #5218, #8447): GPU nodes should carry a taint only GPU pods tolerate."""
+    reasons = [u.reason for u in placed.unplaced]
+    if placed.unplaced and not any(p.gpu_request() for p in pods):
+        reasons.append(f"cpu_pods_pin_gpu_node:{len(placed.unplaced)}")
+    return reasons
+
+
 def movers(pods: Sequence[PodClassification]) -> list[Pod]:
     """The pods a drain of their node sends elsewhere: evicted (not ignored), or not evicted because
     they tolerate the cordon (they die with the instance), and owned by a controller that recreates
@@ -67,6 +77,8 @@ class ClusterPlacement:
         self._volumes = volumes
         self._dra = dra
         self._mark: int | None = None
+        self._arrived: dict[str, list[Pod]] = {}  # node → pods kept trials moved onto it
+        self._last: tuple[list[Pod], Placement] | None = None
 
     @cached_property
     def state(self) -> PlacementState:
@@ -89,18 +101,28 @@ class ClusterPlacement:
         return state
 
     def trial(self, nodes: Sequence[str], pods: Sequence[Pod]) -> Placement:
-        """Remove ``nodes`` and place ``pods`` elsewhere; the change holds until :meth:`keep` or
-        :meth:`undo`."""
+        """Remove ``nodes`` and place ``pods`` elsewhere — with the pods earlier kept trials moved onto
+        ``nodes`` — the change holding until :meth:`keep` or :meth:`undo`."""
         state = self.state
         self._mark = state.mark()
-        return state.simulate(nodes, [pod_demand(p, self._volumes, self._dra) for p in pods])
+        moving = [*pods, *(p for n in nodes for p in self._arrived.get(n, ()))]
+        placed = state.simulate(nodes, [pod_demand(p, self._volumes, self._dra) for p in moving])
+        self._last = (moving, placed)
+        return placed
 
     def keep(self) -> None:
         """Make the last trial's removals and placements part of the state (later trials see them)."""
         self._mark = None
+        if self._last is not None:
+            moving, placed = self._last
+            by_key = {p.key: p for p in moving}
+            for move in placed.moves:
+                self._arrived.setdefault(move.to, []).append(by_key[move.pod])
+            self._last = None
 
     def undo(self) -> None:
         """Forget the last trial."""
         if self._mark is not None:
             self.state.undo(self._mark)
             self._mark = None
+        self._last = None

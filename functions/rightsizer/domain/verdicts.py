@@ -55,6 +55,7 @@ REASON_CODES: tuple[str, ...] = (
     "node_group_unknown",
     "node_group_at_min_size",
     "no_placement",
+    "cpu_pods_pin_gpu_node",
     "disruption_budget_exhausted",
     "cooldown",
     "outside_disruption_window",
@@ -143,12 +144,16 @@ SHRINKING_EXEMPT = frozenset({"unhealthy_pending_repair", "unhealthy_first"})
 #: Protections an off-hours drain is exempt from: the schedule is the operator's window
 #: (docs/architecture.md §4 "Off-hours"). Never the warm floor, a reservation or an interruption notice.
 #: ``no_placement``: a group going to zero on schedule strands its pods by the operator's choice.
-OFFHOURS_EXEMPT = BUDGET_ONLY | SHRINKING_EXEMPT | {
-    "cooldown",
-    "outside_disruption_window",
-    "node_group_at_min_size",
-    "no_placement",
-}
+OFFHOURS_EXEMPT = (
+    BUDGET_ONLY
+    | SHRINKING_EXEMPT
+    | {
+        "cooldown",
+        "outside_disruption_window",
+        "node_group_at_min_size",
+        "no_placement",
+    }
+)
 
 
 def blocking_reasons(

@@ -66,7 +66,6 @@ __all__ = [
     "build_state",
     "build_warm_pools",
     "build_workflow_starter",
-    "config_from_stack",
     "live_signals",
     "observe_live",
     "observe_node_live",
@@ -689,57 +688,3 @@ def approval_desk(config: Config, secret: str, *, store: ApprovalStore | None = 
         callback=build_task_callback(config) if config.aws.table else None,
         key=derive_key(secret),
     )
-
-
-#: Stack outputs ``config_from_stack`` reads (template.yaml ``Outputs``).
-STACK_OUTPUTS = ("ClusterName", "StateTableName")
-
-
-def config_from_stack(stack: str, region: str | None = None) -> Config:
-    """The config of a deployed stack (``rightsizer status --stack NAME``): cluster and state table from its
-    outputs, the off-hours node groups from its ``OffhoursConfig`` parameter (CloudFormation
-    ``DescribeStacks``; region from ``region`` or the AWS environment, endpoint from ``AWS_ENDPOINT_URL``).
-
-    Raises:
-        ConfigError: the stack does not exist, lacks an output of :data:`STACK_OUTPUTS` (not a GPU
-            Rightsizer stack, or one older than these outputs), or its off-hours parameter is invalid.
-        PermanentError / TransientError: access denied, throttling (``aws_errors``).
-    """
-    import boto3
-    import yaml
-    from botocore.exceptions import BotoCoreError, ClientError
-    from pydantic import ValidationError
-
-    from rightsizer.adapters.aws_errors import map_aws_error
-
-    session = boto3.session.Session(region_name=region)
-    client = session.client("cloudformation")
-    try:
-        described = client.describe_stacks(StackName=stack)["Stacks"][0]
-    except ClientError as exc:
-        # CloudFormation answers a missing stack with ValidationError "Stack with id X does not exist".
-        if "does not exist" in str(exc):
-            raise ConfigError(f"stack {stack!r} not found in {session.region_name}", field="--stack") from exc
-        raise map_aws_error(exc, "cloudformation:DescribeStacks") from exc
-    except BotoCoreError as exc:
-        raise map_aws_error(exc, "cloudformation:DescribeStacks") from exc
-    outputs = {o["OutputKey"]: o["OutputValue"] for o in described.get("Outputs", [])}
-    missing = [key for key in STACK_OUTPUTS if key not in outputs]
-    if missing:
-        raise ConfigError(
-            f"stack {stack!r} has no output {', '.join(missing)} (not a GPU Rightsizer stack, or deployed "
-            "before these outputs existed: redeploy)",
-            field="--stack",
-        )
-    parameters = {p["ParameterKey"]: p.get("ParameterValue", "") for p in described.get("Parameters", [])}
-    try:
-        offhours = yaml.safe_load(parameters.get("OffhoursConfig") or "{}") or {}
-        return Config.model_validate(
-            {
-                "cluster": {"name": outputs["ClusterName"], "region": session.region_name},
-                "aws": {"region": session.region_name, "table": outputs["StateTableName"]},
-                "offhours": offhours,
-            }
-        )
-    except (yaml.YAMLError, ValidationError) as exc:
-        raise ConfigError(f"stack parameter OffhoursConfig: {exc}", field="OffhoursConfig") from exc
