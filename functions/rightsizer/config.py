@@ -121,6 +121,12 @@ class AwsConfig(_Section):
         None,
         description="Endpoint override for the Price List Query API client (tests); default endpoint_url.",
     )
+    role_arn: str | None = Field(
+        None,
+        pattern=r"^arn:aws[a-z-]*:iam::[0-9]{12}:role/[\w+=,.@/-]+$",
+        description="A role to assume for every call about the cluster (the fleet's spoke role, issue 31).",
+    )
+    external_id: str | None = Field(None, description="The ExternalId the role's trust policy asks for.")
 
 
 class OffhoursGroup(_Section):
