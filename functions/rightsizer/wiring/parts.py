@@ -88,6 +88,39 @@ def _region(config: Config) -> str:
     return config.cluster.region or config.aws.region
 
 
+#: Assumed-role sessions by (role, external id, region, endpoint): reused for 45 of their 60 minutes.
+_ASSUMED: dict[tuple[str, str | None, str, str | None], tuple[float, Any]] = {}
+_ASSUMED_FOR_S = 45 * 60.0
+
+
+def aws_session(config: Config, region: str | None = None) -> Any:
+    """The boto3 session every call about the cluster is made with: the process's credentials, or those
+    of ``aws.role_arn`` (``sts:AssumeRole`` with ``aws.external_id``: the fleet's spoke role).
+
+    Raises:
+        FleetError: the role could not be assumed (kind ``aws``, AWS's error code).
+    """
+    import time
+
+    import boto3
+
+    region = region or _region(config)
+    role = config.aws.role_arn
+    if not role:
+        return boto3.session.Session(region_name=region)
+    from rightsizer.adapters.fleet_aws import assume_role_session
+
+    key = (role, config.aws.external_id, region, config.aws.endpoint_url)
+    cached = _ASSUMED.get(key)
+    if cached is not None and time.monotonic() - cached[0] < _ASSUMED_FOR_S:
+        return cached[1]
+    session = assume_role_session(
+        role, external_id=config.aws.external_id, region=region, endpoint_url=config.aws.endpoint_url
+    )
+    _ASSUMED[key] = (time.monotonic(), session)
+    return session
+
+
 def build_cluster_reader(config: Config, *, page_size: int = 500) -> ClusterReader:
     """The Kubernetes reader: the kubeconfig ``cluster.context`` when set, else EKS ``cluster.name``.
 
@@ -103,8 +136,6 @@ def build_cluster_reader(config: Config, *, page_size: int = 500) -> ClusterRead
         return KubernetesCluster.from_kubeconfig(
             config.cluster.context, config.cluster.kubeconfig, page_size=page_size
         )
-    import boto3
-
     from rightsizer.adapters.eks_auth import (
         EksTokenSource,
         caller_identity,
@@ -115,7 +146,7 @@ def build_cluster_reader(config: Config, *, page_size: int = 500) -> ClusterRead
 
     name = str(config.cluster.name)
     region = _region(config)
-    session = boto3.session.Session(region_name=region)
+    session = aws_session(config, region)
     endpoint_url = config.aws.endpoint_url
     eks = session.client("eks", endpoint_url=endpoint_url)
     sts = session.client("sts", endpoint_url=endpoint_url)
@@ -139,7 +170,8 @@ def build_inventory(config: Config) -> NodeGroupInventory | None:
         return None
     from rightsizer.adapters.aws import AwsInventory, make_clients
 
-    clients = make_clients(_region(config), endpoint_url=config.aws.endpoint_url)
+    region = _region(config)
+    clients = make_clients(region, endpoint_url=config.aws.endpoint_url, session=aws_session(config, region))
     return AwsInventory(clients, prices=build_prices(config) if config.aws.pricing_api else None)
 
 
@@ -160,7 +192,9 @@ def build_prices(config: Config) -> PriceListPrices:
     region = _region(config)
     quick = BotoConfig(connect_timeout=5, read_timeout=20, retries={"mode": "standard", "max_attempts": 2})
     endpoint = config.aws.pricing_endpoint_url or config.aws.endpoint_url
-    client = make_client("pricing", pricing_endpoint_region(region), endpoint, config=quick)
+    client = make_client(
+        "pricing", pricing_endpoint_region(region), endpoint, config=quick, session=aws_session(config)
+    )
     return PriceListPrices(client, region, load_catalog().types)
 
 
@@ -206,9 +240,7 @@ def build_metrics_reader(config: Config) -> PrometheusClient:
     prom = config.prometheus
     credentials = None
     if prom.auth == "sigv4":
-        import boto3
-
-        credentials = boto3.session.Session(region_name=config.aws.region).get_credentials()
+        credentials = aws_session(config, config.aws.region).get_credentials()
         if credentials is not None:  # resolved now anyway: SigV4 signs every query with them
             frozen = credentials.get_frozen_credentials()
             register_secret(frozen.secret_key)
