@@ -449,7 +449,7 @@ def gpu_cluster(
                 name=f"ip-{ips[iid].replace('.', '-')}.ec2.internal",
                 instance_id=iid,
                 ip=ips[iid],
-                exporter_pod=f"nvidia-dcgm-exporter-{'bcdfg'[k]}{'hjklm'[k]}x7q",
+                exporter_pod=f"nvidia-dcgm-exporter-{'bcdfgnpqrs'[k]}{'hjklmtvwxz'[k]}x7q",
                 exporter_ip=f"10.0.64.{10 + k}",
                 uuid=f"GPU-5b3ac1d0-7e2f-4c11-9a6b-0000000000{k:02d}",
             )
