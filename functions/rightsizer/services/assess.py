@@ -27,6 +27,7 @@ from rightsizer.domain.policy import Policy
 from rightsizer.domain.showback import Showback
 from rightsizer.ports import ClusterWriter, SnoozeReader, WorkflowStarter
 from rightsizer.services.backoff import failure_backoff
+from rightsizer.services.consolidate import ConsolidateRequest
 from rightsizer.services.drain import DrainRequest
 from rightsizer.services.healing import (
     heal_dead_resizes,
@@ -42,7 +43,7 @@ from rightsizer.state import LeaseStore, PlanHistory, StateStore, lease_ttl_seco
 log = logging.getLogger(__name__)
 
 #: Action kinds the assessment starts a workflow for (a drain, a resize, a node group replacement).
-STARTED_KINDS: Final = ("scale_in", "resize_instance", REPLACE_KIND)
+STARTED_KINDS: Final = ("scale_in", "resize_instance", REPLACE_KIND, "consolidate")
 
 
 def _workflow_key(action: Action) -> str | None:
@@ -284,6 +285,14 @@ def run_assessment(
             target_type=str(action.to),
         )
         if action.kind == "resize_instance"
+        else ConsolidateRequest(
+            str(action.node),
+            drain_execution_id(deps.cluster_name, tick_id, action),
+            "schedule",
+            action.hourly_savings_usd,
+            moves=tuple((m.pod, m.to) for m in action.moves or ()),
+        )
+        if action.kind == "consolidate"
         else DrainRequest(
             str(action.node),
             drain_execution_id(deps.cluster_name, tick_id, action),

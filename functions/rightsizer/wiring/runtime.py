@@ -316,7 +316,8 @@ class Runtime:
         """The drain workflow — drains, resizes of opted-in standalone instances and replacements of opted-in
         managed node groups — (one per call, around the current policy)."""
         from rightsizer.domain.planner import plan
-        from rightsizer.services.replace import ReplaceWorkflow, known_replacements
+        from rightsizer.services.consolidate import ConsolidateWorkflow
+        from rightsizer.services.replace import known_replacements
 
         deps = self.drain_deps()
         node_label = self._config.prometheus.node_label
@@ -325,8 +326,13 @@ class Runtime:
             known = known_replacements(self.state, at, ignore=ignore)
             return plan(self.observe_fresh(at), deps.policy, at, node_label=node_label, replacements=known)
 
-        return ReplaceWorkflow(
-            deps, self.instance_type_changer, self.nodegroup_replacer, self.launch_templates, fresh_plan
+        return ConsolidateWorkflow(
+            deps,
+            self.instance_type_changer,
+            self.nodegroup_replacer,
+            self.launch_templates,
+            fresh_plan,
+            observe_cluster=self.observe_fresh,  # a consolidation's placement check before evicting
         )
 
     def runner(self, *, background: bool | None = None, max_wait_s: float | None = None) -> InProcessRunner:
@@ -408,7 +414,7 @@ class Runtime:
             dry_run=self.effective_dry_run(policy),
             snoozes=self.approvals,
             pods=self.cluster,
-            instances=self.inventory,
+            instances=parts.build_instance_reader(self._config),
         )
 
     def webhook_intake(
