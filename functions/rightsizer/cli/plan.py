@@ -219,7 +219,7 @@ def add_parsers(sub: Any) -> None:
     )
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument(
-        "--snapshot", metavar="DIR", help="a snapshot directory (README: 'Capturing a snapshot')"
+        "--snapshot", metavar="DIR", help="a snapshot directory (docs/operations.md: 'Capturing a snapshot')"
     )
     src.add_argument("--config", metavar="FILE", help="a config file for live collection")
     p.add_argument("--policy", metavar="FILE", help="policy YAML (overrides the config's policy)")
@@ -229,7 +229,10 @@ def add_parsers(sub: Any) -> None:
 
     s = sub.add_parser("snapshot", help="record the live cluster as a snapshot directory (never acts)")
     s.add_argument(
-        "--config", metavar="FILE", required=True, help="the config file (README: 'Configuration file')"
+        "--config",
+        metavar="FILE",
+        required=True,
+        help="the config file (docs/policy.md: 'Configuration file')",
     )
     s.add_argument("--out", metavar="DIR", required=True, help="new (or empty) directory to write")
     s.add_argument("--at", metavar="TIME", help="snapshot time, RFC 3339 with offset (default: now)")
@@ -241,7 +244,10 @@ def add_parsers(sub: Any) -> None:
         "(dry run unless --execute)",
     )
     ap.add_argument(
-        "--config", metavar="FILE", required=True, help="the config file (README: 'Configuration file')"
+        "--config",
+        metavar="FILE",
+        required=True,
+        help="the config file (docs/policy.md: 'Configuration file')",
     )
     ap.add_argument("--policy", metavar="FILE", help="policy YAML (overrides the config's policy)")
     ap.add_argument("--execute", action="store_true", help="act for real (also needs dry_run: false)")
