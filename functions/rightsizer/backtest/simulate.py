@@ -1,6 +1,6 @@
 """Backtest: price a policy on history before turning it on (pure: no I/O, no clock).
 
-Model (README "Backtest before enabling actions"):
+Model (docs/backtest.md):
 
 - Simulated time advances in decision steps (``SimModel.step``, default 5 min). At each step the SAME
   ``plan()`` decides on an in-memory ``ClusterSnapshot`` of the nodes present then, whose metric series are
