@@ -204,7 +204,7 @@ def _claims_by_node(snapshot: ClusterSnapshot) -> dict[str, dict[str, ResourceCl
     return out
 
 
-def plan(
+def plan(  # noqa: C901 (24): the verdict-then-budget pipeline of §3, one step per paragraph
     snapshot: ClusterSnapshot,
     policy: Policy,
     now: datetime | None = None,
@@ -515,7 +515,7 @@ def _drainable(d: NodeDecision, *, shrinking: bool) -> bool:
     return not drain_refusals(DrainFacts(judged, d.group.name if d.group else None, shrinking=shrinking))
 
 
-def _choose(
+def _choose(  # noqa: C901 (19): Karpenter-style budgets counted down while choosing (§3)
     decisions: list[NodeDecision],
     policy: Policy,
     stale: frozenset[str],
