@@ -90,6 +90,12 @@ def render_plan(plan: Plan, *, max_reasons: int = 4) -> str:
         out.append(f"\n{len(plan.unmapped)} series could not be joined to a node (see --json 'unmapped').")
     if plan.showback is not None and plan.showback.holders:
         out += ["", *render_showback(plan.showback.model_dump(mode="json"))]
+    if plan.workloads:
+        out += ["", "GPU workloads (scale_to_zero or keep:<reason>; docs/workloads.md):"]
+        out += [
+            f"  {w.workload.text:<40} {w.decision:<40} {w.gpus:>3} GPU(s) {_money(w.hourly_usd):>8} USD/h"
+            for w in plan.workloads
+        ]
     out.append(
         f"\nSavings of executable actions: {plan.savings.hourly_usd:,.2f} USD/hour, "
         f"{plan.savings.monthly_usd:,.2f} USD/month"

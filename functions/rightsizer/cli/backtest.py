@@ -132,6 +132,7 @@ def cmd_backtest(args: argparse.Namespace) -> int:
     from rightsizer.backtest.frontier import frontier, frontier_json, render_frontier
     from rightsizer.backtest.report import (
         SCALE_TO_ZERO,
+        WORKLOAD_SCALE_TO_ZERO,
         BacktestRequest,
         NamedPolicy,
         Sweep,
@@ -140,6 +141,7 @@ def cmd_backtest(args: argparse.Namespace) -> int:
         report_json,
         run_backtest,
         scale_to_zero_policy,
+        workload_scale_to_zero_policy,
     )
     from rightsizer.backtest.simulate import SimModel, WarmPoolModel
 
@@ -165,7 +167,11 @@ def cmd_backtest(args: argparse.Namespace) -> int:
     if source.kind == "trace":
         # The trace's pods hold their GPUs: the default policy protects them (saves nothing, by design);
         # scale-to-zero is the policy this trace can price.
-        policies += [NamedPolicy("default", Policy()), NamedPolicy(SCALE_TO_ZERO, scale_to_zero_policy())]
+        policies += [
+            NamedPolicy("default", Policy()),
+            NamedPolicy(SCALE_TO_ZERO, scale_to_zero_policy()),
+            NamedPolicy(WORKLOAD_SCALE_TO_ZERO, workload_scale_to_zero_policy()),  # issue 32
+        ]
         base = SCALE_TO_ZERO
     else:
         policies.append(NamedPolicy("config" if config else "default", config.policy if config else Policy()))
