@@ -35,6 +35,7 @@ from rightsizer.ports import (
     NodeScaler,
     SnoozeReader,
     WorkflowStarter,
+    WorkloadSaves,
 )
 from rightsizer.services.snapshot import Observation, ObserveRequest
 from rightsizer.state import ApprovalStore, LeaseStore, PlanHistory, StateStore
@@ -401,6 +402,17 @@ def build_state(config: Config) -> StateStore:
 
     table, cluster = _state_table(config, "act")
     return DynamoDbState(_aws_client(config, "dynamodb"), table, cluster)
+
+
+def build_workload_saves(config: Config) -> WorkloadSaves:
+    """The saved states of workloads scaled to zero (issue 32): the state table ``aws.table`` when set,
+    else in memory (``serve`` and the demo without a table; ``rightsizer.adapters.workload_saves``)."""
+    from rightsizer.adapters.workload_saves import DynamoWorkloadSaves, MemoryWorkloadSaves
+
+    if not config.aws.table:
+        return MemoryWorkloadSaves()
+    table, cluster = _state_table(config, "save workloads")
+    return DynamoWorkloadSaves(_aws_client(config, "dynamodb"), table, cluster)
 
 
 def build_local_state(config: Config) -> StateStore:

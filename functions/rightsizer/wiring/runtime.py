@@ -35,6 +35,7 @@ from rightsizer.ports import (
     NodeGroupSizer,
     NodeScaler,
     WorkflowStarter,
+    WorkloadWriter,
 )
 from rightsizer.state import ApprovalStore, LeaseStore, PlanHistory, StateStore
 from rightsizer.wiring import parts
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
     from rightsizer.services.offhours import OffhoursDeps
     from rightsizer.services.runner import InProcessRunner
     from rightsizer.services.webhook import DuplicateGuard, WebhookIntake
+    from rightsizer.services.workloads import WorkloadScaler
 
 __all__ = [
     "CONFIG_ENV",
@@ -367,8 +369,21 @@ class Runtime:
             return self._step_functions
         return self.runner()
 
+    def workload_scaler(self, *, by: str = "cli") -> WorkloadScaler:
+        """Workload scale-to-zero and restore (issue 32) with the Kubernetes adapter and the saved states
+        of the state table; a dry run unless :meth:`effective_dry_run` allows acting."""
+        from rightsizer.services.workloads import WorkloadScaler
+
+        return WorkloadScaler(
+            cast(WorkloadWriter, self.cluster),
+            parts.build_workload_saves(self._config),
+            dry_run=self.effective_dry_run(),
+            by=by,
+        )
+
     def assessment(self, starter: WorkflowStarter | None = None) -> AssessmentDeps:
-        """The scheduled assessment's ports (``starter`` default: :meth:`starter`)."""
+        """The scheduled assessment's ports (``starter`` default: :meth:`starter`); in process (CLI
+        ``apply``) also the workload scaler, for a policy with ``workloads.scale_to_zero``."""
         from rightsizer.services.assess import AssessmentDeps
 
         return AssessmentDeps(
@@ -381,6 +396,7 @@ class Runtime:
             node_label=self._config.prometheus.node_label,
             plans=self.plans if self.mode != "serve" else None,
             snoozes=self.approvals,
+            workloads=self.workload_scaler() if self.mode == "cli" else None,
         )
 
     def offhours(self, *, can_drain: bool = True) -> OffhoursDeps:
