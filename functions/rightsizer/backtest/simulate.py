@@ -134,7 +134,7 @@ def _holds_gpu(pod: Pod) -> bool:
     return pod.status.phase not in ("Succeeded", "Failed") and pod.gpu_request() > 0
 
 
-def prepare(history: History, model: SimModel | None = None, *, catalog: Catalog | None = None) -> Prepared:
+def prepare(history: History, model: SimModel | None = None, *, catalog: Catalog | None = None) -> Prepared:  # noqa: C901 (24): indexing a replayed history, one branch per source kind and gap rule
     """Index a history for simulation: node presence, per-GPU activity on the grid, series by node.
 
     Args:
