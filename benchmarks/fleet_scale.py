@@ -30,7 +30,7 @@ def main() -> None:
             "AWS_SECRET_ACCESS_KEY": "testing",
             "AWS_CONFIG_FILE": "/dev/null",
             "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
-        }  # fmt: skip
+        }
     )
     from tests.support.fleet_scale import build_organisation, fleet_environment, run_fleet, stub_assessment
 
