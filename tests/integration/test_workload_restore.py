@@ -275,3 +275,49 @@ def test_the_workloads_cluster_role_grants_exactly_what_scale_restore_and_the_re
     # THEN nothing was refused and every verb the role grants was used
     assert [r.path for r in double.requests if r.status == 403] == []
     assert unused(role, double.requests) == []
+
+
+def test_the_written_snapshot_reads_the_same_workloads_as_the_live_plan(
+    double: KubernetesDouble, tmp_path: Any
+) -> None:
+    from rightsizer.adapters.snapshot_dir import load_snapshot
+    from rightsizer.adapters.snapshot_writer import SnapshotDirectoryWriter
+    from rightsizer.domain.planner import plan
+    from rightsizer.domain.policy import Policy
+    from rightsizer.services.snapshot import ObserveRequest, observe, record
+    from rightsizer.wiring.parts import snapshot_from_observation
+    from tests.builders import AT as T
+    from tests.builders import gpu_node, pod
+
+    # GIVEN a GPU node whose pod belongs to a Deployment (through its ReplicaSet) tracked by Argo CD
+    double.add_node(gpu_node("gpu-1", instance_type="g5.xlarge", gpus=1))
+    holder = pod("srv-5c7d-x1", "gpu-1", namespace=NS, gpus=1)
+    holder["metadata"]["ownerReferences"][0]["name"] = "srv-5c7d"
+    double.add_pod(holder)
+    rs = obj("apps/v1", "ReplicaSet", "srv-5c7d", {"replicas": 1})
+    rs["metadata"]["ownerReferences"] = [
+        {"apiVersion": "apps/v1", "kind": "Deployment", "name": "srv", "controller": True}
+    ]
+    double.add_object("replicasets", rs)
+    secret = {"kubectl.kubernetes.io/last-applied-configuration": '{"env": "SECRET"}'}
+    deploy = obj("apps/v1", "Deployment", "srv", {"replicas": 1}, annotations=secret)
+    deploy["metadata"]["labels"] = {"app.kubernetes.io/instance": "srv", "other": "x"}
+    double.add_object("deployments", deploy)
+    request = ObserveRequest(at=T, window_seconds=1800, step_seconds=60, cluster="prod", region="us-east-1")
+
+    # WHEN the live plan reads it, and `rightsizer snapshot` writes it
+    live = snapshot_from_observation(observe(cluster(double), None, None, request, project=True))
+    out = tmp_path / "snap"
+    with SnapshotDirectoryWriter(out) as writer:
+        record(cluster(double), None, None, request, writer)
+        writer.commit()
+    written = load_snapshot(out)
+
+    # THEN both name the Deployment, kept for Argo CD, and the file keeps no unread annotation
+    expected = plan(live, Policy(), T).workloads
+    assert [(w.workload.text, w.reasons[0]) for w in expected] == [
+        ("Deployment/ml/srv", "gitops_managed:argocd")
+    ]
+    assert plan(written, Policy(), T).workloads == expected
+    text = (out / "workloads.json").read_text()
+    assert "SECRET" not in text and '"other"' not in text
