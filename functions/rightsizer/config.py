@@ -159,6 +159,11 @@ class ApprovalConfig(_Section):
     url: str | None = Field(
         None, description="The webhook's public base URL (Function URL) the approve/reject/snooze links use."
     )
+    notify_actions: bool = Field(
+        False,
+        description="Also publish every completed or rolled-back removal, resize, replacement and off-hours "
+        "transition (node, action, reason, USD) to topic_arn (template parameter NotifyActions).",
+    )
 
 
 class Config(_Section):

@@ -159,6 +159,17 @@ def render_offhours(report: OffhoursReport) -> str:
     return "\n".join(lines)
 
 
+def render_window(w: dict[str, Any]) -> str:
+    """The recommended window recorded by a backtest on the cluster's own history, as one line."""
+    warm = " with a warm pool" if w.get("warm_pool") else ""
+    net = w.get("net_usd")
+    return (
+        f"Recommended {w['parameter']} from this cluster's history: {w['value']}{warm} (net USD "
+        f"{net if net is None else f'{net:,.2f}'} at USD {w.get('unserved_gpu_minute_usd')}/unserved GPU-min; "
+        f"backtest of {w.get('from')} .. {w.get('to')}, recorded {w.get('at')})"
+    )
+
+
 def render_status(report: dict[str, Any]) -> str:
     """``rightsizer status`` as text, from :meth:`rightsizer.services.status.StatusReport.to_json`: the
     latest decision records (one row per GPU node), drains in flight, off-hours saved sizes, realized
@@ -228,6 +239,9 @@ def render_status(report: dict[str, Any]) -> str:
             f"  {d['node_group']}: serving {d['serving_p50_seconds']:.0f} / {d['serving_p95_seconds']:.0f} "
             f"({d['measured']} node(s), {d['warm']} warm): {steps}"
         )
+    window = report.get("recommended_window")
+    if window:
+        out += ["", render_window(window)]
     out += ["", "Last failures:"]
     if not report["failures"]:
         out.append("  none")

@@ -24,7 +24,7 @@ from rightsizer.domain.errors import ConfigError
 from rightsizer.domain.model import ClusterSnapshot
 from rightsizer.domain.planner import plan as make_plan
 from rightsizer.domain.policy import Policy
-from rightsizer.render import render_plan
+from rightsizer.render import render_plan, render_window
 from rightsizer.services.warm_pools import WarmPoolReport
 
 log = logging.getLogger("rightsizer")
@@ -42,16 +42,29 @@ def cmd_plan(args: argparse.Namespace) -> int:
         snapshot = load_snapshot(args.snapshot)  # node_label: the one snapshot.json records
     result = make_plan(snapshot, policy, at)
     pools = warm_pools(config, policy) if args.config and config.offhours.node_groups else None
+    window = _recommended_window(config) if args.config and config.aws.table else None
     if args.json:
         document = result.to_json_dict()
         if pools is not None:
             document["warm_pools"] = [r.to_json() for r in pools]
+        if args.config:
+            document["recommended_window"] = window
         emit_json(document)
     else:
         print(render_plan(result))
+        if window is not None:
+            print("\n" + render_window(window))
         if pools is not None:
             print("\n".join(render_warm_pools(pools)))
     return EXIT_OK
+
+
+def _recommended_window(config: Config) -> dict[str, Any] | None:
+    """The window a backtest on this cluster's history recorded in its state (``services.status``)."""
+    from rightsizer.services.status import recommended_window
+    from rightsizer.wiring import Runtime
+
+    return recommended_window(Runtime(config, "cli").state.entries())
 
 
 def warm_pools(

@@ -60,6 +60,7 @@ from rightsizer.domain.recommend import Recommendation, recommend_for_node, resi
 from rightsizer.domain.replacement import (
     GroupMember,
     KnownReplacement,
+    drain_refused_groups,
     group_replacements,
     held_groups,
     replacement_reasons,
@@ -686,9 +687,11 @@ def _assemble(
         and d.group.nodegroup
         and any(code_of(r) == "capacity_reserved" for r in reasons)
     }
+    members = _group_members(judged)
     replacements, replaced = group_replacements(
-        _group_members(judged), catalog, allowed=policy.allow_replace_node_group, held={**kept, **held}
+        members, catalog, allowed=policy.allow_replace_node_group, held={**kept, **held}
     )
+    refused = drain_refused_groups(members, allowed=policy.allow_replace_node_group)
     actions.extend(replacements)
     for d, reasons, verdict in judged:
         rec = d.recommendation
@@ -717,6 +720,10 @@ def _assemble(
                     }
                 )
                 actions.append(rec_action)
+            elif d.node.name in refused and rec.action.kind == "recommend":
+                actions.append(
+                    rec.action.model_copy(update={"reason": f"{rec.action.reason}; {refused[d.node.name]}"})
+                )
             else:
                 actions.append(rec.action)
         a = d.assessment

@@ -193,7 +193,13 @@ class Runtime:
         """
         if self.mode == "serve":
             return parts.build_local_state(self._config)
-        return parts.build_state(self._config)
+        state = parts.build_state(self._config)
+        if not self._config.approval.notify_actions:
+            return state
+        # every completed or rolled-back action announced on the alarm topic (services.notices, opt-in)
+        from rightsizer.services.notices import notifying
+
+        return notifying(state, parts.build_approval_notifier(self._config), self._config.cluster.name or "")
 
     @functools.cached_property
     def plans(self) -> PlanHistory:
