@@ -321,3 +321,44 @@ def test_the_written_snapshot_reads_the_same_workloads_as_the_live_plan(
     assert plan(written, Policy(), T).workloads == expected
     text = (out / "workloads.json").read_text()
     assert "SECRET" not in text and '"other"' not in text
+
+
+def test_the_assessment_scales_an_idle_workload_when_the_policy_acts_and_restore_undoes_it(
+    double: KubernetesDouble,
+) -> None:
+    from rightsizer.adapters.memory_state import MemoryPlans, MemoryState
+    from rightsizer.domain.policy import Policy, WorkloadPolicy
+    from rightsizer.services.assess import AssessmentDeps, run_assessment
+    from rightsizer.testing.fakes import FakeClock, FakeClusterWriter
+    from tests.builders import AT as T
+    from tests.unit.test_workload_verdicts import _plan_snapshot
+
+    class Starter:
+        def start(self, request: Any) -> str:
+            return str(request.execution_id)
+
+    # GIVEN the Deployment behind an idle GPU holder (idle for the whole 2 h workload window)
+    double.add_object("deployments", obj("apps/v1", "Deployment", "srv", {"replicas": 2}))
+    saves = MemoryWorkloadSaves()
+    policy = Policy(dry_run=False, workloads=WorkloadPolicy(scale_to_zero=True))
+    deps = AssessmentDeps(
+        cluster_name="prod",
+        observe=lambda at: _plan_snapshot(7200),
+        policy=policy,
+        cluster=FakeClusterWriter(clock=FakeClock(T)),
+        state=MemoryState("prod"),
+        starter=Starter(),
+        plans=MemoryPlans(),
+        workloads=WorkloadScaler(cluster(double), saves, dry_run=False, clock=lambda: AT),
+    )
+
+    # WHEN the assessment runs (rightsizer apply --execute)
+    summary = run_assessment(deps, T, "apply-1")
+
+    # THEN it scaled the workload to zero, and restore brings its 2 replicas back
+    assert summary.workloads == {"Deployment/ml/srv": "scaled_to_zero"}
+    assert (double.get_object("deployments", NS, "srv") or {})["spec"]["replicas"] == 0
+    assert summary.to_json()["workloads"] == {"Deployment/ml/srv": "scaled_to_zero"}
+    scaler = WorkloadScaler(cluster(double), saves, dry_run=False)
+    assert scaler.restore("Deployment/ml/srv").result == "restored"
+    assert (double.get_object("deployments", NS, "srv") or {})["spec"]["replicas"] == 2
