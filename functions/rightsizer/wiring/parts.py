@@ -681,7 +681,7 @@ def build_intake(
         ConfigError: no token, or no ``aws.table`` when leases or guard must be built.
     """
     from rightsizer.services.webhook import PowertoolsDuplicateGuard, WebhookIntake
-    from rightsizer.webhook_handler import FUNCTION_NAME, logger
+    from rightsizer.webhook_log import FUNCTION_NAME, logger
 
     token = webhook_token(config, environ)
     if leases is None or guard is None:
