@@ -280,6 +280,33 @@ def count_arg(text: str) -> int:
     return value
 
 
+def port_arg(text: str) -> int:
+    """argparse type for a TCP port (``serve --port``): 0 (any free port) to 65535.
+
+    Raises:
+        argparse.ArgumentTypeError: for anything else (argparse then exits 2 naming the option).
+    """
+    value = count_arg(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a TCP port (0-65535)")
+    return value
+
+
+def percent_arg(text: str) -> float:
+    """argparse type for a percentage (``backtest --activity-threshold``): a finite number in [0, 100].
+
+    Raises:
+        argparse.ArgumentTypeError: for anything else, ``nan`` and ``inf`` included.
+    """
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.0 <= value <= 100.0:  # also false for nan
+        raise argparse.ArgumentTypeError(f"{text!r} is not a percentage from 0 to 100")
+    return value
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     """``rightsizer status --stack NAME | --config FILE [--json]``: the latest assessment's decision
     records, drains in flight with their step, off-hours groups with saved sizes, realized savings (per
@@ -327,21 +354,28 @@ def cmd_decide(args: argparse.Namespace) -> int:
     snooze also keeps the node ``protected`` (``snoozed``) in plans for ``--for`` (default: the policy's
     ``approval_snooze``, 24 h).
 
+    The decider recorded is the caller's AWS principal (STS ``GetCallerIdentity`` ARN), never a
+    self-declared name such as ``$USER``; ``--for`` is at most ``MAX_SNOOZE_S`` (30 days), checked before
+    any call.
+
     Exit: 0 decided; 1 decided before or expired (nothing changed); 2 no such request or bad input.
     """
-    import getpass
-
-    from rightsizer.domain.policy import parse_duration
+    from rightsizer.domain.policy import MAX_SNOOZE_S, parse_duration
     from rightsizer.wiring import Runtime
 
     config = _deployed_config(args)
-    runtime = Runtime(config, "cli")
     try:
         seconds = parse_duration(args.duration) if args.duration else config.policy.approval_snooze
     except ValueError as exc:
         raise ConfigError(str(exc), field="--for") from exc
+    if not 0 < seconds <= MAX_SNOOZE_S:
+        raise ConfigError(
+            f"{args.duration!r}: a snooze lasts more than 0s and at most {MAX_SNOOZE_S // 86400}d",
+            field="--for",
+        )
+    runtime = Runtime(config, "cli")
     decision = runtime.approval_desk().decide(
-        args.execution_id, args.action, by=f"cli:{getpass.getuser()}", snooze_seconds=seconds
+        args.execution_id, args.action, by=f"cli:{runtime.caller_arn()}", snooze_seconds=seconds
     )
     request = decision.request
     document = {
@@ -621,7 +655,7 @@ def _add_backtest_parser(sub: Any) -> None:
     b.add_argument("--provision-delay", default="5m", help="time to add a node back (default 5m)")
     b.add_argument("--regret-horizon", default="30m", help="a removal regrets within this (default 30m)")
     b.add_argument(
-        "--activity-threshold", type=float, default=5.0, metavar="PCT", help="active above (default 5)"
+        "--activity-threshold", type=percent_arg, default=5.0, metavar="PCT", help="active above (default 5)"
     )
     b.add_argument(
         "--instance-type",
@@ -748,7 +782,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--config", metavar="FILE", required=True, help="the config file (README: 'Configuration file')"
     )
     w.add_argument(
-        "--port", type=int, default=8080, metavar="N", help="TCP port (default 8080; 0 = any free)"
+        "--port", type=port_arg, default=8080, metavar="N", help="TCP port (default 8080; 0 = any free)"
     )
     w.add_argument("--execute", action="store_true", help="act for real (default: dry run)")
     w.set_defaults(func=cmd_serve)

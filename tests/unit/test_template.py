@@ -172,7 +172,7 @@ def test_access_entries_groups(template: dict[str, Any]) -> None:
     assert groups == {
         "AssessRole": ["rightsizer-read", "rightsizer-heal"],
         "DrainRole": ["rightsizer"],
-        "OffhoursRole": ["rightsizer"],
+        "OffhoursRole": ["rightsizer-offhours"],
     }
     assert all(e["Condition"] == "AccessEntries" for e in entries.values())
     assert template["Parameters"]["CreateAccessEntries"]["AllowedValues"] == ["true", "false"]

@@ -18,6 +18,7 @@ import orjson
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, PositiveFloat, ValidationError
 
 from rightsizer.adapters.prometheus_answers import answer_problem
+from rightsizer.adapters.snapshot_files import read_snapshot_file
 from rightsizer.domain.errors import SnapshotError
 from rightsizer.domain.model import (
     AsgInfo,
@@ -53,14 +54,16 @@ class _SnapshotFile(BaseModel):
     metrics_format: int = Field(1, ge=1, le=2)
 
 
-def _read_json(path: Path, *, required: bool) -> Any:
-    if not path.exists():
+def _read_json(root: Path, path: Path, *, required: bool) -> Any:
+    try:
+        data = read_snapshot_file(root, path)
+    except FileNotFoundError:
         if required:
-            raise SnapshotError("required file is missing", source=str(path))
+            raise SnapshotError("required file is missing", source=str(path)) from None
         return None
     try:
-        return orjson.loads(path.read_bytes())
-    except (OSError, orjson.JSONDecodeError) as exc:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
         raise SnapshotError(f"not valid JSON: {exc}", source=str(path)) from exc
 
 
@@ -120,15 +123,16 @@ def _parse_matrix(name: str, data: Any) -> MetricData:
     return MetricData(name, tuple(series))
 
 
-def _load_metrics(directory: Path) -> MetricFiles:
+def _load_metrics(root: Path, directory: Path) -> MetricFiles:
     files: MetricFiles = {}
     if not directory.is_dir():
         return files
     for path in sorted(directory.glob("*.json")):
         kind, stem = file_kind(path.name.removesuffix(".json"))
+        raw = read_snapshot_file(root, path)  # a file leaving the directory is refused, never unknown
         try:
-            data = orjson.loads(path.read_bytes())
-        except (OSError, orjson.JSONDecodeError):
+            data = orjson.loads(raw)
+        except orjson.JSONDecodeError:
             files.setdefault(kind, {})[stem] = MetricData(stem, problem="invalid_json")
             continue
         parsed = files.setdefault(kind, {})[stem] = _parse_matrix(stem, data)
@@ -465,16 +469,17 @@ def load_snapshot(directory: str | Path, *, node_label: str | None = None) -> Cl
 
     Raises:
         SnapshotError: a required file (``snapshot.json``, ``nodes.json``, ``pods.json``) is missing, or any
-            present Kubernetes/AWS file is not JSON or does not match its schema; the message names the file
-            and the field.
+            present Kubernetes/AWS file is not JSON or does not match its schema; any file (metrics
+            included) is a symbolic link leaving the directory, not a regular file, or over
+            ``snapshot_files.MAX_FILE_BYTES``; the message names the file and the field.
     """
     root = Path(directory)
     if not root.is_dir():
         raise SnapshotError("not a directory", source=str(root))
-    docs = {name: _read_json(root / name, required=True) for name in REQUIRED_FILES}
-    docs.update({name: _read_json(root / name, required=False) for name in OPTIONAL_FILES})
+    docs = {name: _read_json(root, root / name, required=True) for name in REQUIRED_FILES}
+    docs.update({name: _read_json(root, root / name, required=False) for name in OPTIONAL_FILES})
     snapshot = snapshot_from_documents(
-        docs, root=root, node_label=node_label, metric_files=_load_metrics(root / "metrics")
+        docs, root=root, node_label=node_label, metric_files=_load_metrics(root, root / "metrics")
     )
     # A loaded snapshot is long-lived and holds millions of sample tuples; freezing them keeps the cyclic
     # GC from rescanning them on every later allocation (plan time grew superlinearly without it).
