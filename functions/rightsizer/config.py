@@ -95,6 +95,16 @@ class PrometheusConfig(_Section):
             raise ValueError("prometheus.auth basic needs prometheus.username")
         return self
 
+    @model_validator(mode="after")
+    def _timeout_within_deadline(self) -> PrometheusConfig:
+        # a query may run at most what is left of the cycle's deadline: a timeout beyond it never applies
+        if self.timeout > self.deadline:
+            raise ValueError(
+                f"prometheus.timeout ({self.timeout} s) must be ≤ prometheus.deadline ({self.deadline} s): "
+                "lower timeout or raise deadline"
+            )
+        return self
+
 
 class AwsConfig(_Section):
     """AWS access: region and, for tests and the demo, a local endpoint (moto server)."""

@@ -417,7 +417,14 @@ def test_inventory_matches_the_snapshot_contract(
 
     doc = inventory.describe([*members, standalone], CLUSTER)
 
-    assert set(doc) == {"nodegroups", "autoScalingGroups", "autoScalingInstances", "launchActivities"}
+    assert set(doc) == {
+        "nodegroups",
+        "autoScalingGroups",
+        "autoScalingInstances",
+        "launchActivities",
+        "capacityFailures",
+    }
+    assert doc["capacityFailures"] == {}  # no launch failed for InsufficientInstanceCapacity
     assert sorted(ng["nodegroupName"] for ng in doc["nodegroups"]) == ["gpu-a10g", "gpu-l4"]
     assert {g["AutoScalingGroupName"] for g in doc["autoScalingGroups"]} == {
         ng.asg_name for ng in gpu_cluster.nodegroups.values()
@@ -432,8 +439,10 @@ def test_inventory_matches_the_snapshot_contract(
     assert json.loads(json.dumps(doc)) == doc
 
     instances = inventory.describe_instances([standalone, "i-00000000000000dead"])
-    assert set(instances) == {"Reservations", "SpotPriceHistory"}
+    assert set(instances) == {"Reservations", "SpotPriceHistory", "InstanceStatuses", "CapacityReservations"}
     assert instances["SpotPriceHistory"] == []  # no spot instance: no DescribeSpotPriceHistory call
+    assert [s["InstanceId"] for s in instances["InstanceStatuses"]] == [standalone]
+    assert instances["CapacityReservations"] == []  # none runs in a reservation: none described
     found = [i["InstanceId"] for r in instances["Reservations"] for i in r["Instances"]]
     assert found == [standalone]
     assert json.loads(json.dumps(instances)) == instances

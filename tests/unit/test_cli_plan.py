@@ -18,6 +18,7 @@ NODE_KEYS = {
 ACTION_KEYS = {
     "action_id", "kind", "node", "node_group", "instance_id", "from", "to", "reason",
     "hourly_savings_usd", "monthly_savings_usd", "manifests", "expected_slowdown_pct", "why_safe",
+    "estimated_hourly_savings_usd", "estimated_monthly_savings_usd",
 }  # fmt: skip
 
 
@@ -39,7 +40,19 @@ def snap_dir(tmp_path: Path) -> Path:
 def test_plan_json_follows_the_contract(snap_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", "--snapshot", str(snap_dir), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert set(doc) == {"at", "taken_at", "dry_run", "policy", "nodes", "actions", "unmapped", "savings"}
+    assert set(doc) == {
+        "at",
+        "taken_at",
+        "dry_run",
+        "policy",
+        "nodes",
+        "actions",
+        "unmapped",
+        "savings",
+        "showback",
+        "workloads",
+        "reservations",
+    }
     assert doc["at"] == doc["taken_at"] == "2026-11-02T10:00:00Z"
     assert doc["dry_run"] is True
     assert doc["policy"]["idle_window"] == 1800

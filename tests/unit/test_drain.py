@@ -371,8 +371,7 @@ def test_retry_after_of_a_blocked_eviction_is_honoured() -> None:
     assert waits[0] == 20.0
 
 
-def test_a_node_in_a_capacity_reservation_is_drained_but_books_no_savings() -> None:
-    """Issue 17: removing an instance of an ODCR / Capacity Block saves nothing while it is held."""
+def _reserved_world(policy: Policy | None = None) -> World:
     import dataclasses
 
     from rightsizer.domain.model import Ec2Instance
@@ -385,8 +384,23 @@ def test_a_node_in_a_capacity_reservation_is_drained_but_books_no_savings() -> N
                 snap, inventory=dataclasses.replace(snap.inventory, instances={"i-1": reserved})
             )
 
-    base = make_world()
-    world = ReservedWorld(base.clock, base.writer, base.scaler, base.state, base.policy, base.metrics)
+    base = make_world(policy=policy)
+    return ReservedWorld(base.clock, base.writer, base.scaler, base.state, base.policy, base.metrics)
+
+
+def test_a_node_in_a_capacity_reservation_is_never_cordoned_nor_terminated() -> None:
+    """Issue 28 (flips issue 17's test): removing a reserved instance saves nothing and frees the slot for
+    any matching launch; validate refuses before the cordon."""
+    world = _reserved_world()
+    record = world.drain()
+    [entry] = world.state.entries(execution_id="exec-1")
+    assert record.status == "abandoned" and "capacity_reserved:odcr:cr-0abc" in entry.reason
+    assert world.scaler.terminated == []
+    assert not world.writer.get_node("gpu-1")["spec"].get("unschedulable")
+
+
+def test_release_reserved_capacity_drains_a_reserved_node_but_books_no_savings() -> None:
+    world = _reserved_world(Policy(dry_run=False, release_reserved_capacity=True))
     record = world.drain()
     assert record.status == "succeeded" and world.scaler.terminated == ["i-1"]
     [entry] = world.state.entries(execution_id="exec-1")

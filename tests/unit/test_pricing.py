@@ -77,8 +77,12 @@ def test_reserved_capacity_is_flagged_and_its_removal_saves_nothing(lifecycle: s
     snap = _idle(_instance(lifecycle=lifecycle, capacity_reservation_id="cr-0123456789abcdef0"))
     result = plan(snap, Policy())
     report = result.node("n1")
+    # Issue 28: kept by default (was: still idle and removed, issue 17); the reason says why.
     assert f"capacity_reserved:{kind}:cr-0123456789abcdef0" in report.reasons
-    assert report.verdict == "idle"  # the node is still idle; only the money is not saved
+    assert report.verdict == "protected" and result.actions == []
+    result = plan(snap, Policy(release_reserved_capacity=True))
+    assert f"reservation_released:{kind}:cr-0123456789abcdef0" in result.node("n1").reasons
+    assert result.node("n1").verdict == "idle"  # released: idle, only the money is not saved
     [action] = result.actions
     assert action.kind == "scale_in" and action.hourly_savings_usd is None
     assert "removal saves nothing while it is held" in action.reason

@@ -15,7 +15,8 @@ The AWS adapters, one per capability (docs/architecture.md §2 "Parts"):
 Each module declares the IAM actions it calls in ``IAM_ACTIONS``; ``tests/integration/test_iam.py``
 holds them to the calls. This one: ``eks:ListNodegroups``, ``eks:DescribeNodegroup``,
 ``autoscaling:DescribeAutoScalingInstances``, ``autoscaling:DescribeAutoScalingGroups``,
-``autoscaling:DescribeScalingActivities``, ``ec2:DescribeInstances``, ``ec2:DescribeSpotPriceHistory``.
+``autoscaling:DescribeScalingActivities``, ``ec2:DescribeInstances``, ``ec2:DescribeSpotPriceHistory``,
+``ec2:DescribeInstanceStatus``, ``ec2:DescribeCapacityReservations``.
 
 Clients are built once per cold start by :func:`make_clients` (or by the wiring) and passed in; no
 adapter builds a client behind the caller's back.
@@ -69,8 +70,14 @@ IAM_ACTIONS: Final = frozenset(
         "eks:DescribeNodegroup",
         "ec2:DescribeInstances",
         "ec2:DescribeSpotPriceHistory",
+        "ec2:DescribeInstanceStatus",
+        "ec2:DescribeCapacityReservations",
     }
 )
+#: The text Auto Scaling puts in a failed launch's ``StatusMessage`` when EC2 had no capacity.
+ICE_CODE: Final = "InsufficientInstanceCapacity"
+#: Failed capacity launches kept per group (newest first): a floor needs one within 24 h.
+ICE_KEPT: Final = 5
 
 # --------------------------------------------------------------------------------------------------
 # Clients
@@ -185,13 +192,16 @@ class AwsInventory:
 
         Calls EKS ListNodegroups + DescribeNodegroup (every managed node group of ``cluster``),
         DescribeAutoScalingInstances (``instance_ids`` in batches of 50), DescribeAutoScalingGroups
-        (every group named by either) and DescribeScalingActivities (newest successful launch).
+        (every group named by either) and DescribeScalingActivities (newest successful launch, and the
+        launches that failed for InsufficientInstanceCapacity: issue 28's warm floor evidence).
 
         Returns:
             ``{"nodegroups": [DescribeNodegroup .nodegroup], "autoScalingGroups": [ASG],
-            "autoScalingInstances": [instance], "launchActivities": {asg_name: RFC 3339}}``; the first
-            three exactly as AWS returns them (datetimes as RFC 3339 strings). An instance id missing
-            from ``autoScalingInstances`` is known to be standalone.
+            "autoScalingInstances": [instance], "launchActivities": {asg_name: RFC 3339},
+            "capacityFailures": {asg_name: [RFC 3339, newest first]}}``; the first three exactly as AWS
+            returns them (datetimes as RFC 3339 strings; a node group's ``health.issues`` and
+            ``nodeRepairConfig`` included). An instance id missing from ``autoScalingInstances`` is known
+            to be standalone.
         """
         nodegroups = self._nodegroups(cluster)
         asg_instances = self._asg_instances(unique(instance_ids))
@@ -204,15 +214,20 @@ class AwsInventory:
         names += [str(item["AutoScalingGroupName"]) for item in asg_instances]
         groups = self._groups(unique(names))
         launches: dict[str, str] = {}
+        failures: dict[str, list[str]] = {}
         for group in groups:
-            started = self._newest_launch(str(group["AutoScalingGroupName"]))
+            name = str(group["AutoScalingGroupName"])
+            started, ice = self._activities(name)
             if started is not None:
-                launches[str(group["AutoScalingGroupName"])] = started
+                launches[name] = started
+            if ice:
+                failures[name] = ice
         return {
             "nodegroups": json_safe(nodegroups),
             "autoScalingGroups": json_safe(groups),
             "autoScalingInstances": json_safe(asg_instances),
             "launchActivities": launches,
+            "capacityFailures": failures,
         }
 
     def describe_instances(self, instance_ids: Sequence[str]) -> dict[str, Any]:
@@ -225,10 +240,15 @@ class AwsInventory:
         region's on-demand prices (``rightsizer.adapters.pricing``: Price List Query API GetProducts,
         cached for hours; never raises, a failure is recorded in the document).
 
+        Also DescribeInstanceStatus (``IncludeAllInstances``: the scheduled events of each instance, an
+        interruption notice the drain yields to) and DescribeCapacityReservations of the reservations the
+        instances run in (type, counts, ``EndDate``: issue 28).
+
         Returns:
-            ``{"Reservations": [...], "SpotPriceHistory": [...], "OnDemandPrices": {...}}``, the first two
-            as AWS returns them (datetimes as RFC 3339 strings); ``SpotPriceHistory`` is empty without spot
-            instances; ``OnDemandPrices`` (``PriceBook.document``) only with a price source.
+            ``{"Reservations": [...], "SpotPriceHistory": [...], "InstanceStatuses": [...],
+            "CapacityReservations": [...], "OnDemandPrices": {...}}``, AWS's shapes (datetimes as RFC 3339
+            strings); ``SpotPriceHistory`` is empty without spot instances; ``OnDemandPrices``
+            (``PriceBook.document``) only with a price source.
         """
         reservations: list[Any] = []
         paginator = self._ec2.get_paginator("describe_instances")
@@ -236,16 +256,43 @@ class AwsInventory:
             with aws_errors("DescribeInstances"):
                 for page in paginator.paginate(Filters=[{"Name": "instance-id", "Values": batch}]):
                     reservations.extend(page.get("Reservations", []))
-        spot = [
-            i for r in reservations for i in r.get("Instances", []) if i.get("InstanceLifecycle") == "spot"
-        ]
+        instances = [i for r in reservations for i in r.get("Instances", [])]
+        spot = [i for i in instances if i.get("InstanceLifecycle") == "spot"]
+        reserved = unique(
+            str(i["CapacityReservationId"]) for i in instances if i.get("CapacityReservationId")
+        )
         document: dict[str, Any] = {
             "Reservations": json_safe(reservations),
             "SpotPriceHistory": json_safe(self._spot_prices(spot)),
+            "InstanceStatuses": json_safe(self._statuses([str(i["InstanceId"]) for i in instances])),
+            "CapacityReservations": json_safe(self._reservations(reserved)),
         }
         if self._prices is not None:
             document["OnDemandPrices"] = self._prices.document()
         return document
+
+    def _statuses(self, instance_ids: Sequence[str]) -> list[Mapping[str, Any]]:
+        statuses: list[Mapping[str, Any]] = []
+        paginator = self._ec2.get_paginator("describe_instance_status")
+        for batch in _batches(unique(instance_ids), EC2_BATCH):
+            with aws_errors("DescribeInstanceStatus"):
+                for page in paginator.paginate(InstanceIds=batch, IncludeAllInstances=True):
+                    statuses.extend(
+                        {"InstanceId": s["InstanceId"], "Events": s.get("Events", [])}
+                        for s in page.get("InstanceStatuses", [])
+                    )
+        return statuses
+
+    def _reservations(self, reservation_ids: Sequence[str]) -> list[Mapping[str, Any]]:
+        found: list[Mapping[str, Any]] = []
+        for batch in _batches(reservation_ids, EC2_BATCH):
+            with aws_errors("DescribeCapacityReservations"):
+                found.extend(
+                    self._ec2.describe_capacity_reservations(CapacityReservationIds=batch).get(
+                        "CapacityReservations", []
+                    )
+                )
+        return found
 
     def _spot_prices(self, instances: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
         if not instances:
@@ -298,21 +345,29 @@ class AwsInventory:
                     result.extend(page.get("AutoScalingGroups", []))
         return result
 
-    def _newest_launch(self, asg_name: str) -> str | None:
+    def _activities(self, asg_name: str) -> tuple[str | None, list[str]]:
+        """(newest successful launch, start times of launches that failed for InsufficientInstanceCapacity,
+        newest first, at most ``ICE_KEPT``) among the newest ``activity_pages`` pages."""
         paginator = self._asg.get_paginator("describe_scaling_activities")
         pages = paginator.paginate(
             AutoScalingGroupName=asg_name, PaginationConfig={"MaxItems": 100 * self._activity_pages}
         )
         newest: datetime | None = None
+        ice: list[datetime] = []
         with aws_errors("DescribeScalingActivities"):
             for page in pages:
                 for activity in page.get("Activities", []):
                     # Activities carry no type field; the launch ones are described as "Launching ...".
-                    if activity.get("StatusCode") != "Successful":
-                        continue
                     if not str(activity.get("Description", "")).startswith("Launching"):
                         continue
                     started = activity.get("StartTime")
-                    if isinstance(started, datetime) and (newest is None or started > newest):
+                    if not isinstance(started, datetime):
+                        continue
+                    if activity.get("StatusCode") == "Successful" and (newest is None or started > newest):
                         newest = started
-        return None if newest is None else _rfc3339(newest)
+                    elif activity.get("StatusCode") in ("Failed", "Cancelled") and ICE_CODE in str(
+                        activity.get("StatusMessage", "")
+                    ):
+                        ice.append(started)
+        kept = [_rfc3339(t) for t in sorted(ice, reverse=True)[:ICE_KEPT]]
+        return (None if newest is None else _rfc3339(newest)), kept

@@ -22,6 +22,7 @@ from rightsizer.adapters.snapshot_files import read_snapshot_file
 from rightsizer.domain.errors import SnapshotError
 from rightsizer.domain.model import (
     AsgInfo,
+    CapacityReservation,
     ClusterSnapshot,
     Ec2Instance,
     Inventory,
@@ -38,6 +39,7 @@ from rightsizer.domain.model import (
 )
 from rightsizer.domain.observation import MetricFiles, file_kind
 from rightsizer.domain.prices import PriceBook
+from rightsizer.domain.workload_model import KubeObject
 
 M = TypeVar("M", bound=BaseModel)
 log = logging.getLogger(__name__)
@@ -221,10 +223,27 @@ class _NodegroupResources(BaseModel):
     autoScalingGroups: list[dict[str, Any]] = Field(default_factory=list)
 
 
+class _Issue(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    code: str = ""
+
+
+class _NodegroupHealth(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    issues: list[_Issue] = Field(default_factory=list)
+
+
+class _NodeRepairConfig(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    enabled: bool = False
+
+
 class _Nodegroup(BaseModel):
     model_config = ConfigDict(extra="ignore")
     nodegroupName: str
     resources: _NodegroupResources = Field(default_factory=_NodegroupResources)
+    health: _NodegroupHealth = Field(default_factory=_NodegroupHealth)
+    nodeRepairConfig: _NodeRepairConfig | None = None
 
 
 class _NodegroupsFile(BaseModel):
@@ -233,6 +252,9 @@ class _NodegroupsFile(BaseModel):
     autoScalingGroups: list[_Asg] = Field(default_factory=list)
     autoScalingInstances: list[_AsgMembership] = Field(default_factory=list)
     launchActivities: dict[str, AwareDatetime] = Field(default_factory=dict)
+    capacityFailures: dict[str, list[AwareDatetime]] = Field(default_factory=dict)
+    """Ours: per ASG, start times of launches that failed for InsufficientInstanceCapacity
+    (DescribeScalingActivities), newest first; absent in older snapshots."""
 
 
 class _Ec2Instance(BaseModel):
@@ -274,14 +296,67 @@ class _OnDemandPrices(BaseModel):
         return PriceBook(self.Region, self.Source, self.UsdPerHour, self.FetchedAt, self.Error)
 
 
+class _StatusEvent(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    Code: str
+    Description: str = ""
+
+
+class _InstanceStatus(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    InstanceId: str
+    Events: list[_StatusEvent] = Field(default_factory=list)
+
+
+class _CapacityReservation(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    CapacityReservationId: str
+    InstanceType: str = ""
+    TotalInstanceCount: int = 0
+    AvailableInstanceCount: int = 0
+    State: str = "active"
+    EndDate: AwareDatetime | None = None
+    ReservationType: str = "default"
+
+
 class _InstancesFile(BaseModel):
-    """DescribeInstances ``Reservations`` plus our ``SpotPriceHistory`` (DescribeSpotPriceHistory, Linux) and
-    ``OnDemandPrices`` (Price List Query API GetProducts, absent in older snapshots)."""
+    """DescribeInstances ``Reservations`` plus our ``SpotPriceHistory`` (DescribeSpotPriceHistory, Linux),
+    ``OnDemandPrices`` (Price List Query API GetProducts), ``InstanceStatuses`` (DescribeInstanceStatus
+    scheduled events) and ``CapacityReservations`` (DescribeCapacityReservations); each absent in older
+    snapshots."""
 
     model_config = ConfigDict(extra="ignore")
     Reservations: list[_Reservation] = Field(default_factory=list)
     SpotPriceHistory: list[_SpotPrice] = Field(default_factory=list)
     OnDemandPrices: _OnDemandPrices | None = None
+    InstanceStatuses: list[_InstanceStatus] = Field(default_factory=list)
+    CapacityReservations: list[_CapacityReservation] = Field(default_factory=list)
+
+
+#: A scheduled event's ``Description`` starts so once it no longer lies ahead (EC2 DescribeInstanceStatus).
+_PAST_EVENT = ("[Completed]", "[Canceled]")
+
+
+def _events(statuses: list[_InstanceStatus]) -> dict[str, tuple[str, ...]]:
+    return {
+        s.InstanceId: tuple(e.Code for e in s.Events if not e.Description.startswith(_PAST_EVENT))
+        for s in statuses
+    }
+
+
+def _reservations(items: list[_CapacityReservation]) -> dict[str, CapacityReservation]:
+    return {
+        r.CapacityReservationId: CapacityReservation(
+            reservation_id=r.CapacityReservationId,
+            kind="capacity_block" if r.ReservationType == "capacity-block" else "odcr",
+            instance_type=r.InstanceType,
+            total=r.TotalInstanceCount,
+            available=r.AvailableInstanceCount,
+            state=r.State,
+            end=r.EndDate,
+        )
+        for r in items
+    }
 
 
 def _spot_prices(history: list[_SpotPrice]) -> dict[tuple[str, str], float]:
@@ -301,25 +376,25 @@ def _inventory(path: Path, data: Any, instances_path: Path, instances_data: Any)
         parsed = _NodegroupsFile.model_validate(data)
     except ValidationError as exc:
         raise _validation_error(path, "", exc) from exc
-    managed = {
-        str(asg.get("name")): ng.nodegroupName
-        for ng in parsed.nodegroups
-        for asg in ng.resources.autoScalingGroups
-    }
+    managed = {str(asg.get("name")): ng for ng in parsed.nodegroups for asg in ng.resources.autoScalingGroups}
     groups: dict[str, AsgInfo] = {}
     membership: dict[str, str] = {}
     for asg in parsed.autoScalingGroups:
         tags = {t.Key: t.Value for t in asg.Tags}
         name = asg.AutoScalingGroupName
+        ng = managed.get(name)
         groups[name] = AsgInfo(
             name=name,
             min_size=asg.MinSize,
             max_size=asg.MaxSize,
             desired=asg.DesiredCapacity,
             instances={i.InstanceId: i.LifecycleState for i in asg.Instances},
-            nodegroup=managed.get(name) or tags.get("eks:nodegroup-name"),
+            nodegroup=(ng.nodegroupName if ng is not None else None) or tags.get("eks:nodegroup-name"),
             tags=tags,
             last_launch=parsed.launchActivities.get(name),
+            capacity_failures=tuple(parsed.capacityFailures.get(name, ())),
+            nodegroup_issues=tuple(i.code for i in ng.health.issues) if ng is not None else (),
+            node_repair=ng is not None and ng.nodeRepairConfig is not None and ng.nodeRepairConfig.enabled,
         )
         for inst in asg.Instances:
             membership[inst.InstanceId] = name
@@ -331,6 +406,8 @@ def _inventory(path: Path, data: Any, instances_path: Path, instances_data: Any)
             inst_file = _InstancesFile.model_validate(instances_data)
         except ValidationError as exc:
             raise _validation_error(instances_path, "", exc) from exc
+        events = _events(inst_file.InstanceStatuses)
+        reservations = _reservations(inst_file.CapacityReservations)
         instances = {
             i.InstanceId: Ec2Instance(
                 instance_id=i.InstanceId,
@@ -341,6 +418,7 @@ def _inventory(path: Path, data: Any, instances_path: Path, instances_data: Any)
                 lifecycle=i.InstanceLifecycle,
                 capacity_reservation_id=i.CapacityReservationId,
                 availability_zone=str(i.Placement.get("AvailabilityZone", "")),
+                events=events.get(i.InstanceId, ()),
             )
             for r in inst_file.Reservations
             for i in r.Instances
@@ -348,7 +426,7 @@ def _inventory(path: Path, data: Any, instances_path: Path, instances_data: Any)
         spot = _spot_prices(inst_file.SpotPriceHistory)
         on_demand = inst_file.OnDemandPrices.book() if inst_file.OnDemandPrices is not None else None
     else:
-        spot, on_demand = {}, None
+        spot, on_demand, reservations = {}, None, {}
     return Inventory(
         known=True,
         groups=groups,
@@ -356,6 +434,7 @@ def _inventory(path: Path, data: Any, instances_path: Path, instances_data: Any)
         instances=instances,
         spot_prices=spot,
         on_demand=on_demand,
+        reservations=reservations,
     )
 
 
@@ -368,7 +447,10 @@ OPTIONAL_FILES = (
     "resourceslices.json",
     "nodegroups.json",
     "instances.json",
+    "workloads.json",
 )
+#: Kinds of ``workloads.json`` that scale others (the rest are owners of pods, ``domain.workloads``).
+AUTOSCALER_KINDS = frozenset({"HorizontalPodAutoscaler", "ScaledObject"})
 
 
 def snapshot_from_documents(
@@ -424,6 +506,10 @@ def snapshot_from_documents(
         root / "instances.json",
         docs.get("instances.json"),
     )
+    workload_data = docs.get("workloads.json")
+    workload_objects = (
+        _typed_list(root / "workloads.json", workload_data, KubeObject) if workload_data is not None else []
+    )
     if metric_files is None:
         metric_files = {}
         for path in sorted(p for p in docs if p.startswith("metrics/") and p.endswith(".json")):
@@ -453,6 +539,8 @@ def snapshot_from_documents(
         metric_extras={k: v for k, v in metric_files.items() if k not in ("step", "timestamp")},
         node_label=node_label or (str(recorded) if recorded else None),
         pod_addresses=tuple(addresses),
+        owners=tuple(o for o in workload_objects if o.kind not in AUTOSCALER_KINDS),
+        autoscalers=tuple(o for o in workload_objects if o.kind in AUTOSCALER_KINDS),
     )
 
 

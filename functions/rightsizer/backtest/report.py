@@ -98,6 +98,8 @@ class BacktestRequest:
     sweep: Sweep | None = None
     sweep_base: str | None = None
     baselines: bool = True
+    warm_pool: bt.WarmPoolModel | None = None
+    """When set, every sweep point is also run with this warm pool (the frontier's second curve)."""
 
 
 @dataclass(frozen=True)
@@ -131,6 +133,8 @@ class BacktestReport:
     sweep_rows: list[Row]
     prepare_seconds: float
     wall_seconds: float
+    warm_rows: list[Row] = field(default_factory=list)
+    """The sweep points run with the request's warm pool (same order as ``sweep_rows``); empty without."""
 
     @property
     def basis(self) -> str:
@@ -184,6 +188,16 @@ def run_backtest(
         done.append((policy, figures, spent))
         return figures, spent
 
+    warm_rows: list[Row] = []
+    # The same prepared history with a warm pool behind every removal (the model only sets the pool).
+    warm = (
+        None
+        if request.warm_pool is None
+        else dataclasses.replace(
+            prepared, model=dataclasses.replace(prepared.model, warm_pool=request.warm_pool)
+        )
+    )
+
     rows: list[Row] = []
     for named in request.policies:
         figures, spent = run(named.policy, named.name)
@@ -199,6 +213,10 @@ def run_backtest(
             policy = request.sweep.variant(base, value)
             figures, spent = run(policy, f"{request.sweep.key}={value}")
             sweep_rows.append(Row(figures, policy, ceiling(policy), spent, sweep_value=value))
+            if warm is not None:
+                t0 = clock()
+                figures = bt.run_policy(warm, policy, f"{request.sweep.key}={value} warm")
+                warm_rows.append(Row(figures, policy, ceiling(policy), clock() - t0, sweep_value=value))
     if request.baselines:
         # Without any pod in the history the request-based rule would call every node unused: leave it out.
         with_pods = any(f.pods for f in source.history.frames)
@@ -217,6 +235,7 @@ def run_backtest(
         sweep_rows=sweep_rows,
         prepare_seconds=prepare_seconds,
         wall_seconds=clock() - started,
+        warm_rows=warm_rows,
     )
 
 

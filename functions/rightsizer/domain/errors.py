@@ -5,6 +5,7 @@
 - ``StalePlan``: a precondition changed since the plan; abandon quietly (CLI exit 0).
 - ``TransientError(retry_after)``: retry later; ``EvictionBlocked`` is the 429 of the Eviction API.
 - ``PermanentError``: 403, validation errors, anything retrying cannot fix; alarm (CLI exit 1).
+- ``MetricsFailed``: most metric queries of an assessment failed; a failed run, never a plan of unknowns.
 """
 
 from __future__ import annotations
@@ -46,3 +47,9 @@ class EvictionBlocked(TransientError):
 
 class PermanentError(RightsizerError):
     """A failure retrying cannot fix (403 Forbidden, AWS validation errors, exhausted retries)."""
+
+
+class MetricsFailed(PermanentError):
+    """Most of an assessment's metric queries failed (refused, timed out, unreadable): the run fails
+    loudly (CLI exit 1, the assess function's ``AssessmentsFailed`` metric and alarm) instead of
+    deciding every node ``unknown`` and exiting 0 (issue 27)."""

@@ -9,15 +9,18 @@ DescribeAutoScalingGroups / DescribeAutoScalingInstances / DescribeNodegroup sha
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from rightsizer.domain.prices import PriceBook
 from rightsizer.domain.quantity import parse_count
+
+if TYPE_CHECKING:
+    from rightsizer.domain.workload_model import KubeObject
 
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_SHARED_RESOURCE = "nvidia.com/gpu.shared"
@@ -145,10 +148,12 @@ class NodeAddress(_K8s):
 
 
 class NodeCondition(_K8s):
-    """status.conditions[] of a Node."""
+    """status.conditions[] of a Node (``reason``: CamelCase cause, e.g. the EKS node monitoring agent's
+    ``AcceleratedHardwareReady`` reasons, ``domain.health``)."""
 
     type: str
     status: str
+    reason: str = ""
 
 
 class NodeSelectorRequirement(_K8s):
@@ -288,11 +293,21 @@ class SecurityContext(_K8s):
     privileged: bool | None = None
 
 
+class ContainerPort(_K8s):
+    """containers[].ports[]: only a ``hostPort`` claims something on the node (core/v1 ContainerPort)."""
+
+    containerPort: int = 0
+    hostPort: int | None = None
+    hostIP: str = ""
+    protocol: str = "TCP"
+
+
 class Container(_K8s):
     """A container or init container."""
 
     name: str = ""
     resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
+    ports: list[ContainerPort] = Field(default_factory=list)
     env: list[EnvVar] = Field(default_factory=list)
     envFrom: list[dict[str, Any]] = Field(default_factory=list)
     securityContext: SecurityContext | None = None
@@ -332,6 +347,51 @@ class PodResourceClaim(_K8s):
     resourceClaimTemplateName: str | None = None
 
 
+class PodAffinityTerm(_K8s):
+    """A required (anti-)affinity term: pods matching ``labelSelector`` in ``namespaces`` (empty: the pod's
+    own; ``namespaceSelector`` ``{}``: every namespace) sharing the node's ``topologyKey`` label value."""
+
+    labelSelector: LabelSelector | None = None
+    namespaces: list[str] = Field(default_factory=list)
+    namespaceSelector: LabelSelector | None = None
+    topologyKey: str = ""
+    matchLabelKeys: list[str] = Field(default_factory=list)
+    mismatchLabelKeys: list[str] = Field(default_factory=list)
+
+
+class PodAffinity(_K8s):
+    """podAffinity / podAntiAffinity; only the required terms constrain a placement."""
+
+    requiredDuringSchedulingIgnoredDuringExecution: list[PodAffinityTerm] = Field(default_factory=list)
+
+
+class NodeAffinity(_K8s):
+    """nodeAffinity; only the required selector constrains a placement."""
+
+    requiredDuringSchedulingIgnoredDuringExecution: NodeSelector | None = None
+
+
+class Affinity(_K8s):
+    """spec.affinity of a Pod."""
+
+    nodeAffinity: NodeAffinity | None = None
+    podAffinity: PodAffinity | None = None
+    podAntiAffinity: PodAffinity | None = None
+
+
+class TopologySpreadConstraint(_K8s):
+    """spec.topologySpreadConstraints[] (core/v1); only ``whenUnsatisfiable: DoNotSchedule`` filters."""
+
+    maxSkew: int = 1
+    topologyKey: str = ""
+    whenUnsatisfiable: str = "DoNotSchedule"
+    labelSelector: LabelSelector | None = None
+    minDomains: int | None = None
+    matchLabelKeys: list[str] = Field(default_factory=list)
+    nodeAffinityPolicy: str | None = None
+    nodeTaintsPolicy: str | None = None
+
+
 class PodSpec(_K8s):
     """spec of a Pod."""
 
@@ -345,6 +405,10 @@ class PodSpec(_K8s):
     tolerations: list[Toleration] = Field(default_factory=list)
     resourceClaims: list[PodResourceClaim] = Field(default_factory=list)
     priorityClassName: str | None = None
+    schedulerName: str | None = None
+    affinity: Affinity | None = None
+    topologySpreadConstraints: list[TopologySpreadConstraint] = Field(default_factory=list)
+    overhead: dict[str, str | int | float] = Field(default_factory=dict)
 
 
 class ResourceClaimStatusRef(_K8s):
@@ -610,6 +674,12 @@ class AsgInfo:
     nodegroup: str | None = None
     tags: dict[str, str] = field(default_factory=dict)
     last_launch: datetime | None = None
+    capacity_failures: tuple[datetime, ...] = ()
+    """Start times of failed launches for InsufficientInstanceCapacity (DescribeScalingActivities)."""
+    nodegroup_issues: tuple[str, ...] = ()
+    """EKS DescribeNodegroup ``health.issues[].code`` that say the group cannot get capacity."""
+    node_repair: bool = False
+    """EKS DescribeNodegroup ``nodeRepairConfig.enabled``: EKS replaces the group's unhealthy nodes."""
 
     @property
     def display_name(self) -> str:
@@ -634,6 +704,26 @@ class Ec2Instance:
     lifecycle: str = ""
     capacity_reservation_id: str | None = None
     availability_zone: str = ""
+    events: tuple[str, ...] = ()
+    """Scheduled events not yet completed or canceled (DescribeInstanceStatus ``Events[].Code``:
+    ``instance-stop``, ``instance-retirement``, ``system-maintenance`` …)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityReservation:
+    """An On-Demand Capacity Reservation or Capacity Block (EC2 DescribeCapacityReservations).
+
+    ``kind`` is ``capacity_block`` for ``ReservationType=capacity-block``, else ``odcr``; counts are
+    instances; ``end`` is ``EndDate`` (None for an ODCR without an end date); ``state`` is ``State``.
+    """
+
+    reservation_id: str
+    kind: str
+    instance_type: str
+    total: int
+    available: int
+    state: str = "active"
+    end: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -653,6 +743,8 @@ class Inventory:
     instances: dict[str, Ec2Instance] | None = None
     spot_prices: dict[tuple[str, str], float] = field(default_factory=dict)
     on_demand: PriceBook | None = None
+    reservations: dict[str, CapacityReservation] = field(default_factory=dict)
+    """Capacity reservations the nodes' instances run in, by id (DescribeCapacityReservations)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -697,10 +789,17 @@ class ClusterSnapshot:
     pod_addresses: tuple[PodAddress, ...] = ()
     """Live path only: the pods bound to non-GPU nodes, as the series join reads them (``pods`` then
     holds the others); a snapshot directory keeps every pod in ``pods``."""
+    xids: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]] = field(default_factory=dict)
+    """Node → (XID codes whose ``DCGM_EXP_XID_ERRORS_COUNT`` rose in the window, codes the stale-prone
+    ``DCGM_FI_DEV_XID_ERRORS`` gauge shows): ``domain.health``."""
     source: Literal["snapshot", "live"] = "snapshot"
     signals: Any = None
     """Live path only: ``rightsizer.domain.usage.CollectedSignals`` computed by PromQL in the server for
     this snapshot's window; when set, ``plan`` uses it instead of interpreting ``metrics``."""
+    owners: tuple[KubeObject, ...] = ()
+    """Owners of GPU-holding pods, up their ``ownerReferences`` (``workloads.json``; workload verdicts)."""
+    autoscalers: tuple[KubeObject, ...] = ()
+    """HorizontalPodAutoscalers and KEDA ScaledObjects of those pods' namespaces (``workloads.json``)."""
     signal_set: frozenset[str] = ALL_SIGNALS
     """Signal families the source carries (``ALL_SIGNALS`` for DCGM). A source that carries activity only
     (a utilisation trace, ``rightsizer backtest --trace``) sets ``{"activity"}``: the framebuffer, power and

@@ -19,11 +19,12 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any, Literal
 
+from rightsizer.domain.eligibility import DrainFacts, Judged, drain_refusals
 from rightsizer.domain.holds import backoff_reason, snooze_reason
 from rightsizer.domain.model import GroupSizes
 from rightsizer.domain.plan import NodeReport
 from rightsizer.domain.policy import Policy
-from rightsizer.domain.verdicts import BUSY_CODES, blocking_reasons, code_of, verdict_of
+from rightsizer.domain.verdicts import BUSY_CODES, code_of, verdict_of
 
 __all__ = [
     "FORCE_OVERRIDABLE",
@@ -225,7 +226,9 @@ def drain_blockers(
             continue
         checked = force_report(assessed) if force else assessed
         assert checked is not None
-        blocking = blocking_reasons(checked.reasons, "", offhours=True)
+        judged = Judged(checked.verdict, tuple(checked.reasons))
+        # The drain's eligibility (domain.eligibility), as the off-hours drain's validate applies it.
+        blocking = [r.reason for r in drain_refusals(DrainFacts(judged, asg="", mode="offhours"))]
         held = [r for r in (holds or {}).get(name, ()) if r not in blocking]
         if blocking or held:
             snoozed = any(code_of(r) == "snoozed" for r in held)
@@ -291,6 +294,9 @@ def _going_down(facts: GroupFacts, policy: Policy, *, force: bool) -> OffhoursDe
         )
     holds = {name: facts.holds(name, policy) for name in facts.members}
     blockers = drain_blockers(facts.members, facts.verdicts, force=force, holds=holds)
+    # A member kept by its group's warm floor alone (issue 28) stays; the others go down around it.
+    floor = {n: why for n, why in blockers.items() if all(code_of(r) == "warm_floor" for r in why[1:])}
+    blockers = {n: why for n, why in blockers.items() if n not in floor}
     if blockers:
         return OffhoursDecision(
             OffhoursAction.SKIP,
@@ -298,6 +304,11 @@ def _going_down(facts: GroupFacts, policy: Policy, *, force: bool) -> OffhoursDe
             reasons=("nodes_not_drainable:" + ",".join(sorted(blockers)),),
             node_reasons=blockers,
         )
+    drain = _unhealthy_first(tuple(m for m in facts.members if m not in floor), facts.verdicts)
+    if not drain:
+        kept = sorted({r for why in floor.values() for r in why[1:]})
+        return OffhoursDecision(OffhoursAction.HOLD, "down", save=save, restart_restore_clock=restart,
+                                reasons=(*save_reasons, *kept))  # fmt: skip
     resize = (
         Resize("min_zero", GroupSizes(0, current.desired, current.max), "set min 0")
         if current.min != 0
@@ -320,10 +331,16 @@ def _going_down(facts: GroupFacts, policy: Policy, *, force: bool) -> OffhoursDe
         save=save,
         restart_restore_clock=restart,
         resize=resize,
-        drain=facts.members,
-        then=GroupSizes(0, 0, current.max),
+        drain=drain,
+        then=GroupSizes(0, len(floor), current.max),
         reasons=save_reasons,
     )
+
+
+def _unhealthy_first(members: tuple[str, ...], verdicts: Mapping[str, NodeReport | None]) -> tuple[str, ...]:
+    """``members`` with the unhealthy ones first (issue 28), the order otherwise kept."""
+    broken = tuple(m for m in members if (r := verdicts.get(m)) is not None and r.verdict == "unhealthy")
+    return broken + tuple(m for m in members if m not in broken)
 
 
 def restore_target(saved: GroupSizes, current: GroupSizes) -> GroupSizes:

@@ -11,9 +11,23 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 
+from rightsizer.domain.capacity import (
+    ice_evidence,
+    interruption_signals,
+    reservation_of,
+    reservation_reasons,
+    reservation_use,
+    reserved_kept,
+    warm_floor_of,
+    warm_floor_reason,
+)
 from rightsizer.domain.catalog import HOURS_PER_MONTH, Catalog, InstanceType, load_catalog
-from rightsizer.domain.gpu import GpuAssessment, assess_gpus, is_gpu_node
+from rightsizer.domain.consolidation import budget_left, choose_consolidations, pin_advice
+from rightsizer.domain.eligibility import DrainFacts, Judged, drain_refusals
+from rightsizer.domain.gpu import GpuAssessment, is_gpu_node
+from rightsizer.domain.health import health_reasons, repair_owner
 from rightsizer.domain.holds import snooze_reason
 from rightsizer.domain.join import NodeJoiner
 from rightsizer.domain.model import (
@@ -27,13 +41,22 @@ from rightsizer.domain.model import (
     Pod,
     ResourceClaim,
 )
-from rightsizer.domain.observation import signals_from_observation
 from rightsizer.domain.periods import schedule_contains
-from rightsizer.domain.plan import Action, NodeReport, Plan, Savings, UnmappedReport, action_id
+from rightsizer.domain.placement_cluster import ClusterPlacement, movers, placement_reasons
+from rightsizer.domain.plan import (
+    Action,
+    NodeReport,
+    Plan,
+    ReservationReport,
+    Savings,
+    UnmappedReport,
+    action_id,
+)
+from rightsizer.domain.planner_holders import GpuFacts, activity_of, signals_over, workload_verdicts
 from rightsizer.domain.pods import PodClassification, PodContext, classify_pods, pdbs_by_namespace, wants_node
 from rightsizer.domain.policy import Policy
 from rightsizer.domain.prices import price_reason
-from rightsizer.domain.recommend import Recommendation, recommend_for_node
+from rightsizer.domain.recommend import Recommendation, recommend_for_node, resize_or_recommend
 from rightsizer.domain.replacement import (
     GroupMember,
     KnownReplacement,
@@ -41,9 +64,11 @@ from rightsizer.domain.replacement import (
     held_groups,
     replacement_reasons,
 )
-from rightsizer.domain.usage import CollectedSignals, UnmappedSeries, Window, collect_signals
-from rightsizer.domain.verdicts import order_reasons, verdict_of
+from rightsizer.domain.showback import NodeHolders, showback
+from rightsizer.domain.usage import CollectedSignals, UnmappedSeries, Window
+from rightsizer.domain.verdicts import UNHEALTHY_CODES, Verdict, code_of, order_reasons, verdict_of
 from rightsizer.domain.volumes import VolumeFacts
+from rightsizer.domain.workloads import Activity
 
 KARPENTER_NODEPOOL = "karpenter.sh/nodepool"
 OTHER_AUTOSCALER_TAINTS = ("ToBeDeletedByClusterAutoscaler", "karpenter.sh/disrupted")
@@ -99,14 +124,10 @@ def _price(
     (``catalog.prices``, reason ``priced_on_demand:pricing_api:<region>``), else the packaged catalog's
     us-east-1 price (``priced_on_demand:catalog:us-east-1:<date>`` there, ``price_region_fallback:<region>``
     elsewhere). A spot instance at its zone's current spot price (EC2 DescribeSpotPriceHistory, carried in
-    the snapshot) when known, else on demand with ``spot_priced_on_demand``. An instance in an On-Demand
-    Capacity Reservation or a Capacity Block is flagged ``capacity_reserved``: the reservation is paid for
-    whether it runs or not.
+    the snapshot) when known, else on demand with ``spot_priced_on_demand``. Reserved capacity is judged
+    by ``domain.capacity`` (kept by default, never priced as savings).
     """
     reasons: list[str] = []
-    if instance is not None and instance.capacity_reservation_id:
-        kind = "capacity_block" if instance.lifecycle == "capacity-block" else "odcr"
-        reasons.append(f"capacity_reserved:{kind}:{instance.capacity_reservation_id}")
     on_demand = catalog.on_demand_usd(row.name) if row is not None else None
     if row is None or on_demand is None:
         return None, [*reasons, f"price_unknown:{node.instance_type or 'no_instance_type'}"]
@@ -193,6 +214,7 @@ def plan(
     stale_cordons: frozenset[str] = frozenset(),
     snoozed: Mapping[str, datetime] | None = None,
     replacements: Sequence[KnownReplacement] = (),
+    placement: bool = True,
 ) -> Plan:
     """Decide, for every GPU node of ``snapshot``, a verdict with reasons, and the actions to take.
 
@@ -226,15 +248,12 @@ def plan(
     joiner = NodeJoiner(
         snapshot.nodes, snapshot.pods, node_label or snapshot.node_label, snapshot.pod_addresses
     )
-    if isinstance(snapshot.signals, CollectedSignals):
-        signals = snapshot.signals
-    elif snapshot.meta.metrics_format >= 2:
-        files = {"step": snapshot.metrics, "timestamp": snapshot.timestamps, **snapshot.metric_extras}
-        signals = signals_from_observation(files, joiner, window, policy.gpu_activity_max_pct)
-    else:
-        signals = collect_signals(
-            snapshot.metrics, snapshot.timestamps, joiner, window, policy.gpu_activity_max_pct
-        )
+    signals = signals_over(snapshot, joiner, window, policy)
+    assert signals is not None  # the decision window is the snapshot's own
+    # Workload verdicts judge each node again over the workloads' own (longer) idle window (issue 32).
+    wl_window = Window.ending(at, policy.workloads.idle_window, snapshot.meta.step_seconds)
+    wl_signals: list[CollectedSignals | None] = []
+    activity: dict[str, Activity] = {}
     ambiguous: dict[str, set[str]] = {}
     for u in signals.unmapped:
         if u.reason.startswith("series_unmapped:ambiguous:"):
@@ -280,24 +299,22 @@ def plan(
         if not _selected(node, group, policy):
             reasons.append("not_selected")
         node_pods = pods_by_node.get(node.name, [])
-        assessment = assess_gpus(
-            node,
-            row,
-            signals.devices.get(node.name, []),
-            policy=policy,
-            power_ceilings=ceilings,
-            window=window,
-            at=at,
-            up_coverage=signals.up_coverage.get(node.name),
-            problems=signals.problems_of(node.name),
-            present=signals.present,
-            exporter=_exporter_pod(node_pods),
-            signal_set=snapshot.signal_set,
-        )
+        facts = GpuFacts(node, row, ceilings, at, _exporter_pod(node_pods), snapshot.signal_set)
+        assessment = facts.assess(signals, window, policy)
         reasons.extend(assessment.reasons)
         reasons.extend(f"series_unmapped:{m}" for m in sorted(ambiguous.get(node.name, ())))
         ctx = PodContext(policy, snapshot.pdbs, claims.get(node.name, {}), at, volumes, pdb_index=pdb_index)
         classified = classify_pods(node_pods, ctx)
+        if any(c.gpu_holder is not None for c in classified):
+            if policy.workloads.idle_window == policy.idle_window:
+                activity[node.name] = activity_of(assessment)
+            else:
+                if not wl_signals:
+                    wl_signals.append(signals_over(snapshot, joiner, wl_window, policy))
+                longer = wl_signals[0]
+                activity[node.name] = (
+                    "unknown" if longer is None else activity_of(facts.assess(longer, wl_window, policy))
+                )
         for c in classified:
             reasons.extend(f.reason for f in c.findings)
             if c.gpu_holder is not None:
@@ -317,6 +334,7 @@ def plan(
         reasons.extend(replacement_reasons(nodegroup, replacements, at))
         ec2 = inventory.instances.get(instance or "") if inventory.instances is not None else None
         hourly, price_reasons = _price(node, row, snapshot.meta.region, ec2, inventory.spot_prices, catalog)
+        reasons = _capacity_and_health(reasons, node, ec2, group, policy, snapshot)
         decision = NodeDecision(node, group, standalone, row, assessment, classified, reasons, hourly)
         decision.recommendation = recommend_for_node(
             node=node,
@@ -325,7 +343,6 @@ def plan(
             pods=classified,
             group=group,
             standalone=standalone,
-            instances=inventory.instances,
             hourly=hourly,
             policy=policy,
             catalog=catalog,
@@ -333,16 +350,112 @@ def plan(
         decision.reasons.extend(price_reasons)
         decisions.append(decision)
 
-    _apply_group_rules(decisions, snapshot, policy, at)
-    actions = _choose(decisions, policy, stale_cordons)
+    floors = _warm_floors(decisions, snapshot, policy, at)
+    _apply_group_rules(decisions, snapshot, policy, at, floors)
+    checker = ClusterPlacement(snapshot, volumes) if placement else None
+    actions = _choose(decisions, policy, stale_cordons, floors, checker)
+    if checker is not None and policy.consolidation != "off":
+        floor_of = partial(_floor_of, floors=floors)
+        budget = budget_left(decisions, actions, policy, stale_cordons, floor_of)
+        actions += choose_consolidations(decisions, policy, checker, budget, floor_of, _reservation)
+    actions += pin_advice(decisions)
     held = held_groups(replacements, at)
-    return _assemble(snapshot, policy, at, decisions, actions, signals.unmapped, catalog, held)
+    plan_ = _assemble(snapshot, policy, at, decisions, actions, signals.unmapped, catalog, held)
+    workloads = workload_verdicts(snapshot, _holders(decisions), activity, policy, at)
+    return plan_.model_copy(update={"workloads": workloads})
+
+
+def _holders(decisions: Sequence[NodeDecision]) -> list[NodeHolders]:
+    """Each GPU node's GPU-holding pods, idleness and price (a reserved node's USD is not paid extra)."""
+    return [
+        NodeHolders(
+            d.node,
+            d.assessment.expected.physical,
+            None if _reservation(d.reasons) else d.hourly_usd,
+            d.assessment.idle,
+            [c.pod for c in d.pods if c.gpu_holder is not None],
+        )
+        for d in decisions
+    ]
+
+
+def _capacity_and_health(
+    reasons: list[str],
+    node: Node,
+    ec2: Ec2Instance | None,
+    group: AsgInfo | None,
+    policy: Policy,
+    snapshot: ClusterSnapshot,
+) -> list[str]:
+    """``reasons`` with the node's reservation, interruption notices and health evidence (issue 28,
+    ``domain.capacity``, ``domain.health``). An allocatable deficit on a settled node is health evidence
+    (``gpus_unallocatable``), not missing data (``gpus_not_allocatable``)."""
+    found = reservation_of(node, ec2)
+    out = [
+        *reasons,
+        *reservation_reasons(found, policy.release_reserved_capacity, snapshot.inventory.reservations),
+    ]
+    out.extend(interruption_signals(node, ec2))
+    xids, hints = snapshot.xids.get(node.name, ((), ()))
+    settled = not any(code_of(r) == "node_too_young" for r in reasons)
+    health = health_reasons(node, settled=settled, xids=xids, hints=hints)
+    if any(code_of(r) == "gpus_unallocatable" for r in health):
+        out = [r for r in out if code_of(r) != "gpus_not_allocatable"]
+    owner = repair_owner(node, group)
+    if owner is not None and any(code_of(r) in UNHEALTHY_CODES for r in health):
+        health.append(f"unhealthy_pending_repair:{owner}")
+    return [*out, *health]
+
+
+#: (ASG name, instance type) → (nodes of that type in service, warm floor, ICE evidence or None).
+Floors = dict[tuple[str, str], tuple[int, int, str | None]]
+
+
+def _warm_floors(
+    decisions: Sequence[NodeDecision], snapshot: ClusterSnapshot, policy: Policy, at: datetime
+) -> Floors:
+    """Each node group's in-service count and warm floor per instance type (``domain.capacity``).
+
+    An instance's type is EC2's (DescribeInstances) or its Node's; when a group's known instances share one
+    type, its instances of unknown type count as that type (the one-node read knows one instance)."""
+    known = {i: e.instance_type for i, e in (snapshot.inventory.instances or {}).items()}
+    known.update(
+        {
+            d.node.instance_id: d.node.instance_type
+            for d in decisions
+            if d.node.instance_id and d.node.instance_type
+        }
+    )
+    floors: Floors = {}
+    for group in {d.group.name: d.group for d in decisions if d.group is not None}.values():
+        in_service = [i for i, state in group.instances.items() if state == "InService"]
+        counts: dict[str, int] = {}
+        for i in in_service:
+            if i in known:
+                counts[known[i]] = counts.get(known[i], 0) + 1
+        if len(counts) == 1:
+            counts = {next(iter(counts)): len(in_service)}
+        evidence = ice_evidence(group, at)
+        for itype, count in counts.items():
+            floor = warm_floor_of(policy.warm_floor, itype) + (1 if evidence else 0)
+            if floor:
+                floors[(group.name, itype)] = (count, floor, evidence)
+    return floors
+
+
+def _floor_of(d: NodeDecision, floors: Floors) -> tuple[tuple[str, str], int, int, str | None] | None:
+    """(key, count, floor, evidence) of the node's type in its group, None without a floor."""
+    if d.group is None or not d.node.instance_type:
+        return None
+    key = (d.group.name, d.node.instance_type)
+    found = floors.get(key)
+    return None if found is None else (key, *found)
 
 
 def _apply_group_rules(
-    decisions: list[NodeDecision], snapshot: ClusterSnapshot, policy: Policy, at: datetime
+    decisions: list[NodeDecision], snapshot: ClusterSnapshot, policy: Policy, at: datetime, floors: Floors
 ) -> None:
-    """Static group rules: MinSize, cooldown since the last scale-up, disruption windows."""
+    """Static group rules: MinSize, the warm floor, cooldown since the last scale-up, disruption windows."""
     newest: dict[str, datetime] = {}
     for d in decisions:
         created = d.node.metadata.creationTimestamp
@@ -356,6 +469,9 @@ def _apply_group_rules(
         if d.group is not None:
             if d.group.desired - 1 < d.group.min_size:
                 d.reasons.append(f"node_group_at_min_size:{d.group.display_name}={d.group.min_size}")
+            floor = _floor_of(d, floors)
+            if floor is not None and floor[1] - 1 < floor[2]:
+                d.reasons.append(warm_floor_reason(floor[0][1], floor[2], floor[3]))
             last = newest.get(d.group.name)
             if last is not None and (at - last).total_seconds() < policy.cooldown:
                 d.reasons.append(f"cooldown:{int(policy.cooldown - (at - last).total_seconds())}s")
@@ -364,27 +480,76 @@ def _apply_group_rules(
 
 
 def _reservation(reasons: Sequence[str]) -> str | None:
-    """The reservation id of a ``capacity_reserved:<kind>:<id>`` reason, or None."""
-    for reason in reasons:
-        if reason.startswith("capacity_reserved:"):
-            return reason.rsplit(":", 1)[1]
-    return None
+    """The reservation id of a ``capacity_reserved`` / ``reservation_released`` reason, or None."""
+    found = reserved_kept(reasons)
+    return None if found is None else found.rsplit(":", 1)[1]
 
 
-def _choose(decisions: list[NodeDecision], policy: Policy, stale: frozenset[str]) -> list[Action]:
-    """Pick ``scale_in`` candidates among idle nodes under the disruption budget (docs/architecture.md §3)."""
+def _removable_unhealthy(d: NodeDecision) -> bool:
+    """An unhealthy node that nothing but its health and a pending repair keeps: no missing data, no
+    busy GPU, no GPU holder, no protection (issue 28: removed before healthy idle nodes when its group
+    shrinks; a node with busy GPU holders is never drained for health)."""
+    rest = [
+        r for r in d.reasons if code_of(r) not in UNHEALTHY_CODES and code_of(r) != "unhealthy_pending_repair"
+    ]
+    return verdict_of(d.reasons) == "unhealthy" and verdict_of(rest) == "idle"
+
+
+def _fits(checker: ClusterPlacement, d: NodeDecision) -> bool:
+    """Whether the pods a drain of ``d`` sends elsewhere fit on the nodes left (kept when they do, as
+    Cluster Autoscaler's simulator commits each removal); else ``no_placement`` reasons on ``d``."""
+    moving = movers(d.pods)
+    placed = checker.trial([d.node.name], moving)
+    if placed.ok:
+        checker.keep()
+        return True
+    checker.undo()
+    d.reasons.extend(placement_reasons([c.pod for c in d.pods if c.ignored is None], placed))
+    return False
+
+
+def _drainable(d: NodeDecision, *, shrinking: bool) -> bool:
+    """Whether the drain's eligibility (``domain.eligibility.drain_refusals``, the workflow's own) lets
+    the node be drained and its instance scaled in; ``shrinking``: the plan shrinks its group anyway."""
+    judged = Judged(verdict_of(d.reasons), tuple(d.reasons))
+    return not drain_refusals(DrainFacts(judged, d.group.name if d.group else None, shrinking=shrinking))
+
+
+def _choose(
+    decisions: list[NodeDecision],
+    policy: Policy,
+    stale: frozenset[str],
+    floors: Floors,
+    checker: ClusterPlacement | None = None,
+) -> list[Action]:
+    """Pick ``scale_in`` candidates among idle nodes under the disruption budget (docs/architecture.md §3),
+    never below a group's warm floor; a removable unhealthy node of the group goes before each (issue 28);
+    with ``checker``, only nodes whose evicted pods fit on the nodes left (``domain.placement``)."""
     flying = [
         d for d in decisions if ANN_CORDONED_BY in d.node.metadata.annotations and d.node.name not in stale
     ]
     in_flight_total = len(flying)
     in_flight_group: dict[str, int] = {}
+    gone_type: dict[tuple[str, str], int] = {}  # nodes of a type leaving each group: in flight or chosen
     for d in flying:
         if d.group is not None:
             in_flight_group[d.group.name] = in_flight_group.get(d.group.name, 0) + 1
+        floor = _floor_of(d, floors)
+        if floor is not None:
+            gone_type[floor[0]] = gone_type.get(floor[0], 0) + 1
     run_slots = policy.max_nodes_per_run - in_flight_total
     chosen_group: dict[str, int] = {}
 
-    idle = [d for d in decisions if verdict_of(d.reasons) == "idle" and d.group is not None]
+    # The drain's own eligibility (domain.eligibility), as the workflow's validate applies it.
+    idle = [d for d in decisions if verdict_of(d.reasons) == "idle" and _drainable(d, shrinking=False)]
+    broken: dict[str, list[NodeDecision]] = {}
+    for d in decisions:
+        if d.group is not None and _removable_unhealthy(d) and _drainable(d, shrinking=True):
+            broken.setdefault(d.group.name, []).append(d)
+
+    def above_floor(d: NodeDecision) -> bool:
+        floor = _floor_of(d, floors)
+        return floor is None or floor[1] - gone_type.get(floor[0], 0) - 1 >= floor[2]
 
     def order(d: NodeDecision) -> tuple[float, int, float, str]:
         created = d.node.metadata.creationTimestamp
@@ -406,12 +571,37 @@ def _choose(decisions: list[NodeDecision], policy: Policy, stale: frozenset[str]
         if run_slots <= 0 or taken >= policy.node_group_budget(group.desired):
             d.reasons.append("disruption_budget_exhausted")
             continue
+        victim = next((u for u in sorted(broken.get(group.name, []), key=order) if above_floor(u)), None)
+        if victim is None and not above_floor(d):
+            floor = _floor_of(d, floors)
+            assert floor is not None
+            d.reasons.append(warm_floor_reason(floor[0][1], floor[2], floor[3]))
+            continue
+        if checker is not None and victim is not None and not _fits(checker, victim):
+            broken[group.name].remove(victim)
+            victim = None
+            if not above_floor(d):
+                floor = _floor_of(d, floors)
+                assert floor is not None
+                d.reasons.append(warm_floor_reason(floor[0][1], floor[2], floor[3]))
+                continue
+        if checker is not None and victim is None and not _fits(checker, d):
+            continue
         before = group.desired - chosen_group.get(group.name, 0)
         chosen_group[group.name] = chosen_group.get(group.name, 0) + 1
         run_slots -= 1
         d.reasons.append("idle_window_clean")
+        idle_node = d
+        if victim is not None:
+            broken[group.name].remove(victim)
+            d.reasons.append(f"unhealthy_first:{victim.node.name}")
+            d = victim
+        gone = _floor_of(d, floors)
+        if gone is not None:
+            gone_type[gone[0]] = gone_type.get(gone[0], 0) + 1
         reserved = _reservation(d.reasons)
         hourly = None if reserved else d.hourly_usd
+        unhealthy = [r for r in order_reasons(d.reasons) if code_of(r) in UNHEALTHY_CODES]
         actions.append(
             Action(
                 action_id=action_id("scale_in", d.node.name, before - 1),
@@ -421,8 +611,13 @@ def _choose(decisions: list[NodeDecision], policy: Policy, stale: frozenset[str]
                 instance_id=d.node.instance_id,
                 from_=before,
                 to=before - 1,
-                reason=f"all {d.assessment.expected.total} GPU devices idle for the whole "
-                f"{_human_duration(policy.idle_window)} window"
+                reason=(
+                    f"unhealthy ({', '.join(unhealthy)}): removed before idle node {idle_node.node.name} as "
+                    f"the group shrinks"
+                    if unhealthy
+                    else f"all {d.assessment.expected.total} GPU devices idle for the whole "
+                    f"{_human_duration(policy.idle_window)} window"
+                )
                 + (
                     f"; runs in reservation {reserved}: removal saves nothing while it is held"
                     if reserved
@@ -430,8 +625,12 @@ def _choose(decisions: list[NodeDecision], policy: Policy, stale: frozenset[str]
                 ),
                 hourly_savings_usd=hourly,
                 monthly_savings_usd=None if hourly is None else hourly * HOURS_PER_MONTH,
-                why_safe=f"every GPU idle for the whole {_human_duration(policy.idle_window)} window; the "
-                "drain evicts only what PodDisruptionBudgets allow and uncordons on failure",
+                why_safe=(
+                    "no GPU holder and no protection on the broken node"
+                    if unhealthy
+                    else f"every GPU idle for the whole {_human_duration(policy.idle_window)} window"
+                )
+                + "; the drain evicts only what PodDisruptionBudgets allow and uncordons on failure",
             )
         )
     for d in decisions:
@@ -441,7 +640,7 @@ def _choose(decisions: list[NodeDecision], policy: Policy, stale: frozenset[str]
 
 
 def _group_members(
-    judged: Sequence[tuple[NodeDecision, list[str], str]],
+    judged: Sequence[tuple[NodeDecision, list[str], Verdict]],
 ) -> list[tuple[AsgInfo, list[GroupMember]]]:
     """The GPU nodes of each managed node group with their verdicts, for ``domain.replacement``."""
     groups: dict[str, tuple[AsgInfo, list[GroupMember]]] = {}
@@ -450,7 +649,12 @@ def _group_members(
             continue
         rec = d.recommendation
         member = GroupMember(
-            d.node.name, verdict, d.row, rec.demand if rec is not None else None, _reservation(reasons)
+            d.node.name,
+            verdict,
+            d.row,
+            rec.demand if rec is not None else None,
+            _reservation(reasons),
+            tuple(reasons),
         )
         groups.setdefault(d.group.name, (d.group, []))[1].append(member)
     return [groups[name] for name in sorted(groups)]
@@ -468,21 +672,37 @@ def _assemble(
 ) -> Plan:
     reports: list[NodeReport] = []
     actions = list(scale_ins)
-    judged = []
+    judged: list[tuple[NodeDecision, list[str], Verdict]] = []
     for d in decisions:
         rec = d.recommendation
         reasons = order_reasons(d.reasons)
         judged.append(
             (d, reasons, verdict_of(reasons, cheaper_shape_fits=rec is not None and rec.cheaper_fits))
         )
+    kept = {  # a group with a node in a reservation it keeps is not replaced (issue 28)
+        d.group.nodegroup: f"capacity_reserved:{d.node.name}"
+        for d, reasons, _ in judged
+        if d.group is not None
+        and d.group.nodegroup
+        and any(code_of(r) == "capacity_reserved" for r in reasons)
+    }
     replacements, replaced = group_replacements(
-        _group_members(judged), catalog, allowed=policy.allow_replace_node_group, held=held
+        _group_members(judged), catalog, allowed=policy.allow_replace_node_group, held={**kept, **held}
     )
     actions.extend(replacements)
     for d, reasons, verdict in judged:
         rec = d.recommendation
         if d.node.name in replaced:
             rec = None  # the group's replace_node_group action covers this node
+        if rec is not None and rec.proposal is not None and verdict in rec.for_verdicts:
+            instance = (snapshot.inventory.instances or {}).get(d.node.instance_id or "")
+            facts = Judged(verdict, tuple(reasons))
+            rec = resize_or_recommend(
+                rec, d.node, d.row, facts, instance, policy, catalog, standalone=d.standalone
+            )
+        kept_here = any(code_of(r) == "capacity_reserved" for r in reasons)
+        if kept_here and rec is not None and rec.action is not None and rec.action.kind != "recommend":
+            rec = None  # a kept reservation is never resized: the change would save nothing
         if rec is not None and rec.action is not None and verdict in rec.for_verdicts:
             reserved = _reservation(reasons)
             if reserved and rec.action.hourly_savings_usd is not None:
@@ -491,6 +711,8 @@ def _assemble(
                     update={
                         "hourly_savings_usd": None,
                         "monthly_savings_usd": None,
+                        "estimated_hourly_savings_usd": None,
+                        "estimated_monthly_savings_usd": None,
                         "reason": rec.action.reason + note,
                     }
                 )
@@ -527,4 +749,34 @@ def _assemble(
         actions=actions,
         unmapped=[UnmappedReport(metric=u.metric, labels=u.labels, reason=u.reason) for u in unmapped],
         savings=Savings(hourly_usd=hourly, monthly_usd=hourly * HOURS_PER_MONTH),
+        showback=showback(_holders(decisions), at, policy.idle_window, policy.showback_team_label),
+        reservations=_reservation_reports(judged, snapshot),
     )
+
+
+def _reservation_reports(
+    judged: Sequence[tuple[NodeDecision, list[str], str]], snapshot: ClusterSnapshot
+) -> list[ReservationReport]:
+    """Unused cost per capacity reservation (``domain.capacity.reservation_use``): a node counts as unused
+    when it would be idle but for the reservation that keeps it."""
+    members = []
+    for d, reasons, verdict in judged:
+        detail = reserved_kept(reasons)
+        if detail is None:
+            continue
+        rest = [r for r in reasons if code_of(r) not in ("capacity_reserved", "capacity_block_ends")]
+        idle = verdict == "idle" or (verdict == "protected" and verdict_of(rest) == "idle")
+        members.append((d.node.name, detail, d.node.instance_type, idle, d.hourly_usd))
+    return [
+        ReservationReport(
+            reservation_id=u.reservation_id,
+            kind=u.kind,
+            instance_type=u.instance_type,
+            idle_nodes=list(u.idle_nodes),
+            available=u.available,
+            unused_usd_per_hour=u.unused_usd_per_hour,
+            end=u.end,
+            advice=u.advice,
+        )
+        for u in reservation_use(members, snapshot.inventory.reservations)
+    ]

@@ -108,10 +108,73 @@ def _budget(value: object) -> int | str:
 
 NodeBudget = Annotated[int | str, BeforeValidator(_budget)]
 
+#: Instance families kept warm by default (issue 28): p4d/p5-class capacity is often unavailable for
+#: hours (InsufficientInstanceCapacity), so the last idle node of such a type costs more in unserved work
+#: than it saves. A family key covers every size (``p5`` covers ``p5.48xlarge``; ``p6`` covers
+#: ``p6-b200.48xlarge``), an instance type key only itself (``domain.capacity.warm_floor_of``).
+DEFAULT_WARM_FLOOR: Mapping[str, int] = {"p4d": 1, "p4de": 1, "p5": 1, "p5e": 1, "p5en": 1, "p6": 1}
+
+
+def _warm_floor(value: object) -> dict[str, int]:
+    """The operator's ``warm_floor`` entries over the defaults (``{"p5": 0}`` turns one default off)."""
+    if value is None:
+        return dict(DEFAULT_WARM_FLOOR)
+    if not isinstance(value, Mapping):
+        raise ValueError("warm_floor is a map from instance type or family to a node count")
+    merged = dict(DEFAULT_WARM_FLOOR)
+    for key, count in value.items():
+        if not isinstance(key, str) or not key.strip():
+            raise ValueError(f"warm_floor key {key!r} is not an instance type or family")
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise ValueError(f"warm_floor[{key!r}] must be a whole number of nodes >= 0, got {count!r}")
+        merged[key.strip()] = count
+    return merged
+
+
+WarmFloor = Annotated[dict[str, int], BeforeValidator(_warm_floor)]
+
 Approval = Literal["none", "required"]
 """Whether a person must approve a drain before its cordon (``approval``, docs/architecture.md §4)."""
 #: The longest approval wait (the drain state machine's timeout leaves room for it, wiring.settings).
 MAX_APPROVAL_TIMEOUT_S = 86400
+
+
+def _names(value: object) -> object:
+    return [value] if isinstance(value, str) else value
+
+
+class WorkloadPolicy(BaseModel):
+    """Policy keys of workload scale-to-zero (``workloads:`` in the policy; docs/architecture.md §5).
+
+    Durations in seconds (or ``"2h"``). Everything is decided and reported by default; nothing is scaled
+    unless ``scale_to_zero`` is true and the policy is not a dry run.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    scale_to_zero: bool = Field(
+        False, description="Propose and (outside a dry run) execute scale_workload actions."
+    )
+    idle_window: Seconds = Field(
+        7200, gt=0, description="Seconds every GPU the workload's pods run on must be idle (default 2h)."
+    )
+    grace_period: Seconds = Field(
+        900, ge=0, description="Seconds after a workload's (or its newest pod's) creation it is kept."
+    )
+    exclude_namespaces: Annotated[list[str], BeforeValidator(_names)] = Field(
+        default_factory=lambda: ["kube-system"], description="Namespaces whose workloads are always kept."
+    )
+    allow_gitops: bool = Field(
+        False,
+        description="Scale workloads an Argo CD or Flux tracking label/annotation names (their self-heal "
+        "must ignore replicas, e.g. Argo CD ignoreDifferences on /spec/replicas).",
+    )
+    allow_hpa: bool = Field(
+        False, description="Scale HPA targets to 0 (an HPA stops scaling a target at 0 replicas)."
+    )
+    allow_keda: bool = Field(
+        False, description='Pause KEDA ScaledObjects at 0 (autoscaling.keda.sh/paused-replicas: "0").'
+    )
 
 
 class Policy(BaseModel):
@@ -197,6 +260,16 @@ class Policy(BaseModel):
     evict_idle_gpu_holders: bool = Field(
         False, description="Evict pods that hold a GPU but leave it idle (notebooks, idle servers)."
     )
+    workloads: WorkloadPolicy = Field(
+        default_factory=WorkloadPolicy,
+        description="Workload scale-to-zero: idle window, grace period, exclusions and opt-ins.",
+    )
+    showback_team_label: str = Field(
+        "team",
+        min_length=1,
+        description="Pod label whose value names the team that idle GPU-hours and USD are shown back to "
+        '(docs/architecture.md §3 "Showback"); pods without it count under (none).',
+    )
     fb_headroom: float = Field(
         0.2, ge=0, le=10, description="Framebuffer headroom for recommendations (ratio)."
     )
@@ -206,6 +279,18 @@ class Policy(BaseModel):
         le=10,
         description="Compute and memory-bandwidth headroom (ratio) a different GPU model must leave over "
         "a busy node's observed peak.",
+    )
+    consolidation: Literal["off", "idle_holders", "all"] = Field(
+        "off",
+        description="Empty partly-used GPU nodes onto fewer (issue 29, docs/consolidation.md): off; "
+        "idle_holders (a pod moves only if its node's GPUs were idle the whole window, CPU-only pods "
+        "always); all (any pod the drain may evict, placed by its requests).",
+    )
+    consolidation_max_candidates: int = Field(
+        100,
+        ge=1,
+        le=1000,
+        description="Nodes a plan simulates emptying, least measured GPU use first (a bound on its work).",
     )
     allow_resize: bool = Field(False, description="Resize opted-in standalone instances in place.")
     resize_timeout: Seconds = Field(
@@ -253,11 +338,36 @@ class Policy(BaseModel):
         "taken after the pods moved, plus the scale-down delay after a scale-up (Cluster Autoscaler's "
         "scale-down-delay-after-add, Karpenter's consolidateAfter).",
     )
+    release_reserved_capacity: StrictBool = Field(
+        False,
+        description="Allow scale-in, resize, replacement and consolidation of nodes whose instance runs in an "
+        "On-Demand Capacity Reservation or a Capacity Block (DescribeInstances CapacityReservationId, "
+        "InstanceLifecycle=capacity-block, Karpenter capacity-type reserved). The reservation is paid for "
+        "whether it runs or not: removal saves nothing and frees the slot for any matching launch.",
+    )
+    warm_floor: WarmFloor = Field(
+        default_factory=lambda: dict(DEFAULT_WARM_FLOOR),
+        description="Nodes of an instance type (or family) a node group keeps through scale-in, off-hours "
+        "and consolidation. Entries merge over the default of 1 for p4d, p4de, p5, p5e, p5en and p6 (0 "
+        "turns one off); recent InsufficientInstanceCapacity evidence raises a type's floor by one.",
+    )
     alert_node_labels: list[str] = Field(
         default_factory=lambda: list(DEFAULT_ALERT_NODE_LABELS),
         description="Alert labels that may carry the node name, first present wins.",
     )
     restore_deadline: Seconds = Field(1800, gt=0, description="Off-hours restore alarm after this many s.")
+    unserved_gpu_minute_usd: float = Field(
+        0.10,
+        ge=0,
+        description="The operator's price (USD) of one GPU-minute of work that waited for a removed node "
+        "to come back: `backtest --sweep idle_window=...` and the recommended window weigh billed "
+        "savings against unserved GPU-minutes at this price; warm pools are recommended against it.",
+    )
+    allow_warm_pool: bool = Field(
+        False,
+        description="Let `apply` set the recommended warmPoolConfig on managed node groups that off-hours "
+        "takes down (EKS UpdateNodegroupConfig).",
+    )
     drain_failure_backoff: Seconds = Field(
         1800,
         ge=0,

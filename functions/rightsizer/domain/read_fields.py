@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from rightsizer.domain.capacity import KARPENTER_RESERVATION_ID, KARPENTER_RESERVATION_TYPE
 from rightsizer.domain.drivers import GFD_DEPRECATED_PARTS, GFD_FULL, GFD_PARTS
 from rightsizer.domain.model import ANN_CORDONED_BY, ANN_DO_NOT_DISRUPT
 from rightsizer.domain.planner import CA_SCALE_DOWN_DISABLED, KARPENTER_NODEPOOL
@@ -39,6 +40,9 @@ NODE_LABELS: Final = frozenset(
         "topology.kubernetes.io/zone",
         "eks.amazonaws.com/capacityType",
         "karpenter.sh/capacity-type",
+        # The capacity reservation Karpenter launched the node into (``domain.capacity.reservation_of``).
+        KARPENTER_RESERVATION_ID,
+        KARPENTER_RESERVATION_TYPE,
         "eks.amazonaws.com/nodegroup",
         KARPENTER_NODEPOOL,
         ANN_DO_NOT_DISRUPT,

@@ -24,6 +24,7 @@ from rightsizer.domain.model import ClusterSnapshot
 from rightsizer.domain.plan import Action, NodeReport
 from rightsizer.domain.planner import plan
 from rightsizer.domain.policy import Policy
+from rightsizer.domain.showback import Showback
 from rightsizer.ports import ClusterWriter, SnoozeReader, WorkflowStarter
 from rightsizer.services.backoff import failure_backoff
 from rightsizer.services.drain import DrainRequest
@@ -82,6 +83,9 @@ class PlanningAssessor:
         Raises:
             ValueError: neither ``observe`` nor ``observe_node``.
         """
+        # A one-node view has no other node to place evicted pods on: its plan skips the placement check
+        # (the assessment's whole-cluster plan made it when it proposed the action).
+        self._placement = observe_node is None
         if observe_node is None:
             if observe is None:
                 raise ValueError("PlanningAssessor needs observe or observe_node")
@@ -99,7 +103,13 @@ class PlanningAssessor:
         known = known_replacements(self._leases, now) if self._leases is not None else []
         snapshot = self._observe(node, now)
         result = plan(
-            snapshot, self._policy, now, node_label=self._node_label, snoozed=snoozed, replacements=known
+            snapshot,
+            self._policy,
+            now,
+            node_label=self._node_label,
+            snoozed=snoozed,
+            replacements=known,
+            placement=self._placement,
         )
         try:
             return result.node(node)
@@ -171,12 +181,18 @@ class AssessmentSummary:
     records: list[DecisionRecord] = field(default_factory=list)
     backed_off: dict[str, str] = field(default_factory=dict)
     events: int = 0
+    showback: Showback | None = None
+    """Idle GPU-hours and USD per namespace and team (``domain.showback``); ``to_json`` keeps the sums,
+    not the holders (they are in the plan and its log line)."""
 
     def to_json(self) -> dict[str, Any]:
         """The summary as a JSON-ready dict (``at`` in RFC 3339 UTC), without the records."""
-        document = dataclasses.asdict(dataclasses.replace(self, records=[]))
+        document = dataclasses.asdict(dataclasses.replace(self, records=[], showback=None))
         del document["records"]
         document["at"] = self.at.astimezone(UTC).isoformat().replace("+00:00", "Z")
+        document["showback"] = (
+            None if self.showback is None else self.showback.model_dump(mode="json", exclude={"holders"})
+        )
         return document
 
 
@@ -297,6 +313,7 @@ def run_assessment(
         dry_run=result.dry_run,
         records=records,
         backed_off=backed_off,
+        showback=result.showback,
     )
     # Decisions are published before the drains start: the verdict's Event precedes the drain's own
     # Events, and an in-process drain (CLI, demo) cannot outrun its record. Execution ids are

@@ -17,7 +17,16 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from rightsizer.domain.capacity import interruption_signals, reserved_kept
 from rightsizer.domain.catalog import HOURS_PER_MONTH
+from rightsizer.domain.eligibility import (
+    DRAIN_GUARDS,
+    DrainFacts,
+    DrainMode,
+    Judged,
+    drain_refusals,
+    first_refusal_message,
+)
 from rightsizer.domain.errors import PermanentError, RightsizerError, StalePlan, TransientError
 from rightsizer.domain.holds import stamp
 from rightsizer.domain.model import ANN_CORDONED_BY, Node, Pod, PodDisruptionBudget
@@ -25,7 +34,6 @@ from rightsizer.domain.names import dns1123_subdomain_problem
 from rightsizer.domain.plan import NodeReport
 from rightsizer.domain.pods import PodContext, classify_pods
 from rightsizer.domain.policy import Policy
-from rightsizer.domain.verdicts import blocking_reasons
 from rightsizer.domain.volumes import UNKNOWN_VOLUMES, VolumeFacts
 from rightsizer.ports import Assessor, ClusterWriter, EvictionOutcome, NodeScaler
 from rightsizer.services.approval import ApprovalGate, tell_cluster
@@ -96,20 +104,6 @@ class DrainDeps:
     approvals: ApprovalGate | None = None
 
 
-def is_candidate(report: NodeReport | None, execution_id: str, *, offhours: bool) -> tuple[bool, list[str]]:
-    """Whether a fresh report still allows draining: no excluded, unknown or busy reason, and no protection
-    but those the workflow re-checks itself (the budget slot, our own cordon; for off-hours drains also
-    cooldown, disruption windows and MinSize, docs/architecture.md §4).
-
-    Returns:
-        (allowed, the reasons that forbid it).
-    """
-    if report is None:
-        return False, ["not_a_gpu_node"]
-    blocking = blocking_reasons(report.reasons, execution_id, offhours=offhours)
-    return not blocking, blocking
-
-
 class DrainWorkflow:
     """Runs drain steps for one cluster; every method is safe to call again after a crash."""
 
@@ -166,7 +160,7 @@ class DrainWorkflow:
         self, record: WorkflowRecord, status: str, reason: str, *, step: str, savings: bool | None = None
     ) -> StepResult:
         self._release(record)
-        record = self._save(record, status=status, step="done")
+        record = self._save(record, status=status, step="done", details={**record.details, "outcome": reason})
         result = {
             "abandoned": "abandoned",
             "dry_run": "dry_run",
@@ -192,8 +186,18 @@ class DrainWorkflow:
         return StepResult(record.execution_id, step, nxt, "running", wait, message)
 
     def _still_candidate(self, record: WorkflowRecord, report: NodeReport | None) -> tuple[bool, list[str]]:
-        """Whether a fresh report still allows this workflow to go on (a hook: resize judges differently)."""
-        return is_candidate(report, record.execution_id, offhours=bool(record.details.get("offhours")))
+        """Whether a fresh report still allows this workflow to go on (revalidate; a hook: resize and a
+        replacement's child judge by their own kind): the drain's eligibility (``domain.eligibility``, the
+        planner's rule) on the report, the group having been judged by validate."""
+        found = drain_refusals(self._facts(record, report, ""))
+        return not found, [r.reason for r in found]
+
+    def _facts(self, record: WorkflowRecord, report: NodeReport | None, asg: str | None) -> DrainFacts:
+        """The drain's eligibility facts; a drain the plan started shrinks its group anyway (issue 28:
+        unhealthy nodes go first)."""
+        mode: DrainMode = "offhours" if record.details.get("offhours") else "scale_in"
+        shrinking = record.details.get("trigger") == "schedule"
+        return DrainFacts(Judged.of(report), asg, mode, record.execution_id, shrinking=shrinking)
 
     def _slot_floor(self, record: WorkflowRecord, min_size: int) -> int:
         """The group size the budget slot may not take the group below (a hook: off-hours and a node group
@@ -247,7 +251,9 @@ class DrainWorkflow:
             gone_controllers(self.deps.cluster, parsed) if live else frozenset(),
         )
         to_evict: list[Pod] = []
-        blocking: list[str] = []
+        # An interruption handler's notice (issue 28): the drain yields to it, leaving its cordon.
+        node = self.deps.cluster.get_node(record.node) if live else None
+        blocking: list[str] = interruption_signals(Node.model_validate(node), None) if node else []
         for c in classify_pods(parsed, ctx):
             # A pod that is not evicted can still block (do-not-disrupt or a PDB on a DaemonSet pod).
             blocking.extend(f.reason for f in c.findings)
@@ -331,7 +337,8 @@ class DrainWorkflow:
         if record.status in FINAL_STATUSES:
             return StepResult(execution_id, step, None, record.status, 0.0, "already finished")
         undone = False
-        if record.cordoned_at is not None and not record.details.get("dry_run"):
+        yielding = "spot_interruption:" in reason  # the handler's cordon, and the node, are its now
+        if record.cordoned_at is not None and not record.details.get("dry_run") and not yielding:
             try:
                 undone = self.deps.cluster.uncordon(record.node, execution_id)
             except (TransientError, StalePlan) as exc:
@@ -402,14 +409,12 @@ class DrainWorkflow:
         if node.spec.unschedulable and node.metadata.annotations.get(ANN_CORDONED_BY) != record.execution_id:
             return self._end(record, "abandoned", "cordoned_by_other", step="validate")
         report = deps.assessor.assess_node(record.node, now)
-        ok, blocking = self._still_candidate(record, report)
-        if not ok:
-            return self._end(record, "abandoned", "not_a_candidate:" + ",".join(blocking), step="validate")
-        if node.instance_id is None:
-            return self._end(record, "abandoned", "node_group_unknown:no_provider_id", step="validate")
-        asg = deps.scaler.find_group(node.instance_id)
-        if asg is None:
-            return self._end(record, "abandoned", "node_group_unknown:standalone", step="validate")
+        asg = deps.scaler.find_group(node.instance_id) if node.instance_id is not None else None
+        # The planner's own rule on fresh facts: the first refusing guard ends the drain.
+        refusal = first_refusal_message(DRAIN_GUARDS, self._facts(record, report, asg))
+        if refusal is not None:
+            return self._end(record, "abandoned", refusal, step="validate")
+        assert asg is not None  # the eligibility's in_a_group guard
         # Before the cordon: IAM allows the scale-in only in opted-in groups (template.yaml), so a
         # system or foreign group must never be drained first and denied afterwards.
         refusal = deps.scaler.opt_in_refusal(asg, deps.state.cluster)
@@ -436,13 +441,8 @@ class DrainWorkflow:
         if blocking:
             return self._end(record, "abandoned", "protected:" + ",".join(blocking), step="validate")
         hourly = record.details.get("hourly_savings_usd")
-        if (
-            hourly is None
-            and report is not None
-            and not any(r.startswith("capacity_reserved:") for r in report.reasons)
-        ):
-            # A node in a Capacity Reservation or Capacity Block saves nothing while the reservation is held.
-            hourly = report.hourly_usd
+        if hourly is None and report is not None and reserved_kept(report.reasons) is None:
+            hourly = report.hourly_usd  # a node in a Capacity Reservation or Block saves nothing while held
         details = {
             **record.details,
             "asg": asg,

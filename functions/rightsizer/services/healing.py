@@ -13,6 +13,7 @@ import logging
 from collections.abc import Sequence
 from datetime import datetime
 
+from rightsizer.domain.capacity import interruption_signals
 from rightsizer.domain.errors import RightsizerError
 from rightsizer.domain.model import ANN_CORDONED_BY, Node
 from rightsizer.domain.names import dns1123_subdomain_problem
@@ -116,15 +117,16 @@ def stale_cordons(nodes: Sequence[Node], state: StateStore, now: datetime) -> di
     """Nodes carrying our ``rightsizer.io/cordoned-by`` annotation without a live workflow: node name →
     the execution id the annotation names.
 
-    Live = the node's lease is held by that execution and not expired (every drain takes its lease before
+    A node under an interruption handler's notice is not stale: its drain yielded and the cordon is the
+    handler's now. Live = the node's lease is held by that execution and not expired (every drain takes its lease before
     it cordons and keeps renewing it). Anything else — the workflow ended (a failed uncordon), its record
     expired or never existed, another execution holds the lease — is stale.
     """
     stale = {}
     for node in nodes:
         owner = node.metadata.annotations.get(ANN_CORDONED_BY)
-        if owner is None:
-            continue
+        if owner is None or interruption_signals(node, None):
+            continue  # a drain that yielded to an interruption handler left the cordon to it (issue 28)
         lease = state.get(node.name)
         if lease is not None and lease.owner == owner and not lease.expired(now):
             continue

@@ -3,7 +3,8 @@
 Reads only (never acts): the latest assessment's decision records (``PlanHistory``), the drains in flight
 (held budget slots → their workflow records and current step), the off-hours node groups whose sizes are
 saved for a restore, realized savings from the ledger (per UTC day and node group — the bill of
-``rightsizer.services.realized`` — and per action kind), and the last failures.
+``rightsizer.services.realized`` — and per action kind), the last failures, and the measured restore
+delays per node group (p50/p95, ``rightsizer.services.restore_timing``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from rightsizer.domain.holds import FAILED_RESULTS  # the results the failure back-off counts, too
+from rightsizer.domain.restore_timing import delay_stats
 from rightsizer.services.realized import realized_savings
+from rightsizer.services.restore_timing import recorded_timings
 from rightsizer.state import LedgerEntry, PlanHistory, StateStore
 
 __all__ = ["FAILED_RESULTS", "StatusReport", "history_rows", "read_status"]
@@ -51,6 +54,7 @@ class StatusReport:
     savings_by_day: list[dict[str, Any]] = field(default_factory=list)
     savings_by_kind: list[dict[str, Any]] = field(default_factory=list)
     failures: list[dict[str, Any]] = field(default_factory=list)
+    restore_delays: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         """The report as one JSON document."""
@@ -66,6 +70,7 @@ class StatusReport:
                 "total_usd": round(sum(r["usd"] for r in self.savings_by_day), 6),
             },
             "failures": self.failures,
+            "restore_delays": self.restore_delays,
         }
 
 
@@ -155,7 +160,25 @@ def read_status(
         savings_by_day=days,
         savings_by_kind=_by_kind(entries),
         failures=list(reversed(failed)),
+        restore_delays=_restore_delays(entries),
     )
+
+
+def _restore_delays(entries: Iterable[LedgerEntry]) -> list[dict[str, Any]]:
+    """Per node group, the measured scale-outs (``services.restore_timing``): how many (warm of them) and
+    p50/p95 seconds from the desired-size change to each milestone and to serving."""
+    return [
+        {
+            "node_group": s.node_group,
+            "measured": s.count,
+            "warm": s.warm,
+            "p50_seconds": s.p50,
+            "p95_seconds": s.p95,
+            "serving_p50_seconds": s.serving_p50,
+            "serving_p95_seconds": s.serving_p95,
+        }
+        for s in delay_stats(recorded_timings(entries)).values()
+    ]
 
 
 def history_rows(state: StateStore, *, node: str | None = None, limit: int = 50) -> list[dict[str, Any]]:

@@ -249,6 +249,7 @@ def live_signals(
 
     Raises:
         PrometheusUnavailable: ``prometheus.deadline`` passed with queries unanswered.
+        MetricsFailed: most queries of a whole-cluster read failed.
     """
     from rightsizer.adapters.prometheus import collect_live
     from rightsizer.domain.catalog import load_catalog
@@ -278,6 +279,9 @@ def live_signals(
         shards=shards,
         scope=scope,
         deadline_seconds=float(config.prometheus.deadline),
+        # a whole-cluster read with most queries failed is a failed run; one node's read (the drain's
+        # validate) keeps its failed metrics as problems: that node is then unknown and not drained
+        fail_share=None if scope else 0.5,
     )
     return dataclasses.replace(snapshot, signals=signals)
 

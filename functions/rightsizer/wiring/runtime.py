@@ -416,6 +416,8 @@ class Runtime:
             forced_starter=forced,
             dry_run=self.effective_dry_run(policy),
             snoozes=self.approvals,
+            pods=self.cluster,
+            instances=self.inventory,
         )
 
     def webhook_intake(

@@ -70,7 +70,7 @@ def cmd_prices(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def add_prices_parser(sub: Any) -> None:
+def add_parsers(sub: Any) -> None:
     """Register ``prices`` on the ``rightsizer`` sub-command parsers."""
     p = sub.add_parser("prices", help="the region's on-demand prices plans use, asked now (never acts)")
     p.add_argument(

@@ -1,0 +1,69 @@
+"""The ``rightsizer`` command line (docs/architecture.md §5 "CLI"): one module per command group.
+
+Logs go to stderr; ``--json`` prints exactly one JSON document on stdout. Exit codes: 0 success, 1 an
+action failed or another failure, 2 bad input or configuration (stderr names the file and the field).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from rightsizer import logsafety
+from rightsizer.cli import backtest, deployment, offhours, plan, prices, serve, validate
+from rightsizer.cli.common import (
+    EXIT_BAD_INPUT,
+    EXIT_FAILED,
+    EXIT_OK,
+    example_snapshot_dir,
+    parse_time,
+    read_policy_file,
+)
+from rightsizer.cli.offhours import build_offhours_deps, cmd_offhours
+from rightsizer.domain.errors import ConfigError, RightsizerError
+
+__all__ = [
+    "EXIT_BAD_INPUT",
+    "EXIT_FAILED",
+    "EXIT_OK",
+    "build_offhours_deps",
+    "build_parser",
+    "cmd_offhours",
+    "example_snapshot_dir",
+    "main",
+    "parse_time",
+    "read_policy_file",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every sub-command."""
+    parser = argparse.ArgumentParser(prog="rightsizer", description="Stop paying for idle GPUs on EKS.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for group in (plan, deployment, validate, serve, offhours, backtest, prices):
+        group.add_parsers(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``rightsizer`` console script; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    logsafety.install()  # -v is our debug, never the SDKs'; no handler prints a credential
+    try:
+        code: int = args.func(args)
+    except ConfigError as exc:
+        print(f"rightsizer: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except RightsizerError as exc:
+        print(f"rightsizer: failed: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    return code

@@ -1,0 +1,5 @@
+"""``python -m rightsizer.cli``: the ``rightsizer`` console script."""
+
+from rightsizer.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,75 @@
+"""``rightsizer validate``: check a config, a policy and the deploy parameters before deploying
+(``rightsizer.deploycheck``)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from rightsizer.cli.common import EXIT_BAD_INPUT, EXIT_OK, read_policy_file
+from rightsizer.config import Config, load_config
+from rightsizer.domain.errors import ConfigError
+from rightsizer.domain.policy import Policy
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    """``rightsizer validate [--config FILE] [--policy FILE] [--samconfig FILE --template FILE]``: check a
+    config, a policy and the parameters a ``sam deploy`` would use, before anything is deployed
+    (``rightsizer.deploycheck``). Prints every problem on stderr; exit 2 when there is one. Never acts."""
+    from rightsizer.deploycheck import check_deployment, check_offhours, samconfig_overrides
+    from rightsizer.domain.policy import MAX_APPROVAL_TIMEOUT_S
+    from rightsizer.wiring.settings import STATE_MACHINE_MARGIN_S, STATE_MACHINE_TIMEOUT_S
+
+    if not (args.config or args.policy or args.samconfig):
+        raise ConfigError("give --config FILE, --policy FILE and/or --samconfig FILE", field="validate")
+    problems: list[str] = []
+    checked: list[str] = []
+    policies: list[tuple[str, Policy]] = []
+    for label, load in (("config", load_config), ("policy", read_policy_file)):
+        path = getattr(args, label)
+        if not path:
+            continue
+        try:
+            loaded = load(path)
+        except ConfigError as exc:
+            problems.append(str(exc))
+            continue
+        checked.append(str(path))
+        if isinstance(loaded, Config):
+            problems += check_offhours(loaded.offhours, f"{path}: offhours")
+            policies.append((f"{path}: policy", loaded.policy))
+        else:
+            policies.append((str(path), loaded))
+    for source, policy in policies:
+        if policy.drain_timeout + STATE_MACHINE_MARGIN_S + MAX_APPROVAL_TIMEOUT_S > STATE_MACHINE_TIMEOUT_S:
+            problems.append(
+                f"{source}: drain_timeout: {policy.drain_timeout}s leaves less than {STATE_MACHINE_MARGIN_S}s "
+                f"of the drain state machine's {STATE_MACHINE_TIMEOUT_S}s timeout"
+            )
+    if args.samconfig:
+        try:
+            overrides = samconfig_overrides(Path(args.samconfig), args.environment)
+            problems += check_deployment(Path(args.template), overrides, source=args.samconfig)
+            checked.append(f"{args.samconfig} against {args.template}")
+        except ConfigError as exc:
+            problems.append(str(exc))
+    for problem in problems:
+        print(f"rightsizer: invalid: {problem}", file=sys.stderr)
+    if problems:
+        return EXIT_BAD_INPUT
+    for name in checked:
+        print(f"ok: {name}")
+    return EXIT_OK
+
+
+def add_parsers(sub: Any) -> None:
+    """Register ``validate``."""
+    v = sub.add_parser("validate", help="check a config, a policy and the deploy parameters before deploying")
+    v.add_argument("--config", metavar="FILE", help="a config file")
+    v.add_argument("--policy", metavar="FILE", help="a policy file (e.g. the text of PolicyParameterName)")
+    v.add_argument("--samconfig", metavar="FILE", help="samconfig.toml whose parameter_overrides to check")
+    v.add_argument("--environment", default="default", help="samconfig environment (default: default)")
+    v.add_argument("--template", default="template.yaml", metavar="FILE", help="the SAM template")
+    v.set_defaults(func=cmd_validate)
