@@ -281,7 +281,8 @@ class ApprovalGate:
                 self.notifier.publish(subject, message)
                 # The links are credentials (single use, expiring): they go to the topic, not to the logs.
                 log.warning("approval requested for %s (%s), published", node, execution_id)
-            else:  # in process without a topic, the log is where the operator reads the request
+            else:  # in process without a topic, the log is where the operator reads the request (its
+                # links' tokens are redacted there like every credential; the CLI commands it names decide)
                 log.warning("approval requested for %s (%s):\n%s", node, execution_id, message)
             self.store.mark_notified(execution_id)
         return request, published
