@@ -39,6 +39,7 @@ from rightsizer.domain.model import (
 )
 from rightsizer.domain.observation import MetricFiles, file_kind
 from rightsizer.domain.prices import PriceBook
+from rightsizer.domain.validation import config_error
 from rightsizer.domain.workload_model import KubeObject
 
 M = TypeVar("M", bound=BaseModel)
@@ -70,10 +71,10 @@ def _read_json(root: Path, path: Path, *, required: bool) -> Any:
 
 
 def _validation_error(path: Path, prefix: str, exc: ValidationError) -> SnapshotError:
-    err = exc.errors()[0]
-    loc = ".".join(str(p) for p in err["loc"])
-    field = f"{prefix}.{loc}" if prefix and loc else prefix or loc or "<root>"
-    return SnapshotError(err["msg"], source=str(path), field=field)
+    # every mistake of the file, the first in the message (rightsizer.domain.validation)
+    error = config_error(exc, source=str(path), prefix=prefix)
+    message = str(error).removeprefix(f"{error.source}: {error.field}: ")
+    return SnapshotError(message, source=error.source, field=error.field, problems=error.problems)
 
 
 def _items(path: Path, data: Any) -> list[Any]:

@@ -156,7 +156,11 @@ def cmd_apply(args: argparse.Namespace) -> int:
 def add_parsers(sub: Any) -> None:
     """Register ``plan``, ``snapshot``, ``apply`` and ``demo``."""
 
-    p = sub.add_parser("plan", help="decide on a snapshot (never acts)")
+    p = sub.add_parser(
+        "plan",
+        help="decide on a snapshot or on the live cluster (never acts)",
+        description="Decide on a snapshot directory (--snapshot) or on the live cluster (--config); never acts.",
+    )
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument(
         "--snapshot", metavar="DIR", help="a snapshot directory (README: 'Capturing a snapshot')"

@@ -73,6 +73,10 @@ def cmd_prices(args: argparse.Namespace) -> int:
 def add_parsers(sub: Any) -> None:
     """Register ``prices`` on the ``rightsizer`` sub-command parsers."""
     p = sub.add_parser("prices", help="the region's on-demand prices plans use, asked now (never acts)")
+    p.epilog = (
+        "exit codes: 0 the Price List answered (or aws.pricing_api is false); 1 it was denied or unreachable "
+        "(plans use the packaged catalog); 2 a usage or configuration error (no AWS credentials or region)"
+    )
     p.add_argument(
         "--config", metavar="FILE", required=True, help="the config file (README: 'Configuration file')"
     )

@@ -16,13 +16,23 @@ class RightsizerError(Exception):
 
 
 class ConfigError(RightsizerError):
-    """Configuration or input is invalid; ``source`` names the file and ``field`` the key (dotted path)."""
+    """Configuration or input is invalid; ``source`` names the file and ``field`` the key (dotted path) of
+    the first mistake, ``problems`` every mistake found (``rightsizer.domain.validation``)."""
 
-    def __init__(self, message: str, *, source: str | None = None, field: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        source: str | None = None,
+        field: str | None = None,
+        problems: tuple[str, ...] | list[str] = (),
+    ) -> None:
         self.source = source
         self.field = field
         where = ": ".join(part for part in (source, field) if part)
         super().__init__(f"{where}: {message}" if where else message)
+        #: every mistake found in one pass, one line each (``rightsizer validate`` prints them all)
+        self.problems: tuple[str, ...] = tuple(problems) or (str(self),)
 
 
 class SnapshotError(ConfigError):

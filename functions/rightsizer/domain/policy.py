@@ -21,7 +21,6 @@ from pydantic import (
     field_validator,
 )
 
-from rightsizer.domain.errors import ConfigError
 from rightsizer.domain.periods import Period
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
@@ -440,11 +439,11 @@ def load_policy(data: Mapping[str, Any] | None, *, source: str = "policy") -> Po
     """Validate a policy mapping (parsed YAML/JSON) into a ``Policy``.
 
     Raises:
-        ConfigError: naming ``source`` and the first offending key (dotted path).
+        ConfigError: naming ``source`` and the first offending key (dotted path); ``problems`` every one.
     """
+    from rightsizer.domain.validation import config_error
+
     try:
         return Policy.model_validate(dict(data or {}))
     except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(part) for part in err["loc"]) or "<root>"
-        raise ConfigError(err["msg"], source=source, field=field) from exc
+        raise config_error(exc, source=source, model=Policy) from exc

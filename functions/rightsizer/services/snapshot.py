@@ -351,6 +351,10 @@ def observe(
     return Observation(documents)
 
 
+class ReadAccessDenied(PermanentError):
+    """The cluster's RBAC denies a read the observation needs (the preflight's SelfSubjectAccessReviews)."""
+
+
 def _preflight(cluster: ClusterReader) -> bool:
     """Whether DRA is served, after asking for every read permission the observation needs.
 
@@ -362,7 +366,7 @@ def _preflight(cluster: ClusterReader) -> bool:
     checks = READ_CHECKS + (DRA_READ_CHECKS if dra else ())
     denied = cluster.preflight(checks)
     if denied:
-        raise PermanentError(
+        raise ReadAccessDenied(
             f"{cluster.identity()} may not "
             + ", ".join(c.describe() for c in denied)
             + ": nothing was read and nothing is decided. Remedy: bind the ClusterRole rightsizer-read "

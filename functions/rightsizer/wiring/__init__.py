@@ -19,7 +19,6 @@ from rightsizer.wiring.parts import (
     build_intake,
     build_metrics_reader,
     build_observers,
-    config_from_stack,
     live_signals,
     observe_request,
     snapshot_from_observation,
@@ -40,6 +39,7 @@ from rightsizer.wiring.settings import (
     DeploymentSettings,
     PolicyProvider,
 )
+from rightsizer.wiring.stack import config_from_stack, stack_region
 
 __all__ = [
     "APPROVAL_KEY_ENV",
@@ -62,6 +62,7 @@ __all__ = [
     "live_signals",
     "observe_request",
     "snapshot_from_observation",
+    "stack_region",
     "webhook_intake_from_env",
     "webhook_token",
     "webhook_token_source",

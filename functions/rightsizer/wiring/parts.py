@@ -64,7 +64,6 @@ __all__ = [
     "build_prices",
     "build_state",
     "build_workflow_starter",
-    "config_from_stack",
     "live_signals",
     "observe_live",
     "observe_node_live",
@@ -90,6 +89,39 @@ def _region(config: Config) -> str:
     return config.cluster.region or config.aws.region
 
 
+#: Assumed-role sessions by (role, external id, region, endpoint): reused for 45 of their 60 minutes.
+_ASSUMED: dict[tuple[str, str | None, str, str | None], tuple[float, Any]] = {}
+_ASSUMED_FOR_S = 45 * 60.0
+
+
+def aws_session(config: Config, region: str | None = None) -> Any:
+    """The boto3 session every call about the cluster is made with: the process's credentials, or those
+    of ``aws.role_arn`` (``sts:AssumeRole`` with ``aws.external_id``: the fleet's spoke role).
+
+    Raises:
+        FleetError: the role could not be assumed (kind ``aws``, AWS's error code).
+    """
+    import time
+
+    import boto3
+
+    region = region or _region(config)
+    role = config.aws.role_arn
+    if not role:
+        return boto3.session.Session(region_name=region)
+    from rightsizer.adapters.fleet_aws import assume_role_session
+
+    key = (role, config.aws.external_id, region, config.aws.endpoint_url)
+    cached = _ASSUMED.get(key)
+    if cached is not None and time.monotonic() - cached[0] < _ASSUMED_FOR_S:
+        return cached[1]
+    session = assume_role_session(
+        role, external_id=config.aws.external_id, region=region, endpoint_url=config.aws.endpoint_url
+    )
+    _ASSUMED[key] = (time.monotonic(), session)
+    return session
+
+
 def build_cluster_reader(config: Config, *, page_size: int = 500) -> ClusterReader:
     """The Kubernetes reader: the kubeconfig ``cluster.context`` when set, else EKS ``cluster.name``.
 
@@ -105,8 +137,6 @@ def build_cluster_reader(config: Config, *, page_size: int = 500) -> ClusterRead
         return KubernetesCluster.from_kubeconfig(
             config.cluster.context, config.cluster.kubeconfig, page_size=page_size
         )
-    import boto3
-
     from rightsizer.adapters.eks_auth import (
         EksTokenSource,
         caller_identity,
@@ -117,7 +147,7 @@ def build_cluster_reader(config: Config, *, page_size: int = 500) -> ClusterRead
 
     name = str(config.cluster.name)
     region = _region(config)
-    session = boto3.session.Session(region_name=region)
+    session = aws_session(config, region)
     endpoint_url = config.aws.endpoint_url
     eks = session.client("eks", endpoint_url=endpoint_url)
     sts = session.client("sts", endpoint_url=endpoint_url)
@@ -141,7 +171,8 @@ def build_inventory(config: Config) -> NodeGroupInventory | None:
         return None
     from rightsizer.adapters.aws import AwsInventory, make_clients
 
-    clients = make_clients(_region(config), endpoint_url=config.aws.endpoint_url)
+    region = _region(config)
+    clients = make_clients(region, endpoint_url=config.aws.endpoint_url, session=aws_session(config, region))
     return AwsInventory(clients, prices=build_prices(config) if config.aws.pricing_api else None)
 
 
@@ -162,7 +193,9 @@ def build_prices(config: Config) -> PriceListPrices:
     region = _region(config)
     quick = BotoConfig(connect_timeout=5, read_timeout=20, retries={"mode": "standard", "max_attempts": 2})
     endpoint = config.aws.pricing_endpoint_url or config.aws.endpoint_url
-    client = make_client("pricing", pricing_endpoint_region(region), endpoint, config=quick)
+    client = make_client(
+        "pricing", pricing_endpoint_region(region), endpoint, config=quick, session=aws_session(config)
+    )
     return PriceListPrices(client, region, load_catalog().types)
 
 
@@ -208,9 +241,7 @@ def build_metrics_reader(config: Config) -> PrometheusClient:
     prom = config.prometheus
     credentials = None
     if prom.auth == "sigv4":
-        import boto3
-
-        credentials = boto3.session.Session(region_name=config.aws.region).get_credentials()
+        credentials = aws_session(config, config.aws.region).get_credentials()
         if credentials is not None:  # resolved now anyway: SigV4 signs every query with them
             frozen = credentials.get_frozen_credentials()
             register_secret(frozen.secret_key)
@@ -740,57 +771,3 @@ def approval_desk(config: Config, key: LinkKey | None, *, store: ApprovalStore |
         callback=build_task_callback(config) if config.aws.table else None,
         key=key,
     )
-
-
-#: Stack outputs ``config_from_stack`` reads (template.yaml ``Outputs``).
-STACK_OUTPUTS = ("ClusterName", "StateTableName")
-
-
-def config_from_stack(stack: str, region: str | None = None) -> Config:
-    """The config of a deployed stack (``rightsizer status --stack NAME``): cluster and state table from its
-    outputs, the off-hours node groups from its ``OffhoursConfig`` parameter (CloudFormation
-    ``DescribeStacks``; region from ``region`` or the AWS environment, endpoint from ``AWS_ENDPOINT_URL``).
-
-    Raises:
-        ConfigError: the stack does not exist, lacks an output of :data:`STACK_OUTPUTS` (not a GPU
-            Rightsizer stack, or one older than these outputs), or its off-hours parameter is invalid.
-        PermanentError / TransientError: access denied, throttling (``aws_errors``).
-    """
-    import boto3
-    import yaml
-    from botocore.exceptions import BotoCoreError, ClientError
-    from pydantic import ValidationError
-
-    from rightsizer.adapters.aws_errors import map_aws_error
-
-    session = boto3.session.Session(region_name=region)
-    client = session.client("cloudformation")
-    try:
-        described = client.describe_stacks(StackName=stack)["Stacks"][0]
-    except ClientError as exc:
-        # CloudFormation answers a missing stack with ValidationError "Stack with id X does not exist".
-        if "does not exist" in str(exc):
-            raise ConfigError(f"stack {stack!r} not found in {session.region_name}", field="--stack") from exc
-        raise map_aws_error(exc, "cloudformation:DescribeStacks") from exc
-    except BotoCoreError as exc:
-        raise map_aws_error(exc, "cloudformation:DescribeStacks") from exc
-    outputs = {o["OutputKey"]: o["OutputValue"] for o in described.get("Outputs", [])}
-    missing = [key for key in STACK_OUTPUTS if key not in outputs]
-    if missing:
-        raise ConfigError(
-            f"stack {stack!r} has no output {', '.join(missing)} (not a GPU Rightsizer stack, or deployed "
-            "before these outputs existed: redeploy)",
-            field="--stack",
-        )
-    parameters = {p["ParameterKey"]: p.get("ParameterValue", "") for p in described.get("Parameters", [])}
-    try:
-        offhours = yaml.safe_load(parameters.get("OffhoursConfig") or "{}") or {}
-        return Config.model_validate(
-            {
-                "cluster": {"name": outputs["ClusterName"], "region": session.region_name},
-                "aws": {"region": session.region_name, "table": outputs["StateTableName"]},
-                "offhours": offhours,
-            }
-        )
-    except (yaml.YAMLError, ValidationError) as exc:
-        raise ConfigError(f"stack parameter OffhoursConfig: {exc}", field="OffhoursConfig") from exc
