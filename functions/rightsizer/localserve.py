@@ -187,7 +187,38 @@ class WebhookHTTPServer(HTTPServer):
         self.request_timeout_s = request_timeout_s
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="serve")
         self._slots = threading.BoundedSemaphore(workers + backlog)
+        # Request heads in progress (socket -> deadline), cut by one reaper thread when late.
+        self._heads: dict[socket.socket, float] = {}
+        self._heads_lock = threading.Lock()
+        self._closing = threading.Event()
         super().__init__(address, _WebhookRequestHandler)
+        self._reaper = threading.Thread(target=self._reap, name="serve-heads", daemon=True)
+        self._reaper.start()
+
+    def head_started(self, connection: socket.socket) -> None:
+        """A request head begins on ``connection``: it must be whole within ``request_timeout_s``."""
+        with self._heads_lock:
+            self._heads[connection] = time.monotonic() + self.request_timeout_s
+
+    def head_done(self, connection: socket.socket) -> None:
+        """The head of ``connection``'s request arrived (or the request ended)."""
+        with self._heads_lock:
+            self._heads.pop(connection, None)
+
+    def _reap(self) -> None:
+        # A head trickled in a byte at a time (each read within the read timeout) would hold a worker for
+        # ever: past its deadline the socket is shut down, and the worker's blocked read ends.
+        tick = max(0.05, min(0.5, self.request_timeout_s / 4))
+        while not self._closing.wait(tick):
+            now = time.monotonic()
+            with self._heads_lock:
+                late = [c for c, deadline in self._heads.items() if deadline < now]
+                for connection in late:
+                    del self._heads[connection]
+            for connection in late:
+                log.warning("serve: a request head arrived too slowly; connection closed")
+                with contextlib.suppress(OSError):
+                    connection.shutdown(socket.SHUT_RDWR)
 
     @property
     def url(self) -> str:
@@ -235,6 +266,7 @@ class WebhookHTTPServer(HTTPServer):
 
     def server_close(self) -> None:
         """Stop accepting, then stop the workers (connections in progress are cut at their next read)."""
+        self._closing.set()
         super().server_close()
         self._pool.shutdown(wait=False, cancel_futures=True)
 
@@ -250,31 +282,20 @@ class _WebhookRequestHandler(BaseHTTPRequestHandler):
         super().setup()
         # Every read and write of this connection is bounded: a stalled peer is closed, never waited on.
         self.connection.settimeout(self.server.read_timeout_s)
-        self._head_timer: threading.Timer | None = None
 
     def handle_one_request(self) -> None:
-        # A request line and headers trickled in a byte at a time (each read within the read timeout)
-        # would hold a worker for ever: they must arrive whole within request_timeout_s, or the
-        # connection is cut (the timer shuts the socket down; the blocked read then ends).
-        timer = threading.Timer(self.server.request_timeout_s, self._cut)
-        timer.daemon = True
-        self._head_timer = timer
-        timer.start()
+        # The request line and headers must arrive whole within request_timeout_s (the server's reaper
+        # cuts a late head); the body has its own deadline (_read_body).
+        self.server.head_started(self.connection)
         try:
             super().handle_one_request()
         finally:
-            timer.cancel()
+            self.server.head_done(self.connection)
 
     def parse_request(self) -> bool:
         parsed = super().parse_request()  # reads the headers
-        if self._head_timer is not None:
-            self._head_timer.cancel()  # the body has its own deadline (_read_body)
+        self.server.head_done(self.connection)
         return parsed
-
-    def _cut(self) -> None:
-        log.warning("serve: %s sent its request head too slowly; connection closed", self.client_address[0])
-        with contextlib.suppress(OSError):
-            self.connection.shutdown(socket.SHUT_RDWR)
 
     def _read_body(self, length: int) -> bytes | None:
         """Up to ``length`` bytes of body within ``request_timeout_s``; None when the sender stalled."""

@@ -16,7 +16,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -25,7 +25,9 @@ from rightsizer.testing.moto_eks import BuiltCluster, MotoServer
 from tests.builders import AT, STEP, rfc
 from tests.integration.test_log_secrets import _env
 from tests.support.planted_cluster import JOB, dcgm_families, seed_cluster
-from tests.support.prometheus_server import PrometheusServer
+
+if TYPE_CHECKING:
+    from tests.support.prometheus_server import PrometheusServer
 
 pytest_plugins = ["tests.support.moto_fixtures", "tests.support.prometheus_server"]
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
