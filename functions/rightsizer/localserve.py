@@ -353,15 +353,15 @@ class _WebhookRequestHandler(BaseHTTPRequestHandler):
         self._forward("POST", body, close)
 
     def _discard_sent(self) -> None:
-        """Read (at most 64 KiB, 0.05 s a read) what the client already sent, so closing does not send a
-        TCP reset that could destroy the answer before the client reads it."""
+        """Read what the client already sent (at most 64 KiB, never waiting for more), so closing does not
+        send a TCP reset that could destroy the answer before the client reads it."""
         try:
             self.wfile.flush()
-            self.connection.settimeout(0.05)
+            self.connection.setblocking(False)
             for _ in range(16):
                 if not self.rfile.read1(4096):
                     break
-        except (OSError, ValueError):
+        except (OSError, ValueError, TypeError):  # nothing more buffered (BlockingIOError), or closed
             pass
 
     def _forward(self, method: str, body: bytes, close: bool) -> None:
