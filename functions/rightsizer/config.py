@@ -164,6 +164,11 @@ class ApprovalConfig(_Section):
         description="The approval links' signing key: a Secrets Manager secret or SSM SecureString name, "
         "its own secret (never the webhook token); RIGHTSIZER_APPROVAL_KEY wins when set.",
     )
+    notify_actions: bool = Field(
+        False,
+        description="Also publish every completed or rolled-back removal, resize, replacement and off-hours "
+        "transition (node, action, reason, USD) to topic_arn (template parameter NotifyActions).",
+    )
 
 
 class Config(_Section):

@@ -118,6 +118,10 @@ class DrainRequestModel(BaseModel):
         ge=0,
         description="The healer's n-th restart of a resize that died after its stop (its record exists).",
     )
+    moves: list[tuple[str, str]] = Field(
+        default_factory=list,
+        description="Set for a consolidation (issue 29): the plan's (pod namespace/name, node) moves.",
+    )
 
     @model_validator(mode="after")
     def _replacement_names_its_type(self) -> DrainRequestModel:
@@ -206,6 +210,7 @@ def run_drain_task(workflow: DrainWorkflow, task: AnyDrainTask) -> dict[str, Any
         TransientError: exactly that class (its name is the ``Error`` the ASL's Retry matches), whatever
             subclass the adapter raised; the record is unchanged, so the retry runs the same step.
     """
+    from rightsizer.services.consolidate import ConsolidateRequest
     from rightsizer.services.drain import FINAL_STATUSES, DrainRequest, StepResult
     from rightsizer.services.replace import ReplaceRequest
     from rightsizer.services.resize import ResizeRequest
@@ -215,8 +220,11 @@ def run_drain_task(workflow: DrainWorkflow, task: AnyDrainTask) -> dict[str, Any
             fields = task.request.model_dump()
             target, nodegroup = fields.pop("target_type"), fields.pop("nodegroup")
             resume = fields.pop("resume")
+            moves = tuple(tuple(m) for m in fields.pop("moves"))
             request: DrainRequest
-            if nodegroup is not None:
+            if moves:
+                request = ConsolidateRequest(**fields, moves=moves)
+            elif nodegroup is not None:
                 request = ReplaceRequest(**fields, nodegroup=nodegroup, target_type=str(target))
             elif target is not None:
                 request = ResizeRequest(**fields, target_type=target, resume=resume)

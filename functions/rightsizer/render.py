@@ -90,6 +90,12 @@ def render_plan(plan: Plan, *, max_reasons: int = 4) -> str:
         out.append(f"\n{len(plan.unmapped)} series could not be joined to a node (see --json 'unmapped').")
     if plan.showback is not None and plan.showback.holders:
         out += ["", *render_showback(plan.showback.model_dump(mode="json"))]
+    if plan.workloads:
+        out += ["", "GPU workloads (scale_to_zero or keep:<reason>; docs/workloads.md):"]
+        out += [
+            f"  {w.workload.text:<40} {w.decision:<40} {w.gpus:>3} GPU(s) {_money(w.hourly_usd):>8} USD/h"
+            for w in plan.workloads
+        ]
     out.append(
         f"\nSavings of executable actions: {plan.savings.hourly_usd:,.2f} USD/hour, "
         f"{plan.savings.monthly_usd:,.2f} USD/month"
@@ -151,6 +157,17 @@ def render_offhours(report: OffhoursReport) -> str:
     lines.extend(f"error: {e}" for e in report.errors)
     lines.extend(f"ALARM RestoreOverdue: {name}" for name in report.alarms)
     return "\n".join(lines)
+
+
+def render_window(w: dict[str, Any]) -> str:
+    """The recommended window recorded by a backtest on the cluster's own history, as one line."""
+    warm = " with a warm pool" if w.get("warm_pool") else ""
+    net = w.get("net_usd")
+    return (
+        f"Recommended {w['parameter']} from this cluster's history: {w['value']}{warm} (net USD "
+        f"{net if net is None else f'{net:,.2f}'} at USD {w.get('unserved_gpu_minute_usd')}/unserved GPU-min; "
+        f"backtest of {w.get('from')} .. {w.get('to')}, recorded {w.get('at')})"
+    )
 
 
 def render_status(report: dict[str, Any]) -> str:
@@ -222,6 +239,9 @@ def render_status(report: dict[str, Any]) -> str:
             f"  {d['node_group']}: serving {d['serving_p50_seconds']:.0f} / {d['serving_p95_seconds']:.0f} "
             f"({d['measured']} node(s), {d['warm']} warm): {steps}"
         )
+    window = report.get("recommended_window")
+    if window:
+        out += ["", render_window(window)]
     out += ["", "Last failures:"]
     if not report["failures"]:
         out.append("  none")

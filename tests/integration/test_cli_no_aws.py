@@ -41,6 +41,8 @@ CASES: list[tuple[list[str], int, str]] = [
     (["approve", "exec-1", *STACK], 2, "no AWS region"),
     (["reject", "exec-1", *STACK], 2, "no AWS region"),
     (["snooze", "exec-1", *STACK], 2, "no AWS region"),
+    (["restore", "--all", *STACK], 2, "no AWS region"),
+    (["restore", "Deployment/ml/llm", "--config", "{config}"], 2, "no AWS credentials found"),
     (["status", "--stack", "gpu-rightsizer", "--region", "eu-west-1"], 2, "no AWS credentials found"),
     (["status", "--config", "{config}"], 2, "no AWS credentials found"),
     (["savings", "--config", "{config}"], 2, "no AWS credentials found"),

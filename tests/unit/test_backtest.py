@@ -397,8 +397,17 @@ def test_cli_trace_json_is_labelled_activity_only(tmp_path: Path, capsys: pytest
     doc = json.loads(capsys.readouterr().out)
     assert doc["source"]["basis"] == "activity-only" and doc["source"]["signals"] == ["activity"]
     runs = {r["name"]: r for r in doc["runs"]}
-    assert list(runs) == ["default", "scale-to-zero", "request-based", "naive-threshold", "oracle"]
+    assert list(runs) == [
+        "default",
+        "scale-to-zero",
+        "workload-scale-to-zero",
+        "request-based",
+        "naive-threshold",
+        "oracle",
+    ]
     assert all(r["basis"] == "activity-only" for r in doc["runs"])
+    # 39 idle minutes clear the node's 30-min window, never a workload's 2 h one (issue 32)
+    assert runs["workload-scale-to-zero"]["removals"] == 0
     assert runs["default"]["gpu_hours_saved"] == 0.0
     assert runs["request-based"]["gpu_hours_saved"] == 0.0
     assert runs["scale-to-zero"]["removals"] == 1
@@ -429,4 +438,9 @@ def test_cli_table_and_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[s
     policy.write_text("idle_window: 10m\nevict_idle_gpu_holders: true\n")
     assert main(["backtest", "--trace", str(path), "--policy", str(policy), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert [r["name"] for r in doc["runs"]][:3] == ["default", "scale-to-zero", "fast"]
+    assert [r["name"] for r in doc["runs"]][:4] == [
+        "default",
+        "scale-to-zero",
+        "workload-scale-to-zero",
+        "fast",
+    ]

@@ -197,3 +197,29 @@ def test_cli_frontier_and_measured_delay_need_their_inputs(
     assert main(["backtest", "--trace", str(path), "--provision-delay", "measured"]) == 2
     assert "--provision-delay" in capsys.readouterr().err
     assert main([*argv, "--unserved-gpu-minute-usd", "-1"]) == 2
+
+
+def test_the_best_window_of_a_cluster_s_history_is_recorded_and_read_back_by_status() -> None:
+    from datetime import UTC, datetime
+
+    from rightsizer.adapters.memory_state import MemoryState
+    from rightsizer.backtest.frontier import recommendation_reason
+    from rightsizer.render import render_window
+    from rightsizer.services.status import recommended_window
+    from rightsizer.state import LedgerEntry
+
+    chosen = _sweep(0.10)
+    reason = recommendation_reason(chosen, at(0), at(180))
+    assert reason is not None and reason.startswith("idle_window=10m warm_pool=false net_usd=")
+    state = MemoryState("c")
+    assert recommended_window(state.entries()) is None
+    state.record(
+        LedgerEntry("backtest-1", None, None, None, "backtest", "recommended_window", "applied", reason, None, None,
+                    datetime(2026, 12, 7, 4, 0, tzinfo=UTC))
+    )  # fmt: skip
+    window = recommended_window(state.entries())
+    assert window is not None
+    assert (window["parameter"], window["value"], window["warm_pool"]) == ("idle_window", "10m", False)
+    assert window["net_usd"] == pytest.approx(round(G5_USD * 130 / 60 - 0.10 * 3, 2))
+    assert window["unserved_gpu_minute_usd"] == 0.10 and window["from"] == "2026-11-01T10:00:00Z"
+    assert "Recommended idle_window from this cluster's history: 10m" in render_window(window)

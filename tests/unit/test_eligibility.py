@@ -154,6 +154,9 @@ def test_one_protected_node_keeps_its_managed_group_from_being_replaced(protecte
     the refused child drain was retried until the drain deadline."""
     result = group_plan(protected)
     assert {a.kind for a in result.actions} == {"recommend"} and result.savings.hourly_usd == 0
+    # Every node's recommend names the refusal (the refused node and its reason code).
+    for action in result.actions:
+        assert f"replace_node_group of ng refused: {CODES[protected]}:n1" in action.reason, action.reason
     assert all(a.estimated_hourly_savings_usd and a.estimated_hourly_savings_usd > 0 for a in result.actions)
 
 

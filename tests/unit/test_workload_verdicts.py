@@ -360,3 +360,10 @@ def test_plan_keeps_a_workload_busy_an_hour_ago() -> None:
     result = plan(snap, Policy())
     assert result.node("n1").verdict == "protected"  # idle for the node's own 30 min window
     assert result.workloads[0].reasons == ["busy:n1"]
+
+
+def test_the_plan_text_names_each_workload_with_its_verdict() -> None:
+    from rightsizer.render import render_plan
+
+    text = render_plan(plan(_plan_snapshot(1800), Policy()))
+    assert "Deployment/ml/srv" in text and "keep:metrics_unknown:n1" in text

@@ -17,7 +17,14 @@ from typing import Any
 
 from rightsizer.backtest.report import BacktestReport, Row
 
-__all__ = ["Frontier", "FrontierPoint", "frontier", "frontier_json", "render_frontier"]
+__all__ = [
+    "Frontier",
+    "FrontierPoint",
+    "frontier",
+    "frontier_json",
+    "recommendation_reason",
+    "render_frontier",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,3 +138,14 @@ def render_frontier(f: Frontier) -> list[str]:
         how = "with the warm pool" if f.best.warm else "cold"
         lines.append(f"  best: {f.key}={f.best.value} {how} (net USD {f.best.net_usd:,.2f})")
     return lines
+
+
+def recommendation_reason(f: Frontier, start: float, end: float) -> str | None:
+    """The ledger reason recording the best window of a backtest on the cluster's own history
+    (``rightsizer.services.status.recommended_window`` reads it back), or None without a best point."""
+    if f.best is None:
+        return None
+    return (
+        f"{f.key}={f.best.value} warm_pool={'true' if f.best.warm else 'false'} net_usd={f.best.net_usd:.2f} "
+        f"unserved_gpu_minute_usd={f.price:g} from={int(start)} to={int(end)}"
+    )

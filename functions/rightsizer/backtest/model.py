@@ -1,6 +1,6 @@
 """Backtest data: the replayed history (frames), the simulation model and the figures a run produces.
 
-See :mod:`rightsizer.backtest.simulate` for the model's rules (README "Backtest before enabling actions").
+See :mod:`rightsizer.backtest.simulate` for the model's rules (docs/backtest.md).
 """
 
 from __future__ import annotations

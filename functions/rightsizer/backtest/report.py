@@ -22,6 +22,7 @@ from rightsizer.domain.policy import Policy, load_policy, parse_duration
 
 __all__ = [
     "SCALE_TO_ZERO",
+    "WORKLOAD_SCALE_TO_ZERO",
     "BacktestReport",
     "BacktestRequest",
     "NamedPolicy",
@@ -31,11 +32,13 @@ __all__ = [
     "report_json",
     "run_backtest",
     "scale_to_zero_policy",
+    "workload_scale_to_zero_policy",
 ]
 
 ACTIVITY_ONLY = "activity-only"
 ALL_SIGNALS_BASIS = "all-signals"
 SCALE_TO_ZERO = "scale-to-zero"
+WORKLOAD_SCALE_TO_ZERO = "workload-scale-to-zero"
 
 
 def scale_to_zero_policy(base: Policy | None = None) -> Policy:
@@ -44,6 +47,19 @@ def scale_to_zero_policy(base: Policy | None = None) -> Policy:
     (``max_nodes_per_run: 1000``)."""
     data = (base or Policy()).model_dump()
     data.update(evict_idle_gpu_holders=True, max_nodes_per_run=1000)
+    return Policy.model_validate(data)
+
+
+def workload_scale_to_zero_policy(base: Policy | None = None) -> Policy:
+    """What ``workloads.scale_to_zero`` does to a trace of GPU-holding pods (issue 32): a workload is
+    scaled to zero only after its own idle window (``workloads.idle_window``, default 2 h, longer than the
+    node's), its node then leaves through the node path — so :func:`scale_to_zero_policy` with the idle
+    window raised to the workload's. Savings count from the node's removal (billed accounting); when
+    demand returns, the workload is restored and its node provisioned (``provision_delay``), the active
+    GPU-minutes until then unserved."""
+    s2z = scale_to_zero_policy(base)
+    data = s2z.model_dump()
+    data["idle_window"] = max(s2z.idle_window, s2z.workloads.idle_window)
     return Policy.model_validate(data)
 
 

@@ -1,6 +1,6 @@
 """Backtest: price a policy on history before turning it on (pure: no I/O, no clock).
 
-Model (README "Backtest before enabling actions"):
+Model (docs/backtest.md):
 
 - Simulated time advances in decision steps (``SimModel.step``, default 5 min). At each step the SAME
   ``plan()`` decides on an in-memory ``ClusterSnapshot`` of the nodes present then, whose metric series are
@@ -134,7 +134,7 @@ def _holds_gpu(pod: Pod) -> bool:
     return pod.status.phase not in ("Succeeded", "Failed") and pod.gpu_request() > 0
 
 
-def prepare(history: History, model: SimModel | None = None, *, catalog: Catalog | None = None) -> Prepared:
+def prepare(history: History, model: SimModel | None = None, *, catalog: Catalog | None = None) -> Prepared:  # noqa: C901 (24): indexing a replayed history, one branch per source kind and gap rule
     """Index a history for simulation: node presence, per-GPU activity on the grid, series by node.
 
     Args:

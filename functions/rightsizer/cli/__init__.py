@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from rightsizer import logsafety
-from rightsizer.cli import backtest, deployment, fleet, offhours, plan, prices, serve, validate
+from rightsizer.cli import backtest, deployment, fleet, offhours, plan, prices, restore, serve, validate
 from rightsizer.cli.common import (
     EXIT_BAD_INPUT,
     EXIT_CODES,
@@ -52,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for group in (plan, deployment, validate, serve, offhours, backtest, prices, fleet):
+    for group in (plan, deployment, validate, serve, offhours, backtest, prices, fleet, restore):
         group.add_parsers(sub)
     for command in sub.choices.values():
         command.epilog = command.epilog or EXIT_CODES

@@ -101,6 +101,29 @@ def _delay(text: str, flag: str, args: argparse.Namespace, *, warm: bool) -> int
     return measured_provision_delay(load_config(args.config), warm=warm)
 
 
+def _record_window(config: Config, chosen: Any, start: float, end: float) -> None:
+    """Record the best window of a backtest on the cluster's own history in its ledger (kind
+    ``backtest``, step ``recommended_window``), so ``status`` and ``plan --config`` show it."""
+    from datetime import UTC
+
+    from rightsizer.backtest.frontier import recommendation_reason
+    from rightsizer.state import LedgerEntry
+    from rightsizer.wiring import Runtime
+
+    reason = recommendation_reason(chosen, start, end)
+    if reason is None:
+        return
+    now = datetime.now(UTC)
+    Runtime(config, "cli").state.record(
+        LedgerEntry(
+            execution_id=f"backtest-{now.strftime('%Y%m%dT%H%M%SZ')}", node=None, instance_id=None,
+            node_group=None, kind="backtest", step="recommended_window", result="applied", reason=reason,
+            hourly_savings_usd=None, monthly_savings_usd=None, at=now,
+        )
+    )  # fmt: skip
+    log.info("recommended %s recorded in the cluster's state", reason)
+
+
 def cmd_backtest(args: argparse.Namespace) -> int:
     """``rightsizer backtest``: replay history through the same ``plan()`` for each policy, beside the
     request-based and naive-threshold baselines and the oracle; with ``--sweep idle_window=…`` also the
@@ -109,6 +132,7 @@ def cmd_backtest(args: argparse.Namespace) -> int:
     from rightsizer.backtest.frontier import frontier, frontier_json, render_frontier
     from rightsizer.backtest.report import (
         SCALE_TO_ZERO,
+        WORKLOAD_SCALE_TO_ZERO,
         BacktestRequest,
         NamedPolicy,
         Sweep,
@@ -117,6 +141,7 @@ def cmd_backtest(args: argparse.Namespace) -> int:
         report_json,
         run_backtest,
         scale_to_zero_policy,
+        workload_scale_to_zero_policy,
     )
     from rightsizer.backtest.simulate import SimModel, WarmPoolModel
 
@@ -142,7 +167,11 @@ def cmd_backtest(args: argparse.Namespace) -> int:
     if source.kind == "trace":
         # The trace's pods hold their GPUs: the default policy protects them (saves nothing, by design);
         # scale-to-zero is the policy this trace can price.
-        policies += [NamedPolicy("default", Policy()), NamedPolicy(SCALE_TO_ZERO, scale_to_zero_policy())]
+        policies += [
+            NamedPolicy("default", Policy()),
+            NamedPolicy(SCALE_TO_ZERO, scale_to_zero_policy()),
+            NamedPolicy(WORKLOAD_SCALE_TO_ZERO, workload_scale_to_zero_policy()),  # issue 32
+        ]
         base = SCALE_TO_ZERO
     else:
         policies.append(NamedPolicy("config" if config else "default", config.policy if config else Policy()))
@@ -158,6 +187,8 @@ def cmd_backtest(args: argparse.Namespace) -> int:
     request = BacktestRequest(tuple(policies), model, sweep, base, warm_pool=warm_pool)
     report = run_backtest(source, request)
     chosen = frontier(report, price)
+    if chosen is not None and source.kind == "prometheus" and config is not None and config.aws.table:
+        _record_window(config, chosen, source.history.start, source.history.end)
     if args.plot:
         from rightsizer.backtest.plot import plot_report
 

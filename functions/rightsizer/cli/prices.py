@@ -78,7 +78,10 @@ def add_parsers(sub: Any) -> None:
         "(plans use the packaged catalog); 2 a usage or configuration error (no AWS credentials or region)"
     )
     p.add_argument(
-        "--config", metavar="FILE", required=True, help="the config file (README: 'Configuration file')"
+        "--config",
+        metavar="FILE",
+        required=True,
+        help="the config file (docs/policy.md: 'Configuration file')",
     )
     p.add_argument("--json", action="store_true", help="print the prices as one JSON document")
     p.set_defaults(func=cmd_prices)

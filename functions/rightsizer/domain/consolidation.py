@@ -26,18 +26,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from rightsizer.domain.catalog import HOURS_PER_MONTH
+from rightsizer.domain.eligibility import DrainFacts, Judged, drain_refusals
 from rightsizer.domain.model import ANN_CORDONED_BY, AsgInfo
 from rightsizer.domain.placement_cluster import ClusterPlacement, movers, placement_reasons
 from rightsizer.domain.plan import Action, PodMove, action_id
 from rightsizer.domain.policy import Policy
-from rightsizer.domain.verdicts import code_of, reasons_blocking, verdict_of
+from rightsizer.domain.verdicts import code_of, verdict_of
 
 if TYPE_CHECKING:
     from rightsizer.domain.planner import NodeDecision
 
-#: What a consolidation lifts: it exists to move idle GPU holders, and ``no_placement`` /
-#: ``cpu_pods_pin_gpu_node`` were the scale-in's own simulation (consolidation runs it again).
-CONSOLIDATE_EXEMPT = frozenset({"idle_gpu_holder", "no_placement", "cpu_pods_pin_gpu_node"})
 #: The advice for a GPU node that CPU-only pods keep alive.
 PIN_ADVICE = (
     "taint the GPU node group (e.g. nvidia.com/gpu=present:NoSchedule in the EKS node group or Karpenter "
@@ -46,15 +44,14 @@ PIN_ADVICE = (
 )
 
 
-def consolidation_refusals(reasons: Sequence[str], mode: str, execution_id: str = "") -> list[str]:
-    """The reasons that forbid consolidating a node (empty: it may be consolidated) in ``mode``
-    (``idle_holders`` or ``all``): every excluded and unknown reason, busy reasons in ``idle_holders``,
-    every protection but :data:`CONSOLIDATE_EXEMPT` and our own cordon (``in_flight:<execution_id>``)."""
-    if mode not in ("idle_holders", "all"):
-        return ["consolidation_off"]
-    return reasons_blocking(
-        reasons, execution_id, exempt=CONSOLIDATE_EXEMPT, busy_blocks=mode == "idle_holders"
-    )
+def consolidation_refusals(reasons: Sequence[str], mode: str, asg: str | None = "plan") -> list[str]:
+    """Why a node may not be consolidated in ``mode`` (empty: it may): the drain's eligibility in mode
+    ``consolidate`` (``domain.eligibility``, which the workflow's validate and revalidate run too):
+    every excluded and unknown reason, busy reasons in ``idle_holders``, every protection but
+    ``CONSOLIDATE_EXEMPT``, and a node outside any Auto Scaling group."""
+    judged = Judged(verdict_of(reasons), tuple(reasons))
+    facts = DrainFacts(judged, asg, "consolidate", consolidation=mode)
+    return [r.reason for r in drain_refusals(facts)]
 
 
 #: (group, instance type) → (in-service count, warm floor, evidence) of a node, None without a floor.
@@ -134,7 +131,7 @@ def choose_consolidations(
         and verdict_of(d.reasons) != "idle"
         and movers(d.pods)
         and not any(code_of(r) == "no_placement" for r in d.reasons)  # the scale-in's trial failed
-        and not consolidation_refusals(d.reasons, mode)
+        and not consolidation_refusals(d.reasons, mode, d.group.name)
     ]
     slots = budget.run_slots
     taken = dict(budget.taken)

@@ -39,7 +39,7 @@ from rightsizer.domain.verdicts import OFFHOURS_EXEMPT as VERDICT_OFFHOURS_EXEMP
 
 F = TypeVar("F")
 
-DrainMode = Literal["scale_in", "offhours", "replace"]
+DrainMode = Literal["scale_in", "offhours", "replace", "consolidate"]
 
 #: Protections a drain re-checks itself: the budget slot (the state store's) and our own cordon.
 SCALE_IN_EXEMPT = BUDGET_ONLY
@@ -51,6 +51,10 @@ OFFHOURS_EXEMPT = VERDICT_OFFHOURS_EXEMPT
 REPLACE_CHILD_EXEMPT = frozenset(
     {"disruption_budget_exhausted", "idle_gpu_holder", "cooldown", "node_group_at_min_size"}
 )
+#: A consolidation (issue 29) moves idle GPU holders (and, in mode ``all``, busy pods) to other nodes;
+#: ``no_placement`` / ``cpu_pods_pin_gpu_node`` were the scale-in's simulation: it runs its own, the plan's
+#: and again right before its first eviction (``services.consolidate``).
+CONSOLIDATE_EXEMPT = BUDGET_ONLY | {"idle_gpu_holder", "no_placement", "cpu_pods_pin_gpu_node"}
 #: A resize moves a busy node's workload (idle GPU holders are part of it); the slot is re-checked.
 RESIZE_EXEMPT = frozenset({"disruption_budget_exhausted", "idle_gpu_holder"})
 
@@ -152,6 +156,8 @@ class DrainFacts:
         mode: ``scale_in``, ``offhours`` (the schedule's drain) or ``replace`` (a replacement's child).
         execution_id: the asking workflow ("" for the planner): its own cordon does not refuse.
         parent: for ``replace``, the replacement execution whose ``replacement_in_progress`` is its own.
+        consolidation: for ``consolidate``, policy ``consolidation`` (``idle_holders``: busy GPUs refuse;
+            ``all``: they do not).
         shrinking: the plan shrinks the group anyway (its scale-in): ``SHRINKING_EXEMPT`` is lifted
             (issue 28: an unhealthy node goes first even with a repair pending).
     """
@@ -162,6 +168,7 @@ class DrainFacts:
     execution_id: str = ""
     parent: str = ""
     shrinking: bool = False
+    consolidation: str = "off"
 
 
 def _drain_assessment(f: DrainFacts) -> list[Refusal]:
@@ -170,6 +177,11 @@ def _drain_assessment(f: DrainFacts) -> list[Refusal]:
     if f.mode == "replace":
         own = f"replacement_in_progress:{f.parent}" if f.parent else ""
         return _blocking(f.judged, f.execution_id, exempt=REPLACE_CHILD_EXEMPT, busy_blocks=False, own=own)
+    if f.mode == "consolidate":
+        if f.consolidation not in ("idle_holders", "all"):
+            return [Refusal("consolidation_off", guard="assessment")]
+        busy = f.consolidation == "idle_holders"
+        return _blocking(f.judged, f.execution_id, exempt=CONSOLIDATE_EXEMPT, busy_blocks=busy)
     exempt = (
         OFFHOURS_EXEMPT
         if f.mode == "offhours"

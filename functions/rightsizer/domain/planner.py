@@ -60,6 +60,7 @@ from rightsizer.domain.recommend import Recommendation, recommend_for_node, resi
 from rightsizer.domain.replacement import (
     GroupMember,
     KnownReplacement,
+    drain_refused_groups,
     group_replacements,
     held_groups,
     replacement_reasons,
@@ -204,7 +205,7 @@ def _claims_by_node(snapshot: ClusterSnapshot) -> dict[str, dict[str, ResourceCl
     return out
 
 
-def plan(
+def plan(  # noqa: C901 (24): the verdict-then-budget pipeline of §3, one step per paragraph
     snapshot: ClusterSnapshot,
     policy: Policy,
     now: datetime | None = None,
@@ -515,7 +516,7 @@ def _drainable(d: NodeDecision, *, shrinking: bool) -> bool:
     return not drain_refusals(DrainFacts(judged, d.group.name if d.group else None, shrinking=shrinking))
 
 
-def _choose(
+def _choose(  # noqa: C901 (19): Karpenter-style budgets counted down while choosing (§3)
     decisions: list[NodeDecision],
     policy: Policy,
     stale: frozenset[str],
@@ -686,9 +687,11 @@ def _assemble(
         and d.group.nodegroup
         and any(code_of(r) == "capacity_reserved" for r in reasons)
     }
+    members = _group_members(judged)
     replacements, replaced = group_replacements(
-        _group_members(judged), catalog, allowed=policy.allow_replace_node_group, held={**kept, **held}
+        members, catalog, allowed=policy.allow_replace_node_group, held={**kept, **held}
     )
+    refused = drain_refused_groups(members, allowed=policy.allow_replace_node_group)
     actions.extend(replacements)
     for d, reasons, verdict in judged:
         rec = d.recommendation
@@ -717,6 +720,10 @@ def _assemble(
                     }
                 )
                 actions.append(rec_action)
+            elif d.node.name in refused and rec.action.kind == "recommend":
+                actions.append(
+                    rec.action.model_copy(update={"reason": f"{rec.action.reason}; {refused[d.node.name]}"})
+                )
             else:
                 actions.append(rec.action)
         a = d.assessment

@@ -219,3 +219,18 @@ def group_replacements(
         actions.append(found[0])
         covered.update(m.node for m in members)
     return actions, frozenset(covered)
+
+
+def drain_refused_groups(
+    groups: Sequence[tuple[AsgInfo, Sequence[GroupMember]]], *, allowed: bool
+) -> dict[str, str]:
+    """Node → why its group, which would otherwise be replaced, is not: only the preflight refuses (a node
+    of it fails the child drain's eligibility, ``every_node_drains``). The members' ``recommend`` actions
+    name it (issue 25: a node refused for an action kind gets a recommend naming the refusal)."""
+    notes: dict[str, str] = {}
+    for group, members in groups:
+        found = replace_refusals(replace_facts(group, members, allowed=allowed))
+        if found and all(r.guard == "every_node_drains" for r in found):
+            why = f"replace_node_group of {group.nodegroup} refused: " + ", ".join(r.reason for r in found)
+            notes.update(dict.fromkeys((m.node for m in members), why))
+    return notes

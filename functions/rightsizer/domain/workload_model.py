@@ -25,6 +25,7 @@ __all__ = [
     "ANN_KEDA_PAUSED_REPLICAS",
     "ANN_NOTEBOOK_STOPPED",
     "ANN_SCALE_TO_ZERO",
+    "RESOURCES",
     "SCALABLE_KINDS",
     "KubeObject",
     "ScaleTargetRef",
@@ -116,3 +117,18 @@ class WorkloadRef(BaseModel):
     def text(self) -> str:
         """``Deployment/ml/llm-server``: how plans, the CLI and the state table name it."""
         return f"{self.kind}/{self.namespace}/{self.name}"
+
+
+#: (API group, kind) → (version, plural) of every object workload scale-to-zero reads or writes (the
+#: versions the product speaks: Kubernetes apps/v1 and autoscaling/v2, Kubeflow v1, KServe v1beta1,
+#: LeaderWorkerSet v1, KEDA v1alpha1).
+RESOURCES: Final = {
+    ("apps", "Deployment"): ("v1", "deployments"),
+    ("apps", "StatefulSet"): ("v1", "statefulsets"),
+    ("apps", "ReplicaSet"): ("v1", "replicasets"),
+    ("kubeflow.org", "Notebook"): ("v1", "notebooks"),
+    ("serving.kserve.io", "InferenceService"): ("v1beta1", "inferenceservices"),
+    ("leaderworkerset.x-k8s.io", "LeaderWorkerSet"): ("v1", "leaderworkersets"),
+    ("autoscaling", "HorizontalPodAutoscaler"): ("v2", "horizontalpodautoscalers"),
+    ("keda.sh", "ScaledObject"): ("v1alpha1", "scaledobjects"),
+}

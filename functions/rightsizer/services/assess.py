@@ -27,6 +27,7 @@ from rightsizer.domain.policy import Policy
 from rightsizer.domain.showback import Showback
 from rightsizer.ports import ClusterWriter, SnoozeReader, WorkflowStarter
 from rightsizer.services.backoff import failure_backoff
+from rightsizer.services.consolidate import ConsolidateRequest
 from rightsizer.services.drain import DrainRequest
 from rightsizer.services.healing import (
     heal_dead_resizes,
@@ -37,12 +38,13 @@ from rightsizer.services.healing import (
 from rightsizer.services.replace import KIND as REPLACE_KIND
 from rightsizer.services.replace import ReplaceRequest, known_replacements, lease_key
 from rightsizer.services.resize import ResizeRequest
+from rightsizer.services.workloads import WorkloadScaler
 from rightsizer.state import LeaseStore, PlanHistory, StateStore, lease_ttl_seconds
 
 log = logging.getLogger(__name__)
 
 #: Action kinds the assessment starts a workflow for (a drain, a resize, a node group replacement).
-STARTED_KINDS: Final = ("scale_in", "resize_instance", REPLACE_KIND)
+STARTED_KINDS: Final = ("scale_in", "resize_instance", REPLACE_KIND, "consolidate")
 
 
 def _workflow_key(action: Action) -> str | None:
@@ -160,6 +162,9 @@ class AssessmentDeps:
     node_label: str | None = None
     plans: PlanHistory | None = None
     snoozes: SnoozeReader | None = None
+    workloads: WorkloadScaler | None = None
+    """Scales ``scale_to_zero`` workloads when the policy's ``workloads.scale_to_zero`` is on (issue 32; in
+    process only: ``rightsizer apply``); None scales nothing."""
 
 
 @dataclass(frozen=True)
@@ -181,6 +186,8 @@ class AssessmentSummary:
     records: list[DecisionRecord] = field(default_factory=list)
     backed_off: dict[str, str] = field(default_factory=dict)
     events: int = 0
+    workloads: dict[str, str] = field(default_factory=dict)
+    """Workload → what scale-to-zero did (``scaled_to_zero``, ``would_scale``, ``already_zero``...)."""
     showback: Showback | None = None
     """Idle GPU-hours and USD per namespace and team (``domain.showback``); ``to_json`` keeps the sums,
     not the holders (they are in the plan and its log line)."""
@@ -284,6 +291,14 @@ def run_assessment(
             target_type=str(action.to),
         )
         if action.kind == "resize_instance"
+        else ConsolidateRequest(
+            str(action.node),
+            drain_execution_id(deps.cluster_name, tick_id, action),
+            "schedule",
+            action.hourly_savings_usd,
+            moves=tuple((m.pod, m.to) for m in action.moves or ()),
+        )
+        if action.kind == "consolidate"
         else DrainRequest(
             str(action.node),
             drain_execution_id(deps.cluster_name, tick_id, action),
@@ -321,4 +336,9 @@ def run_assessment(
     events = _publish_decisions(deps, records, summary.to_json())
     for request in requests:
         deps.starter.start(request)  # returns request.execution_id (WorkflowStarter contract)
-    return dataclasses.replace(summary, events=events, duration_s=clock() - began)
+    scaled: dict[str, str] = {}
+    if deps.workloads is not None and deps.policy.workloads.scale_to_zero:
+        for verdict in result.workloads:
+            if verdict.verdict == "scale_to_zero":
+                scaled[verdict.workload.text] = deps.workloads.scale_to_zero(verdict).result
+    return dataclasses.replace(summary, events=events, duration_s=clock() - began, workloads=scaled)

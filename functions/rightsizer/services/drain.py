@@ -11,7 +11,7 @@ cordon is undone, nothing is scaled, and the reason is recorded (BUG-14, BUG-21,
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -27,7 +27,7 @@ from rightsizer.domain.eligibility import (
     drain_refusals,
     first_refusal_message,
 )
-from rightsizer.domain.errors import PermanentError, RightsizerError, StalePlan, TransientError
+from rightsizer.domain.errors import RightsizerError, StalePlan, TransientError
 from rightsizer.domain.holds import stamp
 from rightsizer.domain.model import ANN_CORDONED_BY, Node, Pod, PodDisruptionBudget
 from rightsizer.domain.names import dns1123_subdomain_problem
@@ -40,12 +40,13 @@ from rightsizer.services.approval import ApprovalGate, tell_cluster
 from rightsizer.services.backoff import failure_backoff
 from rightsizer.services.live_reads import gone_controllers
 from rightsizer.services.node_view import node_local_volume_facts
+from rightsizer.services.workflow.engine import FINAL_STATUSES as FINAL_STATUSES
+from rightsizer.services.workflow.engine import StepFn, run_step
+from rightsizer.services.workflow.engine import StepResult as StepResult
 from rightsizer.state import EvictedPod, LedgerEntry, StateStore, WorkflowRecord, lease_ttl_seconds
 
 log = logging.getLogger(__name__)
 
-STEPS = ("validate", "approval", "cordon", "revalidate", "evict", "wait", "remove", "verify")
-FINAL_STATUSES = frozenset({"succeeded", "abandoned", "rolled_back", "failed", "dry_run"})
 #: In the reason of a rollback that could not undo our cordon (the node may still be cordoned by us).
 UNCORDON_PENDING = "uncordon_pending"
 EVICTION_ERROR_RETRIES = 3
@@ -68,24 +69,6 @@ class DrainRequest:
     trigger: str = "schedule"
     hourly_savings_usd: float | None = None
     offhours: bool = False
-
-
-@dataclass(frozen=True)
-class StepResult:
-    """The outcome of one step: ``next_step`` None when the workflow ended with ``status``; otherwise run
-    ``next_step`` after ``wait_seconds`` (the Step Functions Wait state, or a sleep in-process)."""
-
-    execution_id: str
-    step: str
-    next_step: str | None
-    status: str
-    wait_seconds: float = 0.0
-    message: str = ""
-
-    @property
-    def finished(self) -> bool:
-        """True when the workflow ended."""
-        return self.next_step is None
 
 
 @dataclass
@@ -301,22 +284,26 @@ class DrainWorkflow:
         record = self.deps.state.load(execution_id)
         if record is None:
             raise KeyError(execution_id)
-        if record.status in FINAL_STATUSES:
-            return StepResult(execution_id, record.step, None, record.status, 0.0, "already finished")
-        step = record.step
-        if step == "validate" and (problem := dns1123_subdomain_problem(record.node)) is not None:
+        if record.step == "validate" and (problem := dns1123_subdomain_problem(record.node)) is not None:
             # Not a name any Node can have: it never reaches a request path (issue 14, ".." and "/").
             return self._end(record, "abandoned", f"invalid_node_name:{problem}", step="validate")
-        handler = getattr(self, f"_step_{step}")
-        try:
-            result: StepResult = handler(record)
-            return result
-        except TransientError:
-            raise
-        except StalePlan as exc:
-            return self.rollback(execution_id, f"stale:{exc}", status="abandoned", step=step)
-        except PermanentError as exc:
-            return self.rollback(execution_id, f"failed:{exc}", status="failed", step=step)
+        return run_step(record, self.steps(str(record.details.get("kind", "scale_in"))), self.rollback)
+
+    def steps(self, kind: str) -> Mapping[str, StepFn]:
+        """The step table of workflow kind ``kind`` (the record's ``kind``): the drain's
+        (docs/architecture.md §4): validate → approval → cordon → revalidate → evict → wait → remove →
+        verify, and ``rollback`` (an uncordon retried)."""
+        return {
+            "validate": self._step_validate,
+            "approval": self._step_approval,
+            "cordon": self._step_cordon,
+            "revalidate": self._step_revalidate,
+            "evict": self._step_evict,
+            "wait": self._step_wait,
+            "remove": self._step_remove,
+            "verify": self._step_verify,
+            "rollback": self._step_rollback,
+        }
 
     def rollback(
         self, execution_id: str, reason: str, *, status: str = "rolled_back", step: str = "rollback"

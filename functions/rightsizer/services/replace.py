@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -61,6 +62,7 @@ from rightsizer.domain.replacement import KnownReplacement
 from rightsizer.ports import InstanceTypeChanger, LaunchTemplateVersions, ManagedNodeGroup, NodeGroupReplacer
 from rightsizer.services.drain import FINAL_STATUSES, POLL_S, DrainDeps, DrainRequest, StepResult
 from rightsizer.services.resize import ResizeWorkflow
+from rightsizer.services.workflow.engine import StepFn
 from rightsizer.state import LeaseStore, LedgerEntry, WorkflowRecord
 
 log = logging.getLogger(__name__)
@@ -194,6 +196,24 @@ class ReplaceWorkflow(ResizeWorkflow):
             return super()._facts(record, report, asg)
         parent = str(record.details.get("parent", ""))
         return DrainFacts(Judged.of(report), asg, "replace", record.execution_id, parent)
+
+    def steps(self, kind: str) -> Mapping[str, StepFn]:
+        """A replacement's step table (ng_validate → ng_create → ng_created → ng_ready → ng_drain →
+        ng_scale_old → ng_gone → ng_delete_old); its child drain's is the drain's, ending at ``drained``."""
+        if kind == CHILD_KIND:
+            return {**super().steps(kind), "drained": self._step_drained}
+        if kind != KIND:
+            return super().steps(kind)
+        return {
+            "ng_validate": self._step_ng_validate,
+            "ng_create": self._step_ng_create,
+            "ng_created": self._step_ng_created,
+            "ng_ready": self._step_ng_ready,
+            "ng_drain": self._step_ng_drain,
+            "ng_scale_old": self._step_ng_scale_old,
+            "ng_gone": self._step_ng_gone,
+            "ng_delete_old": self._step_ng_delete_old,
+        }
 
     def _renew(self, record: WorkflowRecord) -> None:
         super()._renew(record)

@@ -39,12 +39,12 @@ from rightsizer.domain.plan import NodeReport
 from rightsizer.domain.policy import Policy
 from rightsizer.ports import InstanceTypeChanger
 from rightsizer.services.drain import POLL_S, DrainDeps, DrainRequest, DrainWorkflow, StepResult
+from rightsizer.services.workflow.engine import StepFn
 from rightsizer.state import WorkflowRecord
 
 log = logging.getLogger(__name__)
 
 KIND = "resize_instance"
-RESIZE_STEPS = ("stop", "stopped", "set_type", "start", "ready", "uncordon")
 STANDALONE_GROUP = "standalone"
 #: Seconds between start attempts of an instance whose restore is past its deadline (it is never left stopped).
 RESTORE_RETRY_S = 300.0
@@ -257,9 +257,23 @@ class ResizeWorkflow(DrainWorkflow):
 
     # ------------------------------------------------------------------------------------ steps
 
-    def _step_validate(self, record: WorkflowRecord) -> StepResult:
-        if not self._is_resize(record):
-            return super()._step_validate(record)
+    def steps(self, kind: str) -> Mapping[str, StepFn]:
+        """A resize record's step table: the drain's, its own validate, and after the drain (wait) stop →
+        stopped → set_type → start → ready → uncordon; any other kind's is the drain's."""
+        if kind != KIND:
+            return super().steps(kind)
+        return {
+            **super().steps(kind),
+            "validate": self._step_resize_validate,
+            "stop": self._step_stop,
+            "stopped": self._step_stopped,
+            "set_type": self._step_set_type,
+            "start": self._step_start,
+            "ready": self._step_ready,
+            "uncordon": self._step_uncordon,
+        }
+
+    def _step_resize_validate(self, record: WorkflowRecord) -> StepResult:
         deps, now, policy = self.deps, self._now(), self.deps.policy
         node_obj = deps.cluster.get_node(record.node)
         if node_obj is None:

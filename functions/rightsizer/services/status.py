@@ -20,7 +20,7 @@ from rightsizer.services.realized import realized_savings
 from rightsizer.services.restore_timing import recorded_timings
 from rightsizer.state import LedgerEntry, PlanHistory, StateStore
 
-__all__ = ["FAILED_RESULTS", "StatusReport", "history_rows", "read_status"]
+__all__ = ["FAILED_RESULTS", "StatusReport", "history_rows", "read_status", "recommended_window"]
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -55,6 +55,7 @@ class StatusReport:
     savings_by_kind: list[dict[str, Any]] = field(default_factory=list)
     failures: list[dict[str, Any]] = field(default_factory=list)
     restore_delays: list[dict[str, Any]] = field(default_factory=list)
+    recommended_window: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The report as one JSON document."""
@@ -71,6 +72,7 @@ class StatusReport:
             },
             "failures": self.failures,
             "restore_delays": self.restore_delays,
+            "recommended_window": self.recommended_window,
         }
 
 
@@ -161,6 +163,7 @@ def read_status(
         savings_by_kind=_by_kind(entries),
         failures=list(reversed(failed)),
         restore_delays=_restore_delays(entries),
+        recommended_window=recommended_window(entries),
     )
 
 
@@ -185,3 +188,30 @@ def history_rows(state: StateStore, *, node: str | None = None, limit: int = 50)
     """The newest ``limit`` ledger entries of the cluster (optionally one node's), oldest first."""
     entries = state.entries(node=node)
     return [_entry(e) for e in entries[-limit:]] if limit > 0 else []
+
+
+def recommended_window(entries: Iterable[LedgerEntry]) -> dict[str, Any] | None:
+    """The newest idle window a backtest on the cluster's own history recommended (``backtest
+    --prometheus --config --sweep idle_window=…`` records it; ``rightsizer.backtest.frontier``): the swept
+    key's value, whether with a warm pool, the net USD, the price and the history's span; None when none."""
+    found = [e for e in entries if e.kind == "backtest" and e.step == "recommended_window"]
+    if not found:
+        return None
+    latest = max(found, key=LedgerEntry.sort_key)
+    fields = dict(part.split("=", 1) for part in latest.reason.split() if "=" in part)
+    key = next(iter(fields), None)
+    if key is None:
+        return None
+    out: dict[str, Any] = {"parameter": key, "value": fields[key], "at": _iso(latest.at)}
+    out["warm_pool"] = fields.get("warm_pool") == "true"
+    for name in ("net_usd", "unserved_gpu_minute_usd"):
+        try:
+            out[name] = float(fields[name])
+        except (KeyError, ValueError):
+            out[name] = None
+    for name in ("from", "to"):
+        try:
+            out[name] = _iso(datetime.fromtimestamp(int(fields[name]), UTC))
+        except (KeyError, ValueError):
+            out[name] = None
+    return out

@@ -36,6 +36,7 @@ from rightsizer.ports import (
     NodeScaler,
     SnoozeReader,
     WorkflowStarter,
+    WorkloadSaves,
 )
 from rightsizer.services.snapshot import Observation, ObserveRequest
 from rightsizer.state import ApprovalStore, LeaseStore, PlanHistory, StateStore
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
     from rightsizer.domain.join import NodeJoiner
     from rightsizer.services.approval import ApprovalDesk, ApprovalNotifier, LinkKey, TaskCallback
     from rightsizer.services.assess import PlanningAssessor
+    from rightsizer.services.warm_pools import WarmPoolPort
     from rightsizer.services.webhook import DuplicateGuard, WebhookIntake
 
 __all__ = [
@@ -53,6 +55,7 @@ __all__ = [
     "build_assessor",
     "build_cluster_reader",
     "build_cluster_writer",
+    "build_instance_reader",
     "build_intake",
     "build_inventory",
     "build_local_state",
@@ -63,6 +66,7 @@ __all__ = [
     "build_plan_history",
     "build_prices",
     "build_state",
+    "build_warm_pools",
     "build_workflow_starter",
     "live_signals",
     "observe_live",
@@ -174,6 +178,16 @@ def build_inventory(config: Config) -> NodeGroupInventory | None:
     region = _region(config)
     clients = make_clients(region, endpoint_url=config.aws.endpoint_url, session=aws_session(config, region))
     return AwsInventory(clients, prices=build_prices(config) if config.aws.pricing_api else None)
+
+
+def build_instance_reader(config: Config) -> NodeGroupInventory | None:
+    """EC2 ``DescribeInstances`` without prices (off-hours reads restored instances' ``LaunchTime``,
+    ``services.restore_timing``), when ``cluster.name`` is set."""
+    if not config.cluster.name:
+        return None
+    from rightsizer.adapters.aws import AwsInventory, make_clients
+
+    return AwsInventory(make_clients(_region(config), endpoint_url=config.aws.endpoint_url), prices=None)
 
 
 def build_prices(config: Config) -> PriceListPrices:
@@ -391,6 +405,17 @@ def build_state(config: Config) -> StateStore:
     return DynamoDbState(_aws_client(config, "dynamodb"), table, cluster)
 
 
+def build_workload_saves(config: Config) -> WorkloadSaves:
+    """The saved states of workloads scaled to zero (issue 32): the state table ``aws.table`` when set,
+    else in memory (``serve`` and the demo without a table; ``rightsizer.adapters.workload_saves``)."""
+    from rightsizer.adapters.workload_saves import DynamoWorkloadSaves, MemoryWorkloadSaves
+
+    if not config.aws.table:
+        return MemoryWorkloadSaves()
+    table, cluster = _state_table(config, "save workloads")
+    return DynamoWorkloadSaves(_aws_client(config, "dynamodb"), table, cluster)
+
+
 def build_local_state(config: Config) -> StateStore:
     """The state store of ``rightsizer serve``: the DynamoDB table ``aws.table`` when set (shared with a
     deployment), else in memory (``rightsizer.adapters.memory_state``: leases live as long as the process)."""
@@ -577,6 +602,13 @@ def build_nodegroup_replacer(config: Config) -> NodeGroupReplacer:
     from rightsizer.adapters.eks_nodegroups import EksNodeGroups
 
     return EksNodeGroups(_aws_client(config, "eks"), max_attempts=2, delay_s=5.0)
+
+
+def build_warm_pools(config: Config) -> WarmPoolPort:
+    """EKS warm pools of managed node groups (``rightsizer.adapters.warm_pools.WarmPools``)."""
+    from rightsizer.adapters.warm_pools import WarmPools
+
+    return WarmPools(_aws_client(config, "eks"), _aws_client(config, "autoscaling"))
 
 
 def build_launch_templates(config: Config) -> LaunchTemplateVersions:

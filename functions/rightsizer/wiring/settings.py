@@ -93,6 +93,10 @@ class DeploymentSettings(BaseSettings):
     approval_topic_arn: str | None = Field(
         None, description="SNS topic of approval requests (RIGHTSIZER_APPROVAL_TOPIC_ARN)."
     )
+    notify_actions: bool = Field(
+        False,
+        description="Template parameter NotifyActions (RIGHTSIZER_NOTIFY_ACTIONS): config approval.notify_actions.",
+    )
     approval_url: str | None = Field(
         None, description="The webhook's Function URL, base of approval links (RIGHTSIZER_APPROVAL_URL)."
     )
@@ -199,6 +203,7 @@ def deployment_config(settings: DeploymentSettings, policy: Policy) -> Config:
             "topic_arn": settings.approval_topic_arn,
             "url": settings.approval_url,
             "key_secret": settings.approval_key_secret,
+            "notify_actions": settings.notify_actions,
         },
     }
     try:
