@@ -185,7 +185,8 @@ def test_a_trickling_body_is_cut_off_at_the_request_timeout(serve: Serve) -> Non
 def test_workers_are_bounded_and_the_overflow_is_503(serve: Serve) -> None:
     # GIVEN 2 workers and 2 waiting places, and 12 clients that connect and stall
     # (a read timeout long enough that the stalled four hold their places while the rest are counted)
-    server, starter = serve(workers=2, backlog=2, read_timeout_s=2.0)
+    # (the head deadline longer than that: here only the read timeout frees a place)
+    server, starter = serve(workers=2, backlog=2, read_timeout_s=2.0, request_timeout_s=5.0)
     before = threading.active_count()
     stalled = []
     for _ in range(12):
