@@ -118,9 +118,10 @@ validate-config: $(STAMP)
 
 validate: validate-config tools-validate audit
 	$(SAM_ENV) $(SAM) validate --lint --region us-east-1 --template-file template.yaml
-	$(CFN_LINT) template.yaml
+	$(CFN_LINT) template.yaml infra/spoke/spoke.yaml
 	$(SAM_ENV) $(SAM) build --region us-east-1 --template-file template.yaml
 	$(ASL_VALIDATOR) --json-path infra/statemachine/drain.asl.json
+	$(ASL_VALIDATOR) --json-path infra/statemachine/fleet.asl.json
 	# Every checkov finding is fixed or triaged with a reason in infra/checkov/triage.yaml (issue 14).
 	$(CHECKOV) -f template.yaml --framework cloudformation --skip-download --quiet -o json \
 		| $(CHECKOV_VENV)/bin/python tests/support/checkov_gate.py infra/checkov/triage.yaml

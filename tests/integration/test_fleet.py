@@ -6,6 +6,7 @@ outcome produced by a fault in one cluster while the others finish, and ``rights
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -28,6 +29,7 @@ from tests.support.fleet_world import (
     build_world,
     route_eks_to_doubles,
 )
+from tests.support.iam import recording
 from tests.support.planted_cluster import dcgm_families
 
 pytest_plugins = ["tests.support.moto_fixtures", "tests.support.prometheus_server"]
@@ -87,6 +89,16 @@ def world(moto_server: MotoServer, prometheus_url: str) -> Iterator[FleetWorld]:
         built = build_world(moto_server.endpoint_url, prometheus_url, stack)
         with route_eks_to_doubles(built, patch):
             yield built
+
+
+def fleet_grants() -> set[str]:
+    """Every action the spoke role and the hub's fleet roles grant (both templates, every condition on)."""
+    from tests.unit.test_fleet_template import _actions, _load
+
+    hub = _load("template.yaml")["Resources"]
+    roles = [hub[n] for n in ("FleetDiscoverRole", "FleetMemberRole", "FleetSummarizeRole")]
+    roles.append(_load("infra/spoke/spoke.yaml")["Resources"]["SpokeRole"])
+    return {a for role in roles for a in _actions(role)}
 
 
 def s3_json(endpoint_url: str, key: str) -> Any:
@@ -150,7 +162,8 @@ def test_the_fleet_reports_every_outcome_while_the_other_clusters_finish(world: 
     machine = fleet_machine(world.endpoint_url, BUCKET, killed=frozenset({"slow"}))
 
     # WHEN the fleet state machine runs (discover -> Distributed Map, 2 at a time -> summary)
-    run = machine.run({}, "fleet-run-1")
+    with recording() as recorder:
+        run = machine.run({}, "fleet-run-1")
 
     # THEN the fleet succeeds: every child ended with its cluster's outcome
     assert run.status == "SUCCEEDED", (run.error, run.cause)
@@ -185,6 +198,17 @@ def test_the_fleet_reports_every_outcome_while_the_other_clusters_finish(world: 
     assert signed["denied"] == signed["nometrics"] == world.accounts["B"]
     # AND one invocation per cluster plus discovery and summary: O(clusters), no recursion
     assert len(run.invocations) == 1 + 8 + 1
+    # AND every AWS call is declared by the module that made it and granted by a fleet role (hub or spoke)
+    undeclared = {
+        (c.owner, c.action)
+        for c in recorder.calls
+        if c.action not in getattr(sys.modules[c.owner], "IAM_ACTIONS", ())
+    }
+    assert not undeclared
+    granted = fleet_grants()
+    assert {c.action for c in recorder.calls} - granted - {"sts:GetCallerIdentity"} == set()
+    assert {"organizations:ListAccounts", "eks:ListClusters", "ec2:DescribeRegions", "sts:AssumeRole",
+            "eks:DescribeCluster", "eks:ListNodegroups", "s3:PutObject", "s3:GetObject"} <= {c.action for c in recorder.calls}  # fmt: skip
 
 
 def test_a_map_run_over_its_failure_threshold_still_writes_the_report_then_fails(

@@ -28,7 +28,7 @@ from rightsizer.services.fleet import ClusterAssessment
 from rightsizer.testing.fakes import FakeClock
 from tests.builders import AT
 from tests.support.asl import AslInterpreter, Execution, LambdaContext, LambdaKilled
-from tests.support.fleet_world import EXTERNAL_ID, ROLE, assumed
+from tests.support.fleet_world import EXTERNAL_ID, ROLE
 
 ROOT = Path(__file__).resolve().parents[2]
 BUCKET = "fleet-scale-bucket"
@@ -49,19 +49,30 @@ def build_organisation(endpoint_url: str, accounts: int, regions: list[str], per
         ]
         for i in range(accounts)
     ]
-    for account in ids:
-        session = assumed(endpoint_url, account)
-        for region in regions:
-            eks = session.client("eks", region_name=region, endpoint_url=endpoint_url)
-            for index in range(per_region):
-                eks.create_cluster(
-                    name=f"gpu-{index:03d}",
-                    roleArn=f"arn:aws:iam::{account}:role/eks",
-                    resourcesVpcConfig={"subnetIds": []},
-                    tags={"rightsizer.io/prometheus-url": PROMETHEUS},
-                )
+    # The clusters go straight into the in-process moto backend of each account and region: creating a
+    # thousand through the API would measure moto, not the fleet (discovery reads them through the API).
+    from unittest import mock
+
+    from moto.eks.models import eks_backends
+
+    # moto checks each role ARN's partition by loading botocore's endpoints.json anew (~0.3 s a cluster).
+    with mock.patch("moto.eks.models.validate_role_arn"):
+        _clusters(eks_backends, ids, regions, per_region)
     boto3.client("s3", region_name="us-east-1", endpoint_url=endpoint_url).create_bucket(Bucket=BUCKET)
     return ids
+
+
+def _clusters(backends: Any, ids: list[str], regions: list[str], per_region: int) -> None:
+    for account in ids:
+        for region in regions:
+            backend = backends[account][region]
+            for index in range(per_region):
+                backend.create_cluster(
+                    name=f"gpu-{index:03d}",
+                    role_arn=f"arn:aws:iam::{account}:role/eks",
+                    resources_vpc_config={"subnetIds": []},
+                    tags={"rightsizer.io/prometheus-url": PROMETHEUS},
+                )
 
 
 def fleet_environment(endpoint_url: str, regions: list[str], concurrency: int) -> dict[str, str]:

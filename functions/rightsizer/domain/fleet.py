@@ -37,9 +37,9 @@ FIX_HINTS: Final[Mapping[Outcome, str]] = {
         'spoke account (docs/fleet.md "Clusters the hub cannot reach")'
     ),
     "access_denied": (
-        "deploy infra/spoke/spoke.yaml with StackSets into the account (same FleetExternalId, the hub's "
-        "account id), then create the cluster's access entry for the spoke role (CreateAccessEntry=true "
-        "or kubectl: groups rightsizer-read) and apply infra/k8s/rbac.yaml"
+        "deploy infra/spoke/spoke.yaml with StackSets into the account (the hub's FleetExternalId and "
+        "account id), give the cluster an EKS access entry for the spoke role (the spoke's ClusterName "
+        "parameter, Kubernetes group rightsizer-read) and apply infra/k8s/rbac.yaml in the cluster"
     ),
     "metrics_unavailable": (
         "no DCGM metrics for the cluster's GPU nodes: tag the cluster rightsizer.io/prometheus-url with "

@@ -206,7 +206,9 @@ class PlacementState:
         self._pending: set[str] = set()
         self._counts: dict[_Key, dict[str, int]] = {}
         self._selectors: dict[_Key, LabelSelector] = {}
-        self._anti: dict[str, set[str]] = {}  # topologyKey → keys of placed pods with such anti terms
+        # topologyKey → domain value → keys of the placed pods whose required anti-affinity has that key
+        self._anti: dict[str, dict[str, set[str]]] = {}
+        self._on_node: dict[str, set[str]] = {}  # node → keys of the pods placed there
         self._domains: dict[tuple[object, ...], set[str]] = {}
         self._buckets: dict[int, set[str]] = {}
         self._sorted: dict[int, list[str]] = {}
@@ -268,8 +270,12 @@ class PlacementState:
             if self._selectors[ckey].matches(dict(d.labels)):
                 counts[value] = counts.get(value, 0) + sign
         for term in d.anti_affinity:
-            holders = self._anti.setdefault(term.topologyKey, set())
-            (holders.add if sign > 0 else holders.discard)(d.key)
+            value = labels.get(term.topologyKey)
+            if value is not None:
+                holders = self._anti.setdefault(term.topologyKey, {}).setdefault(value, set())
+                (holders.add if sign > 0 else holders.discard)(d.key)
+        on_node = self._on_node.setdefault(node, set())
+        (on_node.add if sign > 0 else on_node.discard)(d.key)
 
     def _count(self, namespaces: frozenset[str] | None, selector: LabelSelector, key: str) -> dict[str, int]:
         ckey = (namespaces, selector.model_dump_json(), key)
@@ -470,14 +476,12 @@ class PlacementState:
             )
             if counts.get(value, 0) > 0:
                 return f"a pod matching its required anti-affinity runs in {term.topologyKey}={value}"
-        for key, holders in self._anti.items():
+        for key, domains in self._anti.items():
             value = state.labels.get(key)
             if value is None:
                 continue
-            for holder in holders:
-                node, h = self._pods[holder]
-                if self._nodes[node].labels.get(key) != value:
-                    continue
+            for holder in sorted(domains.get(value, ())):
+                h = self._pods[holder][1]
                 for term in h.anti_affinity:
                     namespaces = term_namespaces(term, h.namespace)
                     if (
@@ -540,7 +544,7 @@ class PlacementState:
         pending_demands = [
             self._pods[k][1] for k in sorted(self._pending) if k in self._pods and self._pods[k][0] in gone
         ]
-        for key in sorted(k for k, (node, _d) in self._pods.items() if node in gone):
+        for key in sorted(k for node in gone for k in self._on_node.get(node, ())):
             self._uncommit(key)
         for name in sorted(gone):
             self._remove_node(name)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from rightsizer.domain.model import (
     LabelSelector,
@@ -37,6 +38,7 @@ HOSTNAME_LABEL = "kubernetes.io/hostname"
 ANY_IP = "0.0.0.0"  # noqa: S104 - a value compared, nothing binds
 
 
+@lru_cache(maxsize=8192)
 def resource_units(name: str, value: str | int | float) -> int:
     """A request as an integer in the unit the simulation counts: ``cpu`` millicores, ``memory`` bytes,
     anything else (extended resources, ``pods``) a count. Invalid quantities count 0 (the API server
@@ -112,25 +114,25 @@ class Demand:
         )
 
 
+def _container_requests(
+    requests: Mapping[str, str | int | float], limits: Mapping[str, str | int | float]
+) -> dict[str, int]:
+    """One container's requests in simulation units; a resource with a limit only requests its limit."""
+    out = {name: resource_units(name, value) for name, value in requests.items() if name not in UNCOMPARED}
+    for name, value in limits.items():
+        if name not in out and name not in UNCOMPARED:
+            out[name] = resource_units(name, value)
+    return out
+
+
 def pod_requests(pod: Pod) -> dict[str, int]:
     """The pod's effective requests in simulation units (module docstring), ``pods`` = 1 included."""
-
-    def of(container_requests: Mapping[str, object], limits: Mapping[str, object]) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for name in {*container_requests, *limits}:
-            if name in UNCOMPARED:
-                continue
-            value = container_requests.get(name, limits.get(name))
-            if isinstance(value, str | int | float):
-                out[name] = resource_units(name, value)
-        return out
-
     total: dict[str, int] = {}
     for c in pod.spec.containers:
-        for name, amount in of(c.resources.requests, c.resources.limits).items():
+        for name, amount in _container_requests(c.resources.requests, c.resources.limits).items():
             total[name] = total.get(name, 0) + amount
     for c in pod.spec.initContainers:
-        for name, amount in of(c.resources.requests, c.resources.limits).items():
+        for name, amount in _container_requests(c.resources.requests, c.resources.limits).items():
             total[name] = max(total.get(name, 0), amount)
     for name, value in pod.spec.overhead.items():
         if name not in UNCOMPARED:

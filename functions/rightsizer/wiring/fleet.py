@@ -65,12 +65,11 @@ def discover_run(settings: FleetSettings, run_id: str) -> dict[str, Any]:
         The state machine's input of the Map: ``manifest`` {bucket, key, count}, ``max_concurrency``,
         ``tolerated_failure_percentage``.
     """
-    import boto3
-
     from rightsizer.adapters.fleet_aws import (
         SpokeInventory,
         active_accounts,
         assume_role_session,
+        shared_models_session,
         spoke_role_arn,
     )
 
@@ -78,7 +77,7 @@ def discover_run(settings: FleetSettings, run_id: str) -> dict[str, Any]:
     if settings.manifest_key:
         targets = service.operator_manifest(store.get_json(settings.manifest_key), settings.rules)
     else:
-        session = boto3.session.Session(region_name=settings.region)
+        session = shared_models_session(settings.region)
         accounts = [a.strip() for a in settings.accounts.split(",") if a.strip()] or active_accounts(
             session, settings.endpoint_url
         )
@@ -228,7 +227,9 @@ def report_of_stack(stack: str, region: str | None = None) -> FleetReport:
     import boto3
     from botocore.exceptions import BotoCoreError, ClientError
 
-    session = boto3.session.Session(region_name=region)
+    from rightsizer.wiring.stack import stack_region
+
+    session = boto3.session.Session(region_name=stack_region(stack, region))  # ARN, --region or AWS config
     try:
         stacks = session.client("cloudformation").describe_stacks(StackName=stack)["Stacks"]
     except (ClientError, BotoCoreError) as exc:
