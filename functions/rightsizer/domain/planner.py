@@ -8,6 +8,7 @@ price everything.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -24,7 +25,7 @@ from rightsizer.domain.capacity import (
 )
 from rightsizer.domain.catalog import HOURS_PER_MONTH, Catalog, InstanceType, load_catalog
 from rightsizer.domain.gpu import GpuAssessment, assess_gpus, is_gpu_node
-from rightsizer.domain.health import health_reasons, repair_owner
+from rightsizer.domain.health import health_reasons, repair_owner, xid_facts
 from rightsizer.domain.holds import snooze_reason
 from rightsizer.domain.join import NodeJoiner
 from rightsizer.domain.model import (
@@ -265,6 +266,9 @@ def plan(
     volumes = VolumeFacts.of(snapshot.pvcs, snapshot.pvs, snapshot.nodes, known=snapshot.volumes_known)
     pdb_index = pdbs_by_namespace(snapshot.pdbs)
     inventory = snapshot.inventory
+    if snapshot.xid_answers and not snapshot.xids:
+        facts = xid_facts(dict(snapshot.xid_answers), lambda labels: joiner.join(labels).node, window.start)
+        snapshot = dataclasses.replace(snapshot, xids=facts)
 
     decisions: list[NodeDecision] = []
     for node in sorted(snapshot.nodes, key=lambda n: n.name):
@@ -685,15 +689,14 @@ def _reservation_reports(
     judged: Sequence[tuple[NodeDecision, list[str], str]], snapshot: ClusterSnapshot
 ) -> list[ReservationReport]:
     """Unused cost per capacity reservation (``domain.capacity.reservation_use``): a node counts as unused
-    when it would be idle but for the reservation that keeps it."""
+    when its GPUs did nothing all window (``idle`` or ``protected``: kept by the reservation, a floor, an
+    idle GPU holder…); busy, unknown and unhealthy nodes do not."""
     members = []
     for d, reasons, verdict in judged:
         detail = reserved_kept(reasons)
-        if detail is None:
-            continue
-        rest = [r for r in reasons if code_of(r) not in ("capacity_reserved", "capacity_block_ends")]
-        idle = verdict == "idle" or (verdict == "protected" and verdict_of(rest) == "idle")
-        members.append((d.node.name, detail, d.node.instance_type, idle, d.hourly_usd))
+        if detail is not None:
+            idle = verdict in ("idle", "protected")
+            members.append((d.node.name, detail, d.node.instance_type, idle, d.hourly_usd))
     return [
         ReservationReport(
             reservation_id=u.reservation_id,

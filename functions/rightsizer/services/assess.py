@@ -171,6 +171,8 @@ class AssessmentSummary:
     records: list[DecisionRecord] = field(default_factory=list)
     backed_off: dict[str, str] = field(default_factory=dict)
     events: int = 0
+    reservations: list[dict[str, Any]] = field(default_factory=list)
+    """The plan's capacity reservations and their unused cost (``Plan.reservations``, issue 28)."""
 
     def to_json(self) -> dict[str, Any]:
         """The summary as a JSON-ready dict (``at`` in RFC 3339 UTC), without the records."""
@@ -297,6 +299,7 @@ def run_assessment(
         dry_run=result.dry_run,
         records=records,
         backed_off=backed_off,
+        reservations=[r.model_dump(mode="json") for r in result.reservations],
     )
     # Decisions are published before the drains start: the verdict's Event precedes the drain's own
     # Events, and an in-process drain (CLI, demo) cannot outrun its record. Execution ids are
