@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.installed-demo
 
-.PHONY: demo test lint typecheck contracts bench clean validate validate-config tools-validate lock audit
+.PHONY: demo test test-fast lint typecheck contracts bench clean validate validate-config tools-validate lock audit
 
 # `make demo` needs only the [demo] extra (moto); everything else needs the [dev] tools too.
 $(DEMO_STAMP): pyproject.toml
@@ -33,8 +33,13 @@ typecheck: $(STAMP)
 contracts: $(STAMP)
 	$(BIN)/lint-imports
 
+# `make test`: one progress line per test file (pytest's default), the skip and failure summary at the end.
 test: lint typecheck contracts
-	$(BIN)/pytest -q
+	$(BIN)/pytest
+
+# `make test-fast`: the unit tests only (no servers, no binaries), for the edit-test loop.
+test-fast: $(STAMP)
+	$(BIN)/pytest -q tests/unit -m "not slow"
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/plan_scale.py
@@ -113,9 +118,10 @@ validate-config: $(STAMP)
 
 validate: validate-config tools-validate audit
 	$(SAM_ENV) $(SAM) validate --lint --region us-east-1 --template-file template.yaml
-	$(CFN_LINT) template.yaml
+	$(CFN_LINT) template.yaml infra/spoke/spoke.yaml
 	$(SAM_ENV) $(SAM) build --region us-east-1 --template-file template.yaml
 	$(ASL_VALIDATOR) --json-path infra/statemachine/drain.asl.json
+	$(ASL_VALIDATOR) --json-path infra/statemachine/fleet.asl.json
 	# Every checkov finding is fixed or triaged with a reason in infra/checkov/triage.yaml (issue 14).
 	$(CHECKOV) -f template.yaml --framework cloudformation --skip-download --quiet -o json \
 		| $(CHECKOV_VENV)/bin/python tests/support/checkov_gate.py infra/checkov/triage.yaml

@@ -6,6 +6,10 @@ prints the median of several runs of:
 * load   — ``load_snapshot``: reading and validating the directory (JSON + pydantic);
 * signals — ``collect_signals``: joining the DCGM series to nodes and reducing them per device;
 * plan   — ``plan()`` on the already-collected signals (the pure decision, what §8 bounds);
+* placement — the plan's CPU seconds (``time.process_time``) with the placement simulation that guards
+  every ``scale_in`` (issue 29, ``domain.placement``) and without it (``placement=False``), at the
+  default budget (one node per run) and with ``max_nodes_per_run: 100`` (every chosen node simulated),
+  and with ``consolidation: all`` on top (up to 100 candidates simulated);
 
 and the peak memory of signals + plan (tracemalloc) and the process' max RSS. Usage:
 ``.venv/bin/python benchmarks/plan_scale.py [--sizes 100,1000,5000] [--runs 5]``.
@@ -68,6 +72,28 @@ def main() -> None:
             plan(replace(snap, signals=signals()), policy)  # type: ignore[type-var]
             peak = tracemalloc.get_traced_memory()[1]
             tracemalloc.stop()
+            wide = policy.model_copy(update={"max_nodes_per_run": 100, "max_nodes_per_node_group": "100%"})
+            cpu: dict[str, float] = {}
+            everything = wide.model_copy(update={"consolidation": "all"})
+            for label, pol, check in (
+                ("off", policy, False),
+                ("on", policy, True),
+                ("off100", wide, False),
+                ("on100", wide, True),
+                ("all100", everything, True),
+            ):
+                started = time.process_time()
+                done = plan(loaded, pol, placement=check)
+                cpu[label] = time.process_time() - started
+                cpu[label + "_n"] = sum(1 for a in done.actions if a.kind == "scale_in")
+                cpu[label + "_c"] = sum(1 for a in done.actions if a.kind == "consolidate")
+            print(
+                f"{n:>6} nodes  plan CPU-s: without placement {cpu['off']:.2f}, with {cpu['on']:.2f} "
+                f"({cpu['on_n']:.0f} scale_in); max_nodes_per_run 100: without {cpu['off100']:.2f}, "
+                f"with {cpu['on100']:.2f} ({cpu['on100_n']:.0f} scale_in); + consolidation: all "
+                f"{cpu['all100']:.2f} ({cpu['all100_n']:.0f} scale_in, {cpu['all100_c']:.0f} consolidate)",
+                flush=True,
+            )
             devices = sum(len(v) for v in sig.devices.values())  # type: ignore[attr-defined]
             rows.append((n, devices, load_s, sig_s, plan_s, peak / 2**20, len(result.nodes)))  # type: ignore[attr-defined]
             print(

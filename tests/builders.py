@@ -84,6 +84,21 @@ def gpu_node(
     }
 
 
+def room_node(name: str = "cpu-room", cpu: str = "64", memory: str = "256Gi") -> dict[str, Any]:
+    """A Ready CPU Node outside every node group: somewhere for evicted CPU pods to land."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "uid": f"uid-{name}", "labels": {"kubernetes.io/hostname": name}},
+        "spec": {},
+        "status": {
+            "capacity": {"cpu": cpu, "memory": memory, "pods": "110"},
+            "allocatable": {"cpu": cpu, "memory": memory, "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+
+
 def pod(
     name: str,
     node: str | None,
@@ -319,9 +334,11 @@ def snapshot(
     pvcs: list[dict[str, Any]] | None = None,
     pvs: list[dict[str, Any]] | None = None,
     volumes_known: bool = True,
+    room: bool = False,
 ) -> ClusterSnapshot:
-    """A validated ClusterSnapshot. Without ``groups`` every node is put in one ASG per nodegroup label."""
-    node_objs = tuple(Node.model_validate(n) for n in nodes)
+    """A validated ClusterSnapshot. Without ``groups`` every node is put in one ASG per nodegroup label;
+    ``room`` adds a CPU node (no GPU, in no node group) with room for the pods a drain moves elsewhere."""
+    node_objs = tuple(Node.model_validate(n) for n in [*nodes, *([room_node()] if room else [])])
     if groups is None:
         by_group: dict[str, list[str]] = {}
         for n in node_objs:

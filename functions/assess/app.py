@@ -4,6 +4,8 @@ Heals expired drain leases, plans the cluster at the tick's ``scheduled_time`` a
 machine execution per ``scale_in`` action, named deterministically from the tick's ``execution_id`` so a
 retried tick cannot start a drain twice (:func:`rightsizer.services.assess.run_assessment`). Logs one decision
 record per GPU node (message ``decision``, key ``decision``: the shipped Logs Insights queries read them).
+A run that fails (Prometheus unavailable past ``prometheus.deadline``, most metric queries failed,
+``MetricsFailed``) emits ``AssessmentsFailed`` (``AssessmentsFailedAlarm``) and raises (Lambda ``Errors``).
 """
 
 from __future__ import annotations
@@ -17,7 +19,14 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from rightsizer import logsafety
 from rightsizer.domain.decisions import DECISION_LOG_MESSAGE
-from rightsizer.handler_support import METRICS_NAMESPACE, ScheduledTick, traced
+from rightsizer.domain.errors import RightsizerError
+from rightsizer.handler_support import (
+    METRICS_NAMESPACE,
+    ScheduledTick,
+    emit_dimensioned,
+    showback_metrics,
+    traced,
+)
 from rightsizer.services.assess import run_assessment
 from rightsizer.wiring import lambda_runtime
 
@@ -36,7 +45,13 @@ def handler(event: ScheduledTick, context: LambdaContext) -> dict[str, Any]:
     metrics.add_metric(name="AssessInvocations", unit=MetricUnit.Count, value=1)  # flushed even on failure
     deps = lambda_runtime().assessment()
     metrics.add_dimension(name="cluster", value=deps.cluster_name)
-    summary = run_assessment(deps, event.scheduled_time, event.execution_id)
+    try:
+        summary = run_assessment(deps, event.scheduled_time, event.execution_id)
+    except RightsizerError as exc:
+        # a failed run is loud: its own metric (AssessmentsFailedAlarm) beside the Lambda Errors it raises
+        metrics.add_metric(name="AssessmentsFailed", unit=MetricUnit.Count, value=1)
+        logger.error("assessment failed", extra={"error": f"{type(exc).__name__}: {exc}"})
+        raise
     metrics.add_metric(name="IdleNodes", unit=MetricUnit.Count, value=summary.verdicts.get("idle", 0))
     metrics.add_metric(name="DrainsStarted", unit=MetricUnit.Count, value=len(summary.started))
     metrics.add_metric(name="LeasesHealed", unit=MetricUnit.Count, value=len(summary.healed))
@@ -45,6 +60,8 @@ def handler(event: ScheduledTick, context: LambdaContext) -> dict[str, Any]:
     )
     metrics.add_metric(name="AssessmentDuration", unit=MetricUnit.Seconds, value=summary.duration_s)
     metrics.add_metric(name="VerdictEvents", unit=MetricUnit.Count, value=summary.events)
+    for metric in showback_metrics(deps.cluster_name, summary.showback):
+        emit_dimensioned("assess", metric)
     for record in summary.records:  # one line per GPU node: the shipped Logs Insights queries read them
         logger.info(DECISION_LOG_MESSAGE, extra={"decision": record.model_dump(mode="json")})
     logger.info("assessment finished", extra={"summary": summary.to_json()})

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from rightsizer.domain.errors import ConfigError
 from rightsizer.domain.periods import Period
 from rightsizer.domain.policy import Policy, Seconds, load_policy
+from rightsizer.domain.validation import combined, config_error
 
 SECRET_SCHEMES = ("env", "file", "ssm", "secretsmanager")
 
@@ -95,6 +96,16 @@ class PrometheusConfig(_Section):
             raise ValueError("prometheus.auth basic needs prometheus.username")
         return self
 
+    @model_validator(mode="after")
+    def _timeout_within_deadline(self) -> PrometheusConfig:
+        # a query may run at most what is left of the cycle's deadline: a timeout beyond it never applies
+        if self.timeout > self.deadline:
+            raise ValueError(
+                f"prometheus.timeout ({self.timeout} s) must be ≤ prometheus.deadline ({self.deadline} s): "
+                "lower timeout or raise deadline"
+            )
+        return self
+
 
 class AwsConfig(_Section):
     """AWS access: region and, for tests and the demo, a local endpoint (moto server)."""
@@ -111,6 +122,12 @@ class AwsConfig(_Section):
         None,
         description="Endpoint override for the Price List Query API client (tests); default endpoint_url.",
     )
+    role_arn: str | None = Field(
+        None,
+        pattern=r"^arn:aws[a-z-]*:iam::[0-9]{12}:role/[\w+=,.@/-]+$",
+        description="A role to assume for every call about the cluster (the fleet's spoke role, issue 31).",
+    )
+    external_id: str | None = Field(None, description="The ExternalId the role's trust policy asks for.")
 
 
 class OffhoursGroup(_Section):
@@ -142,6 +159,11 @@ class ApprovalConfig(_Section):
     url: str | None = Field(
         None, description="The webhook's public base URL (Function URL) the approve/reject/snooze links use."
     )
+    notify_actions: bool = Field(
+        False,
+        description="Also publish every completed or rolled-back removal, resize, replacement and off-hours "
+        "transition (node, action, reason, USD) to topic_arn (template parameter NotifyActions).",
+    )
 
 
 class Config(_Section):
@@ -166,7 +188,8 @@ def load_config(path: str | Path) -> Config:
     """Read and validate a config file; ``policy`` may be a mapping or a path relative to the file.
 
     Raises:
-        ConfigError: naming the file and the offending key (dotted path).
+        ConfigError: naming the file and the first offending key (dotted path); ``problems`` lists every
+            mistake of the config and of a policy file it names, each with its key path and fix.
     """
     p = Path(path)
     try:
@@ -179,6 +202,7 @@ def load_config(path: str | Path) -> Config:
         raise ConfigError("a config file is a mapping", source=str(p))
     data: dict[str, Any] = dict(raw)
     policy_ref = data.get("policy")
+    errors: list[ConfigError] = []
     if isinstance(policy_ref, str):
         policy_path = (p.parent / policy_ref).resolve()
         try:
@@ -189,10 +213,15 @@ def load_config(path: str | Path) -> Config:
             ) from exc
         except yaml.YAMLError as exc:
             raise ConfigError(f"invalid YAML: {exc}", source=str(policy_path)) from exc
-        data["policy"] = load_policy(policy_raw, source=str(policy_path))
+        try:
+            data["policy"] = load_policy(policy_raw, source=str(policy_path))
+        except ConfigError as exc:  # reported with the config's own mistakes, all in one pass
+            errors.append(exc)
+            data.pop("policy")
     try:
-        return Config.model_validate(data)
+        config = Config.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(part) for part in err["loc"]) or "<root>"
-        raise ConfigError(err["msg"], source=str(p), field=field) from exc
+        errors.append(config_error(exc, source=str(p), model=Config))
+    if errors:
+        raise combined(errors)
+    return config

@@ -18,19 +18,37 @@ A policy kept in SSM (``PolicyParameterName``) is not fetched: pass ``--policy F
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 import shlex
 import tomllib
+import zoneinfo
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
 from rightsizer.config import OffhoursConfig
 from rightsizer.domain.errors import ConfigError
 
-__all__ = ["check_deployment", "check_offhours", "samconfig_overrides", "template_parameters"]
+__all__ = [
+    "RENAMED_PARAMETERS",
+    "check_deployment",
+    "check_offhours",
+    "check_offhours_refs",
+    "deployment_warnings",
+    "prometheus_url_warnings",
+    "samconfig_overrides",
+    "template_parameters",
+]
+
+#: Parameters a template once had → the one that replaced them (what an old samconfig.toml still says).
+RENAMED_PARAMETERS = {"OffhoursSchedules": "OffhoursConfig"}
+#: Host suffixes only a pod's DNS resolves: Kubernetes Service and Pod names (``<svc>.<ns>.svc``,
+#: ``cluster.local``) and loopback.
+_IN_CLUSTER = (".svc", ".svc.cluster.local", ".cluster.local", ".pod")
 
 
 class _CfnLoader(yaml.SafeLoader):
@@ -90,12 +108,46 @@ def samconfig_overrides(path: Path, environment: str = "default") -> dict[str, s
 
 def check_offhours(offhours: OffhoursConfig, source: str) -> list[str]:
     """Problems of an off-hours section that its model cannot see: node groups naming unknown schedules."""
-    return [
-        f"{source}: node_groups[{i}].schedule: {group.schedule!r} is not one of the schedules "
-        f"{sorted(offhours.schedules)}"
-        for i, group in enumerate(offhours.node_groups)
-        if group.schedule not in offhours.schedules
-    ]
+    return check_offhours_refs(offhours.model_dump(), source)
+
+
+def check_offhours_refs(offhours: Any, source: str) -> list[str]:
+    """Node groups naming a schedule the timetable lacks, read from the raw mapping (so they are reported
+    even when another key of the same document is invalid); each line names the group's index and the fix."""
+    if not isinstance(offhours, dict):
+        return []
+    raw_schedules, raw_groups = offhours.get("schedules"), offhours.get("node_groups")
+    schedules: dict[str, Any] = raw_schedules if isinstance(raw_schedules, dict) else {}
+    groups: list[Any] = raw_groups if isinstance(raw_groups, list) else []
+    problems = []
+    for i, group in enumerate(groups):
+        name = group.get("schedule") if isinstance(group, dict) else None
+        if isinstance(name, str) and name not in schedules:
+            close = difflib.get_close_matches(name, list(schedules), n=1, cutoff=0.6)
+            fix = f"did you mean {close[0]}?" if close else f"add a schedule named {name} to schedules"
+            problems.append(
+                f"{source}: node_groups.{i}.schedule: {name!r} is not one of the schedules {sorted(schedules)}; {fix}"
+            )
+    return problems
+
+
+def prometheus_url_warnings(url: str, source: str, *, from_lambda: bool) -> list[str]:
+    """Warnings for a Prometheus URL the caller cannot reach: a Kubernetes Service or Pod DNS name
+    (``*.svc``, ``*.cluster.local``) or loopback resolves only inside the cluster (or this machine); the
+    functions run in Lambda, outside the cluster, and the CLI on your machine."""
+    host = (urlsplit(url).hostname or "").lower().rstrip(".")
+    if host.endswith(_IN_CLUSTER) or ("." not in host and host not in ("", "localhost")):
+        where = "Lambda (outside the cluster, even in its VPC)" if from_lambda else "outside the cluster"
+        return [
+            f"{source}: {url} is an in-cluster name, unreachable from {where}; expose Prometheus on an internal "
+            "load balancer or use Amazon Managed Prometheus, and give that URL"
+            + ("" if from_lambda else " (or run kubectl port-forward and give http://127.0.0.1:PORT)")
+        ]
+    if from_lambda and host in ("localhost", "127.0.0.1", "::1"):
+        return [
+            f"{source}: {url} is loopback: from Lambda it is the function itself; give Prometheus' address"
+        ]
+    return []
 
 
 def check_deployment(template: Path, overrides: Mapping[str, str], *, source: str) -> list[str]:
@@ -107,10 +159,58 @@ def check_deployment(template: Path, overrides: Mapping[str, str], *, source: st
     parameters: dict[str, dict[str, Any]] = document.get("Parameters", {})
     problems = []
     for name in overrides:
-        if name not in parameters:
+        if name in RENAMED_PARAMETERS and RENAMED_PARAMETERS[name] in parameters:
+            new = RENAMED_PARAMETERS[name]
+            problems.append(
+                f"{source}: {name}: renamed; give its value as {new} ({_described(parameters[new])})"
+            )
+        elif name not in parameters:
             close = difflib.get_close_matches(name, list(parameters), n=1, cutoff=0.6)
-            hint = f" (did you mean {close[0]}?)" if close else ""
+            hint = (
+                f"; did you mean {close[0]}?"
+                if close
+                else f"; remove it ({template.name} has no such parameter)"
+            )
             problems.append(f"{source}: {name}: not a parameter of {template.name}{hint}")
+    values = _parameter_values(parameters, overrides, source, problems)
+    environment = document.get("Globals", {}).get("Function", {}).get("Environment", {}).get("Variables", {})
+    env = {"AWS_REGION": "us-east-1", "RIGHTSIZER_CLUSTER_NAME": values.get("ClusterName") or "unset"}
+    for variable, value in environment.items():
+        if isinstance(value, dict) and "Ref" in value and value["Ref"] in values:
+            env[variable] = values[value["Ref"]]
+
+    def no_ssm(name: str) -> str:
+        raise ConfigError(f"the policy is in SSM parameter {name}: check its text with --policy FILE")
+
+    # the functions name their environment variables; the operator wrote the template's parameters
+    parameter_of = {
+        variable: value["Ref"]
+        for variable, value in environment.items()
+        if isinstance(value, dict) and "Ref" in value
+    }
+    try:
+        config_from_settings(DeploymentSettings.from_env(env), fetch=no_ssm)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            for variable, parameter in parameter_of.items():
+                problem = problem.replace(f"{variable}: ", f"{parameter}: ")
+            problems.append(f"{source}: {problem.removeprefix('environment: ')}")
+    try:
+        offhours = yaml.safe_load(values.get("OffhoursConfig") or "{}")
+    except yaml.YAMLError:
+        offhours = None  # reported above, from the functions' own parse
+    problems += check_offhours_refs(offhours, f"{source}: OffhoursConfig")
+    return problems
+
+
+def _parameter_values(
+    parameters: Mapping[str, Mapping[str, Any]],
+    overrides: Mapping[str, str],
+    source: str,
+    problems: list[str],
+) -> dict[str, str]:
+    """Each parameter's value (override, else default) checked as CloudFormation checks it
+    (``AllowedValues``, ``AllowedPattern``) and a ``*Timezone`` against the zone database."""
     values: dict[str, str] = {}
     for name, spec in parameters.items():
         value = overrides.get(name, spec.get("Default"))
@@ -125,19 +225,28 @@ def check_deployment(template: Path, overrides: Mapping[str, str], *, source: st
         if pattern is not None and re.fullmatch(pattern, value) is None:
             why = spec.get("ConstraintDescription", f"must match {pattern}")
             problems.append(f"{source}: {name}: {value!r}: {why}")
-    environment = document.get("Globals", {}).get("Function", {}).get("Environment", {}).get("Variables", {})
-    env = {"AWS_REGION": "us-east-1", "RIGHTSIZER_CLUSTER_NAME": values.get("ClusterName") or "unset"}
-    for variable, value in environment.items():
-        if isinstance(value, dict) and "Ref" in value and value["Ref"] in values:
-            env[variable] = values[value["Ref"]]
+        if name.endswith("Timezone") and value not in _zones():
+            close = difflib.get_close_matches(value, sorted(_zones()), n=1, cutoff=0.6)
+            fix = (
+                f"did you mean {close[0]}?"
+                if close
+                else "give an IANA time zone such as UTC or Europe/Berlin"
+            )
+            problems.append(f"{source}: {name}: {value!r} is not a time zone of the IANA database; {fix}")
+    return values
 
-    def no_ssm(name: str) -> str:
-        raise ConfigError(f"the policy is in SSM parameter {name}: check its text with --policy FILE")
 
-    try:
-        config = config_from_settings(DeploymentSettings.from_env(env), fetch=no_ssm)
-    except ConfigError as exc:
-        problems.append(f"{source}: {exc}")
-    else:
-        problems += check_offhours(config.offhours, f"{source}: OffhoursConfig")
-    return problems
+def deployment_warnings(overrides: Mapping[str, str], *, source: str) -> list[str]:
+    """What a deploy with ``overrides`` would accept but not work with: an in-cluster ``PrometheusUrl``."""
+    url = overrides.get("PrometheusUrl")
+    return prometheus_url_warnings(url, f"{source}: PrometheusUrl", from_lambda=True) if url else []
+
+
+def _described(spec: Mapping[str, Any]) -> str:
+    return " ".join(str(spec.get("Description", "")).split())[:120] or "see template.yaml"
+
+
+@functools.cache
+def _zones() -> frozenset[str]:
+    """The IANA zone names of the zone database (``zoneinfo.available_timezones``: tzdata or the system's)."""
+    return frozenset(zoneinfo.available_timezones()) | {"UTC"}

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, TypeVar, cast
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 from rightsizer.domain.errors import TransientError
+from rightsizer.domain.showback import Showback
 from rightsizer.wiring.settings import STATE_MACHINE_MARGIN_S, STATE_MACHINE_TIMEOUT_S
 
 if TYPE_CHECKING:
@@ -45,6 +46,7 @@ __all__ = [
     "emit_dimensioned",
     "parse_drain_task",
     "run_drain_task",
+    "showback_metrics",
     "traced",
     "use_drain_workflow",
 ]
@@ -115,6 +117,10 @@ class DrainRequestModel(BaseModel):
         0,
         ge=0,
         description="The healer's n-th restart of a resize that died after its stop (its record exists).",
+    )
+    moves: list[tuple[str, str]] = Field(
+        default_factory=list,
+        description="Set for a consolidation (issue 29): the plan's (pod namespace/name, node) moves.",
     )
 
     @model_validator(mode="after")
@@ -204,6 +210,7 @@ def run_drain_task(workflow: DrainWorkflow, task: AnyDrainTask) -> dict[str, Any
         TransientError: exactly that class (its name is the ``Error`` the ASL's Retry matches), whatever
             subclass the adapter raised; the record is unchanged, so the retry runs the same step.
     """
+    from rightsizer.services.consolidate import ConsolidateRequest
     from rightsizer.services.drain import FINAL_STATUSES, DrainRequest, StepResult
     from rightsizer.services.replace import ReplaceRequest
     from rightsizer.services.resize import ResizeRequest
@@ -213,8 +220,11 @@ def run_drain_task(workflow: DrainWorkflow, task: AnyDrainTask) -> dict[str, Any
             fields = task.request.model_dump()
             target, nodegroup = fields.pop("target_type"), fields.pop("nodegroup")
             resume = fields.pop("resume")
+            moves = tuple(tuple(m) for m in fields.pop("moves"))
             request: DrainRequest
-            if nodegroup is not None:
+            if moves:
+                request = ConsolidateRequest(**fields, moves=moves)
+            elif nodegroup is not None:
                 request = ReplaceRequest(**fields, nodegroup=nodegroup, target_type=str(target))
             elif target is not None:
                 request = ResizeRequest(**fields, target_type=target, resume=resume)
@@ -275,6 +285,24 @@ def drain_metrics(output: Mapping[str, Any]) -> list[tuple[str, str, float]]:
     if nxt is None and UNCORDON_PENDING in str(output.get("message") or ""):
         found.append(("RollbackFailures", "Count", 1.0))
     return found
+
+
+def showback_metrics(cluster: str, showback: Showback | None) -> list[dict[str, Any]]:
+    """The assessment's showback as EMF metrics for :func:`emit_dimensioned`: ``IdleGpuHeldUsdPerHour``
+    (USD per hour of GPUs held idle, ``domain.showback``) for the cluster, then one per namespace and one
+    per team (dimension ``namespace`` / ``team``). The cluster's total is sent even when 0, so the
+    dashboard's line drops to 0 instead of ending."""
+    rows = (
+        [("namespace", r) for r in showback.by_namespace] + [("team", r) for r in showback.by_team]
+        if showback is not None
+        else []
+    )
+    total = sum(r.hourly_usd for r in showback.by_namespace) if showback is not None else 0.0
+    base = {"name": "IdleGpuHeldUsdPerHour", "unit": "None"}
+    return [
+        {**base, "value": round(total, 6), "dimensions": {"cluster": cluster}},
+        *({**base, "value": r.hourly_usd, "dimensions": {"cluster": cluster, dim: r.key}} for dim, r in rows),
+    ]
 
 
 def emit_dimensioned(service: str, metric: Mapping[str, Any]) -> None:

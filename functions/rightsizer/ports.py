@@ -12,9 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal, NamedTuple, Protocol, TypeVar
+from typing import Any, Literal, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 from rightsizer.domain.model import GroupSizes
+from rightsizer.domain.workload_scale import SavedWorkload
 
 JSON = dict[str, Any]
 
@@ -596,4 +597,54 @@ class LaunchTemplateVersions(Protocol):
     def delete_version(self, template_id: str, version: str) -> bool:
         """Delete one version (EC2 ``DeleteLaunchTemplateVersions``): True when deleted now, False when it
         was already gone."""
+        ...
+
+
+@runtime_checkable
+class WorkloadWriter(Protocol):
+    """Reads and JSON merge patches of the objects workload scale-to-zero touches (issue 32): the owners
+    (Deployment, StatefulSet, LeaderWorkerSet and their ``scale`` subresource, Notebook,
+    InferenceService), HorizontalPodAutoscalers and KEDA ScaledObjects — ``domain.workload_model.RESOURCES``.
+
+    Raises (every method):
+        PermanentError: 403 (names the verb and resource), 422; TransientError: 5xx, throttling.
+    """
+
+    def get_object(
+        self, group: str, kind: str, namespace: str, name: str, subresource: str | None = None
+    ) -> JSON | None:
+        """The object (or its ``scale`` subresource) as the API server has it, or None on 404."""
+        ...
+
+    def patch_object(
+        self, group: str, kind: str, namespace: str, name: str, subresource: str | None, body: JSON
+    ) -> JSON | None:
+        """Apply one JSON merge patch (``application/merge-patch+json``); the object after it, None on 404."""
+        ...
+
+    def list_objects(self, group: str, kind: str, namespace: str) -> list[JSON]:
+        """Every object of (group, kind) in ``namespace``; empty when the API server does not serve the kind
+        (a CRD that is not installed)."""
+        ...
+
+
+class WorkloadSaves(Protocol):
+    """Saved states of workloads scaled to zero, per cluster (state table items ``workload#<cluster>`` /
+    ``Kind/namespace/name``; no TTL: forgotten only after a restore)."""
+
+    def save_workload(self, saved: SavedWorkload) -> SavedWorkload:
+        """Keep ``saved`` unless a state is saved for the workload already; returns the stored one (a
+        second scale-down never overwrites the first one's values)."""
+        ...
+
+    def get_workload(self, workload: str) -> SavedWorkload | None:
+        """The state saved for ``Kind/namespace/name``, or None."""
+        ...
+
+    def forget_workload(self, workload: str) -> bool:
+        """Delete the saved state (after a restore); True when something was deleted."""
+        ...
+
+    def saved_workloads(self) -> list[SavedWorkload]:
+        """Every saved state of the cluster, by workload."""
         ...

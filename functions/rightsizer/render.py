@@ -89,6 +89,14 @@ def render_plan(plan: Plan, *, max_reasons: int = 4) -> str:
     out.extend(_reservations([r.model_dump(mode="json") for r in plan.reservations]))
     if plan.unmapped:
         out.append(f"\n{len(plan.unmapped)} series could not be joined to a node (see --json 'unmapped').")
+    if plan.showback is not None and plan.showback.holders:
+        out += ["", *render_showback(plan.showback.model_dump(mode="json"))]
+    if plan.workloads:
+        out += ["", "GPU workloads (scale_to_zero or keep:<reason>; docs/workloads.md):"]
+        out += [
+            f"  {w.workload.text:<40} {w.decision:<40} {w.gpus:>3} GPU(s) {_money(w.hourly_usd):>8} USD/h"
+            for w in plan.workloads
+        ]
     out.append(
         f"\nSavings of executable actions: {plan.savings.hourly_usd:,.2f} USD/hour, "
         f"{plan.savings.monthly_usd:,.2f} USD/month"
@@ -109,6 +117,25 @@ def _reservations(reservations: list[dict[str, Any]]) -> list[str]:
             f"{_money(r['unused_usd_per_hour'])} USD/h — idle nodes {idle}, {r['available']} empty slot(s); "
             f"{r['advice']}"
         )
+    return out
+
+
+def render_showback(showback: dict[str, Any]) -> list[str]:
+    """Lines of a showback (``domain.showback.Showback`` as JSON, with or without ``holders``): idle
+    GPU-hours and USD per team (label ``team_label``) and per namespace over the idle window."""
+    hours = showback["window_hours"]
+    out = [
+        f"Idle GPU holders (showback over the {hours:g} h idle window): {showback['gpu_hours']:,.2f} GPU-h, "
+        f"{showback['usd']:,.2f} USD"
+    ]
+    for title, key in ((f"team (label {showback['team_label']})", "by_team"), ("namespace", "by_namespace")):
+        out.append(f"  per {title}:")
+        for r in showback[key]:
+            unpriced = f", {r['unpriced']} unpriced" if r["unpriced"] else ""
+            out.append(
+                f"    {r['key']:<24} {r['pods']:>3} pod(s) {r['gpus']:>6.2f} GPUs {r['gpu_hours']:>8.2f} GPU-h "
+                f"{r['usd']:>9,.2f} USD  ({r['hourly_usd']:,.2f} USD/h{unpriced})"
+            )
     return out
 
 
@@ -149,6 +176,17 @@ def render_offhours(report: OffhoursReport) -> str:
     return "\n".join(lines)
 
 
+def render_window(w: dict[str, Any]) -> str:
+    """The recommended window recorded by a backtest on the cluster's own history, as one line."""
+    warm = " with a warm pool" if w.get("warm_pool") else ""
+    net = w.get("net_usd")
+    return (
+        f"Recommended {w['parameter']} from this cluster's history: {w['value']}{warm} (net USD "
+        f"{net if net is None else f'{net:,.2f}'} at USD {w.get('unserved_gpu_minute_usd')}/unserved GPU-min; "
+        f"backtest of {w.get('from')} .. {w.get('to')}, recorded {w.get('at')})"
+    )
+
+
 def render_status(report: dict[str, Any]) -> str:
     """``rightsizer status`` as text, from :meth:`rightsizer.services.status.StatusReport.to_json`: the
     latest decision records (one row per GPU node), drains in flight, off-hours saved sizes, realized
@@ -174,6 +212,9 @@ def render_status(report: dict[str, Any]) -> str:
             for r in plan["records"]
         ]
         out.append(_table(rows, ["NODE", "GROUP", "VERDICT", "REASONS", "ACTION", "USD/H"]))
+        showback = (plan.get("summary") or {}).get("showback")
+        if showback and showback["by_namespace"]:
+            out += ["", *render_showback(showback)]
     out += ["", "Drains in flight:"]
     if not report["in_flight"]:
         out.append("  none")
@@ -203,6 +244,22 @@ def render_status(report: dict[str, Any]) -> str:
     for k in savings["by_action_kind"]:
         out.append(f"  {k['kind']}: {k['applied']} applied, {k['hourly_usd']:,.2f} USD/hour")
     out.append(f"  total: {savings['total_usd']:,.2f} USD")
+    out += ["", "Measured restore delays (desired-size change -> p50 / p95 s):"]
+    if not report.get("restore_delays"):
+        out.append("  none measured yet")
+    for d in report.get("restore_delays") or []:
+        steps = ", ".join(
+            f"{m.replace('_', ' ')} {d['p50_seconds'][m]:.0f} / {d['p95_seconds'][m]:.0f}"
+            for m in ("instance_running", "node_ready", "gpu_allocatable", "first_gpu_pod_ready")
+            if m in d["p50_seconds"]
+        )
+        out.append(
+            f"  {d['node_group']}: serving {d['serving_p50_seconds']:.0f} / {d['serving_p95_seconds']:.0f} "
+            f"({d['measured']} node(s), {d['warm']} warm): {steps}"
+        )
+    window = report.get("recommended_window")
+    if window:
+        out += ["", render_window(window)]
     out += ["", "Last failures:"]
     if not report["failures"]:
         out.append("  none")

@@ -13,6 +13,7 @@ import importlib
 import json
 import sys
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
@@ -22,12 +23,12 @@ import pytest
 import yaml
 
 from rightsizer.adapters.memory_state import MemoryPlans, MemoryState
-from rightsizer.domain.errors import PermanentError, TransientError
+from rightsizer.domain.errors import MetricsFailed, PermanentError, TransientError
 from rightsizer.domain.policy import Policy
 from rightsizer.ports import EvictionOutcome
 from rightsizer.services.assess import AssessmentDeps
 from rightsizer.testing.fakes import FakeClock, FakeClusterWriter
-from tests.builders import AT, gpu_node, node_devices, pdb, pod, snapshot
+from tests.builders import AT, gpu_node, merge_metrics, node_devices, pdb, pod, snapshot
 from tests.integration.test_statemachine import NODE, LambdaContext, World, drain_world, request
 from tests.unit.test_template import CfnLoader
 
@@ -240,12 +241,46 @@ def test_an_overdue_restore_fires_restore_overdue_with_its_node_group(
     assert per_group == [{"cluster": CLUSTER, "node_group": "gpu-a10g", "service": "offhours"}]
 
 
+# ------------------------------------------------------------------------------------------ assessments
+
+
+def test_an_assessment_whose_metric_queries_mostly_failed_fires_assessments_failed(
+    lambda_env: None, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN an observation whose Prometheus queries mostly failed (issue 27: never a quiet plan of unknowns)
+    def observe(at: Any) -> Any:
+        raise MetricsFailed("13 of 14 Prometheus queries failed, first metrics/up.json: HTTP 400 (bad_data)")
+
+    deps = AssessmentDeps(
+        cluster_name=CLUSTER,
+        observe=observe,
+        policy=Policy(),
+        cluster=FakeClusterWriter(clock=FakeClock(AT)),
+        state=MemoryState(CLUSTER),
+        starter=SimpleNamespace(start=lambda request: "never"),
+        plans=MemoryPlans(),
+    )
+    assess = handler_module("assess")
+    monkeypatch.setattr(assess, "lambda_runtime", lambda: SimpleNamespace(assessment=lambda: deps))
+    capsys.readouterr()
+
+    # WHEN the assess handler runs the tick
+    with pytest.raises(MetricsFailed):
+        assess.handler(tick(AT, "assess-failed"), LambdaContext())
+
+    # THEN the run failed (Lambda Errors: FunctionErrorsAlarm) and its own alarm's metric crossed the threshold
+    emitted = emf(capsys.readouterr().out)
+    fired = {name for name, alarm in own_metric_alarms().items() if fires(alarm, emitted)}
+    assert fired == {"AssessmentsFailedAlarm"}
+
+
 # ------------------------------------------------------------------------------ the template's alarms
 
 
 def test_every_failure_class_has_an_alarm_on_the_topic() -> None:
     found = alarms()
     assert {
+        "AssessmentsFailedAlarm",
         "DrainsFailedAlarm",
         "DrainsRolledBackAlarm",
         "RollbackFailedAlarm",
@@ -282,8 +317,8 @@ def test_every_failure_class_has_an_alarm_on_the_topic() -> None:
 def emitted_by_every_handler(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> list[Emitted]:
-    """The EMF of a successful, a rolled-back and an un-uncordonable drain, an overdue restore and an
-    assessment, each through its real handler."""
+    """The EMF of a successful, a rolled-back and an un-uncordonable drain, an overdue restore, an
+    assessment and a failed one, each through its real handler."""
     from tests.support.offhours_world import MONDAY_MORNING, SATURDAY_NOON, make_world
 
     capsys.readouterr()
@@ -317,8 +352,13 @@ def emitted_by_every_handler(
     deps = AssessmentDeps(
         cluster_name=CLUSTER,
         observe=lambda at: snapshot(
-            [gpu_node("idle-1", instance_type="g5.12xlarge", gpus=4, instance_id="i-idle1")],
-            metrics=node_devices("idle-1", 4),
+            [
+                gpu_node("idle-1", instance_type="g5.12xlarge", gpus=4, instance_id="i-idle1"),
+                # an idle GPU held by a pod: the showback panels' per-namespace and per-team series
+                gpu_node("held-1", instance_type="g5.xlarge", gpus=1, instance_id="i-held1"),
+            ],
+            [pod("notebook-1", "held-1", namespace="ml", gpus=1, labels={"team": "research"})],
+            merge_metrics(node_devices("idle-1", 4), node_devices("held-1", 1)),
             at=at,
         ),
         policy=Policy(),
@@ -331,6 +371,15 @@ def emitted_by_every_handler(
     monkeypatch.setattr(assess, "lambda_runtime", lambda: SimpleNamespace(assessment=lambda: deps))
     summary = assess.handler(tick(AT, "assess-1"), LambdaContext())
     assert summary["started"], summary
+
+    def unusable(at: Any) -> Any:
+        raise MetricsFailed("13 of 14 Prometheus queries failed")
+
+    monkeypatch.setattr(
+        assess, "lambda_runtime", lambda: SimpleNamespace(assessment=lambda: replace(deps, observe=unusable))
+    )
+    with pytest.raises(MetricsFailed):
+        assess.handler(tick(AT, "assess-2"), LambdaContext())
     return emf(capsys.readouterr().out)
 
 

@@ -106,3 +106,48 @@ def test_unknown_execution_and_bad_duration_are_bad_input(
     assert main(["snooze", "gpu-2-exec", "--for", "soon", "--stack", STACK]) == 2
     assert "--for" in capsys.readouterr().err
     assert approvals.get_approval("gpu-2-exec").status == "pending"  # type: ignore[union-attr]
+
+
+def test_snooze_without_for_lasts_the_deployed_policys_approval_snooze(
+    approvals: DynamoDbApprovals, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a stack deployed with PolicyInline approval_snooze: 3h (not the 24 h default)
+    boto = boto3.session.Session(region_name="us-east-1")
+    template = {
+        **TEMPLATE,
+        "Parameters": {
+            "PolicyParameterName": {"Type": "String", "Default": ""},
+            "PolicyInline": {"Type": "String", "Default": "{}"},
+        },
+    }
+    boto.client("cloudformation").create_stack(
+        StackName="gpu-rightsizer-3h",
+        TemplateBody=json.dumps(template),
+        Parameters=[{"ParameterKey": "PolicyInline", "ParameterValue": "approval_snooze: 3h"}],
+    )
+    before = datetime.now(UTC)
+    # WHEN the operator snoozes without --for
+    assert main(["snooze", "gpu-2-exec", "--stack", "gpu-rightsizer-3h", "--json"]) == 0
+    # THEN the node is snoozed for the deployed policy's 3 h
+    assert json.loads(capsys.readouterr().out)["outcome"] == "snoozed"
+    until = approvals.snoozes(before)["gpu-2"]
+    assert timedelta(hours=3) <= until - before < timedelta(hours=3, minutes=1)
+
+
+def test_the_region_comes_from_the_stack_arn(
+    approvals: DynamoDbApprovals, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN no region in the environment, only the stack's ARN
+    arn = (
+        boto3.session.Session(region_name="us-east-1")
+        .client("cloudformation")
+        .describe_stacks(StackName=STACK)["Stacks"][0]["StackId"]
+    )
+    for name in ("AWS_REGION", "AWS_DEFAULT_REGION"):
+        monkeypatch.delenv(name, raising=False)
+    # WHEN status reads the stack by ARN
+    assert main(["status", "--stack", arn, "--json"]) == 0, capsys.readouterr().err
+    assert json.loads(capsys.readouterr().out)
+    # AND a --region contradicting the ARN is a usage error naming the fix
+    assert main(["status", "--stack", arn, "--region", "eu-west-1"]) == 2
+    assert "is not the stack ARN's region us-east-1: drop --region" in capsys.readouterr().err

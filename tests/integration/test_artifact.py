@@ -45,7 +45,7 @@ def artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_every_function_uses_the_makefile_builder() -> None:
     template = yaml.load((ROOT / "template.yaml").read_text(), Loader=_Tagged)
     functions = {k: v for k, v in template["Resources"].items() if v["Type"] == "AWS::Serverless::Function"}
-    assert len(functions) == 4
+    assert len(functions) == 7  # four, and EnableFleet's three (issue 31)
     assert {k: v.get("Metadata", {}).get("BuildMethod") for k, v in functions.items()} == dict.fromkeys(
         functions, "makefile"
     )
@@ -57,6 +57,7 @@ def test_artifact_leaves_out_the_doubles_and_demo_data(artifact: Path) -> None:
         "alert_webhook",
         "drain",
         "offhours",
+        "fleet",
         "rightsizer",
     }
     assert not (artifact / "rightsizer" / "testing").exists()
@@ -69,7 +70,7 @@ def test_artifact_leaves_out_the_doubles_and_demo_data(artifact: Path) -> None:
 def test_handlers_import_from_the_artifact_without_test_support(artifact: Path) -> None:
     code = (
         "import sys, importlib\n"
-        "for m in ('assess.app', 'alert_webhook.app', 'drain.app', 'offhours.app'):\n"
+        "for m in ('assess.app', 'alert_webhook.app', 'drain.app', 'offhours.app', 'fleet.app'):\n"
         "    importlib.import_module(m)\n"
         "from rightsizer.domain.catalog import load_catalog\n"
         "assert load_catalog().get('g5.xlarge') is not None\n"

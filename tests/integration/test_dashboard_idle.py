@@ -128,3 +128,39 @@ def test_no_idle_gpu_hours_when_the_rule_finds_none(tmp_path: Path) -> None:
             (_OLD_HOURS, 3 * points / 12),
         ],
     )
+
+
+def test_the_power_panel_keeps_nodes_without_a_node_label_apart(tmp_path: Path) -> None:
+    # GIVEN two nodes whose exporters add no `node` label (the GPU Operator's ServiceMonitor), joined to their
+    # nodes by kube_pod_info, and a static exporter no pod explains
+    def power(uuid: str, exporter: str, watts: float) -> dict[str, str]:
+        labels = f'gpu="0",UUID="{uuid}",namespace="gpu-operator",pod="{exporter}"'
+        return {"series": f"DCGM_FI_DEV_POWER_USAGE{{{labels}}}", "values": f"{watts:g}x{STEPS}"}
+
+    series = [power("GPU-1", "dcgm-a", 30), power("GPU-2", "dcgm-a", 32), power("GPU-3", "dcgm-b", 250)]
+    series += [
+        {
+            "series": 'DCGM_FI_DEV_POWER_USAGE{gpu="0",UUID="GPU-x",Hostname="localhost"}',
+            "values": f"27x{STEPS}",
+        }
+    ]
+    for exporter, node in (("dcgm-a", "node-a"), ("dcgm-b", "node-b")):
+        series.append(
+            {
+                "series": f'kube_pod_info{{namespace="gpu-operator",pod="{exporter}",node="{node}"}}',
+                "values": f"1x{STEPS}",
+            }
+        )
+    expr = panel_expr("Power by node")
+    # THEN the panel has one series per node with that node's watts (before: sum by (node) of every
+    # series merged node-a, node-b and the static exporter into one series of 339 W with no node)
+    run_promtool(
+        tmp_path,
+        series,
+        [
+            (f"count({expr})", 2),
+            (f'sum({expr}{{node="node-a"}})', 62),
+            (f'sum({expr}{{node="node-b"}})', 250),
+            (f'count({expr}{{node=""}}) or vector(0)', 0),
+        ],
+    )

@@ -7,7 +7,7 @@ reads busy at every step (15 s, 30 s, the default 60 s, 5 min), and per-device f
 computed in plain Python from the raw samples on randomized fleets with gaps, NaN, MIG instances,
 pod-label changes and exporter restarts.
 
-The reference (``reference_signals``) is written from the contract in README "How a node is judged",
+The reference (``reference_signals``) is written from the contract in docs/policy.md "How a node is judged",
 not from ``domain.observation``: per step (t − step, t] the maximum of every finite raw sample, coverage =
 steps holding one, maxima over every finite sample, non-finite = any NaN/±Inf raw sample in the window,
 freshness = the newest raw sample, judged against the scrape interval = W ÷ the scrape attempts of the
@@ -280,7 +280,7 @@ def _slot_max(samples: list[tuple[float, float]], window: Window) -> dict[int, f
 
 
 def reference_signals(fleet: Fleet, window: Window, threshold: float) -> dict[DeviceKey, dict[str, Any]]:
-    """The contract, in plain Python, from the raw samples (README "How a node is judged")."""
+    """The contract, in plain Python, from the raw samples (docs/policy.md "How a node is judged")."""
     n = window.seconds // window.step
     raw = fleet.raw
     in_window = {

@@ -23,6 +23,7 @@ from rightsizer.domain.policy import Policy
 from rightsizer.handler_support import STATE_MACHINE_TIMEOUT_S
 from rightsizer.ports import EvictionOutcome
 from rightsizer.services.drain import DrainDeps, DrainWorkflow
+from rightsizer.services.notices import notifying
 from rightsizer.testing.fakes import FakeClock, FakeClusterWriter, FakeNodeScaler
 from tests.builders import AT, gpu_node, pdb, pod
 from tests.support.asl import (
@@ -99,8 +100,9 @@ def world(request: pytest.FixtureRequest) -> Iterator[World]:
 
 
 @contextmanager
-def drain_world(drain_timeout: int = 600) -> Iterator[World]:
-    """The drain handler behind the ASL interpreter, over in-memory ports (one idle node, one ASG)."""
+def drain_world(drain_timeout: int = 600, notifier: Any = None) -> Iterator[World]:
+    """The drain handler behind the ASL interpreter, over in-memory ports (one idle node, one ASG); with
+    ``notifier``, the workflow's ledger announces action outcomes through it (``services.notices``)."""
     clock = FakeClock(AT)
     cluster = FakeClusterWriter(clock=clock)
     cluster.add_node(gpu_node(NODE, instance_id=INSTANCE, created=AT - timedelta(days=2)))
@@ -116,7 +118,15 @@ def drain_world(drain_timeout: int = 600) -> Iterator[World]:
         }
     )
     workflow = DrainWorkflow(
-        DrainDeps(cluster, scaler, IdleAssessor(), state, policy, dry_run=False, clock=clock.now)
+        DrainDeps(
+            cluster,
+            scaler,
+            IdleAssessor(),
+            notifying(state, notifier, "prod-eks"),
+            policy,
+            dry_run=False,
+            clock=clock.now,
+        )
     )
     with serving(workflow):
         yield World(clock, cluster, scaler, state, workflow, drain_machine(clock))

@@ -22,6 +22,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +93,8 @@ def _get(document: Any, path: str, context: dict[str, Any]) -> Any:
         document, path = context, "$" + path[2:]
     if path == "$":
         return document
+    if path.startswith("$[") or "[" in path:
+        raise AssertionError(f"JSONPath not supported by the test interpreter: {path}")
     assert path.startswith("$."), path
     value = document
     for part in path[2:].split("."):
@@ -213,7 +216,12 @@ class AslInterpreter:
         invoke_latency_s: float = 0.2,
         max_transitions: int = 50_000,
         tokens: TaskTokens | None = None,
+        s3: Any = None,
     ) -> None:
+        #: A boto3 S3 client (moto): the Distributed Map's ItemReader and ResultWriter (``asl_map``).
+        self.s3 = s3
+        #: Every Map state's run (``asl_map.MapRun``), in order.
+        self.map_runs: list[Any] = []
         self.tokens = tokens or TaskTokens()
         self.definition = definition
         self.invoke = invoke
@@ -222,7 +230,12 @@ class AslInterpreter:
         self.max_transitions = max_transitions
 
     def run(self, execution_input: dict[str, Any], name: str) -> Execution:
-        context = {"Execution": {"Input": execution_input, "Name": name}}
+        started_at = datetime.fromtimestamp(self.clock(), UTC).isoformat().replace("+00:00", "Z")
+        context = {"Execution": {"Input": execution_input, "Name": name, "StartTime": started_at}}
+        return self.run_in(execution_input, context)
+
+    def run_in(self, execution_input: Any, context: dict[str, Any]) -> Execution:
+        """Run from ``StartAt`` with ``context`` as ``$$`` (a Map child runs in its parent's context)."""
         started = self.clock()
         timeout = self.definition.get("TimeoutSeconds")
         state_name = self.definition["StartAt"]
@@ -256,9 +269,27 @@ class AslInterpreter:
                 if state_name is None:
                     return self._end(run, "FAILED", None, "States.NoChoiceMatched", "")
                 continue
-            assert kind == "Task", f"state type not supported by the test interpreter: {kind}"
+            if kind == "Pass":
+                result = (
+                    _template(state["Parameters"], document, context)
+                    if "Parameters" in state
+                    else state.get("Result", document)
+                )
+                document = _set(document, state.get("ResultPath", "$"), result)
+                if state.get("End"):
+                    return self._end(run, "SUCCEEDED", document)
+                state_name = state["Next"]
+                continue
+            assert kind in ("Task", "Map"), f"state type not supported by the test interpreter: {kind}"
             try:
-                document = self._task(state, document, context, run)
+                if kind == "Map":
+                    from tests.support.asl_map import run_map
+
+                    document = run_map(self, state, document, context, run)
+                else:
+                    document = self._task(state, document, context, run)
+                if state.get("End"):
+                    return self._end(run, "SUCCEEDED", document)
                 state_name = state["Next"]
             except StatesError as exc:
                 catcher = next(

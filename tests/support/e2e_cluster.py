@@ -38,6 +38,7 @@ import yaml
 from rightsizer.adapters.aws import AwsClients, make_clients
 from rightsizer.testing.dynamodb_table import create_state_table
 from rightsizer.testing.k8s import KubernetesDouble
+from rightsizer.testing.k8s.api import Placement
 from rightsizer.testing.moto_eks import (
     BuiltCluster,
     MotoServer,
@@ -415,10 +416,13 @@ def gpu_cluster(
     exporter: Callable[[list[GpuNode]], DcgmExporter | None] = lambda _nodes: None,
     sizes: tuple[int, int] = (1, 6),
     region: str = REGION,
+    node_annotations: Mapping[int, Mapping[str, str]] | None = None,
+    placement: Callable[[KubernetesDouble], Placement] | None = None,
 ) -> Iterator[tuple[GpuCluster, DcgmExporter | None]]:
     """Build the cluster (``nodes`` instances in ``gpu-a10g``, min/max ``sizes``) in ``region``, start its
     background workers, yield it with the exporter ``exporter(nodes)`` built (not started), and stop
-    everything — whatever happens inside."""
+    everything — whatever happens inside. ``node_annotations`` by node index; ``placement(double)``
+    places the double's replacement pods (default: its ``first_fit``)."""
     stack = contextlib.ExitStack()
     with stack:
         # moto logs every request through werkzeug; a failing test's output should show the chain instead.
@@ -445,16 +449,23 @@ def gpu_cluster(
                 name=f"ip-{ips[iid].replace('.', '-')}.ec2.internal",
                 instance_id=iid,
                 ip=ips[iid],
-                exporter_pod=f"nvidia-dcgm-exporter-{'bcdfg'[k]}{'hjklm'[k]}x7q",
+                exporter_pod=f"nvidia-dcgm-exporter-{'bcdfgnpqrs'[k]}{'hjklmtvwxz'[k]}x7q",
                 exporter_ip=f"10.0.64.{10 + k}",
                 uuid=f"GPU-5b3ac1d0-7e2f-4c11-9a6b-0000000000{k:02d}",
             )
             for k, iid in enumerate(ids)
         ]
-        double = KubernetesDouble(seed=11, resource_api_versions=None)
+        made_double: list[KubernetesDouble] = []
+        chosen: dict[str, Any] = (
+            {"placement": lambda p, n, prev: placement(made_double[0])(p, n, prev)} if placement else {}
+        )
+        double = KubernetesDouble(seed=11, resource_api_versions=None, **chosen)
+        made_double.append(double)
         created = datetime.now(UTC) - timedelta(days=2)
-        for node in gpu_nodes:
-            double.add_node(_node_object(node, created, region))
+        for k, node in enumerate(gpu_nodes):
+            obj = _node_object(node, created, region)
+            obj["metadata"]["annotations"].update((node_annotations or {}).get(k, {}))
+            double.add_node(obj)
             double.add_pod(_exporter_pod(node))
         for extra in extra_pods:
             double.add_pod(pod(extra.name, gpu_nodes[extra.node_index].name, **dict(extra.options)))

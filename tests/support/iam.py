@@ -74,7 +74,7 @@ class Request:
 
 
 #: The Lambda handler modules (``functions/<name>/app.py``): a call is a function's when one is on the stack.
-HANDLERS = frozenset({"assess.app", "drain.app", "offhours.app", "alert_webhook.app"})
+HANDLERS = frozenset({"assess.app", "drain.app", "offhours.app", "alert_webhook.app", "fleet.app"})
 
 
 def _owner(frame: FrameType | None) -> str | None:

@@ -105,15 +105,17 @@ def test_node_idle_for_exactly_the_window_is_removed_then_regrets() -> None:
     assert removal.back_at == at(95)
     assert removal.regret
     assert f.removals == 1 and f.regrets == 1
-    assert f.gpu_hours_saved == pytest.approx(5 / 60)
+    # Billed: the replacement is launched (and paid) at 90 when demand returns, so nothing was saved;
+    # the 5 minutes until it is back are paid and unserved at once.
+    assert removal.saved_seconds == 0
+    assert f.gpu_hours_saved == 0 and f.usd_saved == 0
     assert f.unserved_gpu_minutes == pytest.approx(5.0)  # minutes 91..95 active, node back at 95
-    assert f.usd_saved == pytest.approx(G5_USD * 5 / 60)
     prep = bt.prepare(history)
     assert prep.oracle_gpu_hours == pytest.approx(30 / 60)
     assert prep.paid_gpu_hours == pytest.approx(3.0)
-    assert f.share_of_oracle == pytest.approx((5 / 60) / 0.5)
-    assert f.gpu_hours_paid == pytest.approx(3.0 - 5 / 60)
-    assert f.idle_gpu_hours == pytest.approx(0.5)  # the 5 saved minutes were all active
+    assert f.share_of_oracle == 0
+    assert f.gpu_hours_paid == pytest.approx(3.0)
+    assert f.idle_gpu_hours == pytest.approx(0.5)
 
 
 def test_spike_inside_the_window_delays_the_removal() -> None:
@@ -139,14 +141,14 @@ def test_demand_returning_during_provisioning_is_unserved_and_the_new_node_is_yo
     first, second = f.log
     assert first.demand_at == at(92) and first.back_at == at(97) and first.regret
     assert first.unserved_gpu_minutes == pytest.approx(4.0)  # minutes 93, 94, 96, 97 (95 was idle)
-    assert first.saved_seconds == 7 * MIN
+    assert first.saved_seconds == 2 * MIN  # billed: 90 → 92, the replacement is paid from its launch
     assert second.demand_at is None and second.saved_seconds == 50 * MIN and not second.regret
     assert f.removals == 2 and f.regrets == 1
-    assert f.gpu_hours_saved == pytest.approx(57 / 60)
-    assert f.usd_saved == pytest.approx(G5_USD * 57 / 60)
+    assert f.gpu_hours_saved == pytest.approx(52 / 60)
+    assert f.usd_saved == pytest.approx(G5_USD * 52 / 60)
     prep = bt.prepare(history)
     assert prep.oracle_gpu_hours == pytest.approx(113 / 60)  # 61..92, 95, 101..180
-    assert f.idle_gpu_hours == pytest.approx((113 - 53) / 60)  # saved idle: 91, 92, 95 and 131..180
+    assert f.idle_gpu_hours == pytest.approx((113 - 52) / 60)  # saved idle: 91, 92 and 131..180
 
 
 def test_the_readded_node_is_too_young_for_a_window() -> None:
@@ -395,8 +397,17 @@ def test_cli_trace_json_is_labelled_activity_only(tmp_path: Path, capsys: pytest
     doc = json.loads(capsys.readouterr().out)
     assert doc["source"]["basis"] == "activity-only" and doc["source"]["signals"] == ["activity"]
     runs = {r["name"]: r for r in doc["runs"]}
-    assert list(runs) == ["default", "scale-to-zero", "request-based", "naive-threshold", "oracle"]
+    assert list(runs) == [
+        "default",
+        "scale-to-zero",
+        "workload-scale-to-zero",
+        "request-based",
+        "naive-threshold",
+        "oracle",
+    ]
     assert all(r["basis"] == "activity-only" for r in doc["runs"])
+    # 39 idle minutes clear the node's 30-min window, never a workload's 2 h one (issue 32)
+    assert runs["workload-scale-to-zero"]["removals"] == 0
     assert runs["default"]["gpu_hours_saved"] == 0.0
     assert runs["request-based"]["gpu_hours_saved"] == 0.0
     assert runs["scale-to-zero"]["removals"] == 1
@@ -427,4 +438,9 @@ def test_cli_table_and_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[s
     policy.write_text("idle_window: 10m\nevict_idle_gpu_holders: true\n")
     assert main(["backtest", "--trace", str(path), "--policy", str(policy), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert [r["name"] for r in doc["runs"]][:3] == ["default", "scale-to-zero", "fast"]
+    assert [r["name"] for r in doc["runs"]][:4] == [
+        "default",
+        "scale-to-zero",
+        "workload-scale-to-zero",
+        "fast",
+    ]

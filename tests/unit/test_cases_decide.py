@@ -408,13 +408,13 @@ def test_gpu_holder_detection_keeps_an_idle_node_protected(extra: dict[str, Any]
         p["spec"]["runtimeClassName"] = extra["runtime"]
     if extra.get("privileged"):
         p["spec"]["containers"][0]["securityContext"] = {"privileged": True}
-    result = plan(snapshot([node], [p], node_devices("h", 1)), Policy())
+    result = plan(snapshot([node], [p], node_devices("h", 1), room=True), Policy())
     assert result.node("h").verdict == ("protected" if holder else "idle")
     if holder:
         assert result.node("h").reasons[0] == "idle_gpu_holder:default/server-1"
         assert [a.kind for a in result.actions] == ["recommend"]
         assert "scale the owner to zero" in result.actions[0].reason
-    opted = plan(snapshot([node], [p], node_devices("h", 1)), Policy(evict_idle_gpu_holders=True))
+    opted = plan(snapshot([node], [p], node_devices("h", 1), room=True), Policy(evict_idle_gpu_holders=True))
     assert opted.node("h").verdict == "idle"
 
 
@@ -438,7 +438,9 @@ def test_bug18_pod_classification() -> None:
         "local_storage:research/notebook-7d8f-abcde",
     ]
     allowed = Policy(delete_emptydir_data=True, allow_bare_pods=True)
-    report = plan(snapshot([node], pods, node_devices(case["node"], 1)), allowed).node(case["node"])
+    report = plan(snapshot([node], pods, node_devices(case["node"], 1), room=True), allowed).node(
+        case["node"]
+    )
     assert report.verdict == "idle"
 
 
@@ -452,6 +454,7 @@ def test_system_pods_without_pdb_block_and_with_pdb_do_not() -> None:
         [coredns],
         node_devices("k", 1),
         pdbs=[pdb_obj("coredns", "kube-system", {"k8s-app": "kube-dns"}, 1)],
+        room=True,
     )
     assert plan(with_pdb, Policy()).node("k").verdict == "idle"
 
@@ -482,7 +485,9 @@ def test_grace_period_longer_than_drain_timeout_blocks() -> None:
         plan(snapshot([node], [slow], node_devices("gr", 1)), Policy()).node("gr").reasons
     ) == ["grace_exceeds_drain_timeout:default/ckpt-0"]
     assert (
-        plan(snapshot([node], [slow], node_devices("gr", 1)), Policy(drain_timeout="20m")).node("gr").verdict
+        plan(snapshot([node], [slow], node_devices("gr", 1), room=True), Policy(drain_timeout="20m"))
+        .node("gr")
+        .verdict
         == "idle"
     )
 
@@ -585,7 +590,7 @@ def test_karpenter_do_not_disrupt_duration_expires() -> None:
         in plan(snapshot([node], [p], node_devices("d", 1)), Policy()).node("d").reasons
     )
     p["metadata"]["annotations"]["karpenter.sh/do-not-disrupt"] = "4h"
-    assert plan(snapshot([node], [p], node_devices("d", 1)), Policy()).node("d").verdict == "idle"
+    assert plan(snapshot([node], [p], node_devices("d", 1), room=True), Policy()).node("d").verdict == "idle"
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,7 @@ NODE_KEYS = {
 ACTION_KEYS = {
     "action_id", "kind", "node", "node_group", "instance_id", "from", "to", "reason",
     "hourly_savings_usd", "monthly_savings_usd", "manifests", "expected_slowdown_pct", "why_safe",
+    "estimated_hourly_savings_usd", "estimated_monthly_savings_usd",
 }  # fmt: skip
 
 
@@ -48,6 +49,8 @@ def test_plan_json_follows_the_contract(snap_dir: Path, capsys: pytest.CaptureFi
         "actions",
         "unmapped",
         "savings",
+        "showback",
+        "workloads",
         "reservations",
     }
     assert doc["at"] == doc["taken_at"] == "2026-11-02T10:00:00Z"

@@ -92,7 +92,7 @@ def test_one_record_per_node_in_plan_order_with_its_verdict_and_reasons() -> Non
         ("stale-1", "unknown: stale_metrics:600s"),
         (
             "big-1",
-            "recommend is a recommendation: the assessment starts only scale_in, resize_instance and replace_node_group",
+            "recommend is a recommendation: the assessment starts only scale_in, resize_instance, replace_node_group and consolidate",
         ),
         ("idle-2", "backoff-reason"),
     ],

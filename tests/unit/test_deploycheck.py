@@ -47,7 +47,9 @@ def test_a_good_deployment_passes() -> None:
 @pytest.mark.parametrize(
     ("overrides", "needle"),
     [
-        ({"OffhoursSchedules": "{}"}, "OffhoursSchedules: not a parameter of template.yaml (did you mean"),
+        # renamed: the real replacement, not the nearest spelling (OffhoursScheduleExpression)
+        ({"OffhoursSchedules": "{}"}, "OffhoursSchedules: renamed; give its value as OffhoursConfig"),
+        ({"OffhoursSchedule": "{}"}, "OffhoursSchedule: not a parameter of template.yaml; did you mean"),
         ({"PolicyInline": "idle_windw: 10m"}, "idle_windw"),
         ({"PolicyInline": "drain_timeout: 2h"}, "drain_timeout"),
         (
@@ -56,9 +58,9 @@ def test_a_good_deployment_passes() -> None:
                     {"schedules": NIGHTS, "node_groups": [{"name": "g", "schedule": "night"}]}
                 )
             },
-            "node_groups[0].schedule: 'night' is not one of the schedules ['nights']",
+            "node_groups.0.schedule: 'night' is not one of the schedules ['nights']; did you mean nights?",
         ),
-        ({"OffhoursConfig": "schedules: [unclosed"}, "RIGHTSIZER_OFFHOURS"),
+        ({"OffhoursConfig": "schedules: [unclosed"}, "OffhoursConfig: invalid YAML/JSON"),
         ({"AssessScheduleExpression": "every 5 minutes"}, "AssessScheduleExpression: 'every 5 minutes'"),
         ({"OffhoursScheduleExpression": "rate(0 minutes)"}, "OffhoursScheduleExpression"),
         ({"PrometheusUrl": "prometheus-server.monitoring.svc:9090"}, "PrometheusUrl"),
@@ -69,6 +71,11 @@ def test_a_good_deployment_passes() -> None:
         ({"DryRun": "yes"}, "DryRun: 'yes' is not one of ['true', 'false']"),
         ({"PriceListApi": "off"}, "PriceListApi: 'off' is not one of ['true', 'false']"),
         ({"ScheduleTimezone": "Berlin time"}, "ScheduleTimezone"),
+        (
+            {"ScheduleTimezone": "Mars/Olympus"},
+            "ScheduleTimezone: 'Mars/Olympus' is not a time zone of the IANA database; give an IANA time zone",
+        ),
+        ({"ScheduleTimezone": "Europe/Berln"}, "did you mean Europe/Berlin?"),
         ({"AlarmEmail": "oncall"}, "AlarmEmail: 'oncall': an e-mail address, or empty"),
     ],
 )
@@ -117,3 +124,81 @@ def test_the_price_list_switch_reaches_the_config_the_functions_decide_on(value:
         "RIGHTSIZER_PRICING_API": value,
     }
     assert deployment_config(DeploymentSettings.from_env(environ), Policy()).aws.pricing_api is asks
+
+
+def test_validate_reports_every_mistake_in_one_run_each_with_key_path_and_fix(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a policy with four mistakes, a config naming it with three of its own (one in the timetable)
+    # and deploy parameters with three more
+    (tmp_path / "policy.yaml").write_text(
+        "idle_windw: 30m\ngpu_activity_max_pct: 150\nmax_nodes_per_run: many\ndry_run: maybe\n"
+    )
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "cluster: {name: prod}\n"
+        "prometheus: {url: 'http://prometheus-server.monitoring.svc:9090', auth: token}\n"
+        "offhours:\n"
+        "  schedules: {nights: [{days: [Mon], start: '19:00', end: '07:00', timezone: Mars/Olympus}]}\n"
+        "  node_groups: [{name: gpu-dev, schedule: weekend}]\n"
+        "policy: policy.yaml\n"
+    )
+    samconfig = tmp_path / "samconfig.toml"
+    samconfig.write_text(
+        "[default.deploy.parameters]\n"
+        'parameter_overrides = "OffhoursSchedules=\\"{}\\" ScheduleTimezone=\\"Mars/Olympus\\" '
+        'PrometheusUrl=\\"http://prometheus-server.monitoring.svc:9090\\" PolicyInline=\\"idle_windw: 30m\\""\n'
+    )
+    # WHEN validate runs once
+    code = main(
+        ["validate", "--config", str(config), "--samconfig", str(samconfig), "--template", str(TEMPLATE)]
+    )
+    err = capsys.readouterr().err.splitlines()
+    # THEN every mistake is a line with its key path and a fix, and the in-cluster URL two warnings
+    invalid = [
+        line.removeprefix("rightsizer: invalid: ") for line in err if line.startswith("rightsizer: invalid:")
+    ]
+    policy = str((tmp_path / "policy.yaml").resolve())
+    assert code == 2
+    assert invalid == [
+        f"{policy}: dry_run: Input should be a valid boolean, unable to interpret input (got 'maybe'); "
+        "give true or false",
+        f"{policy}: gpu_activity_max_pct: Input should be less than or equal to 100 (got 150); "
+        "give a value at most 100",
+        f"{policy}: max_nodes_per_run: Input should be a valid integer, unable to parse string as an integer "
+        "(got 'many'); give a whole number",
+        f"{policy}: idle_windw: Extra inputs are not permitted; did you mean idle_window?",
+        f"{config}: prometheus.auth: Input should be 'none', 'bearer', 'basic' or 'sigv4' (got 'token'); "
+        "use one of 'none', 'bearer', 'basic' or 'sigv4'",
+        f"{config}: offhours.schedules.nights.0.timezone: unknown IANA time zone 'Mars/Olympus' (not in the zone "
+        "database); use a name such as 'Europe/Berlin' or 'UTC'",
+        f"{config}: offhours: node_groups.0.schedule: 'weekend' is not one of the schedules ['nights']; "
+        "add a schedule named weekend to schedules",
+        f"{samconfig}: OffhoursSchedules: renamed; give its value as OffhoursConfig (The off-hours timetable as "
+        'JSON/YAML {"schedules": {name: [{days, start, end, timezone}...]}, "node_groups": [{name, sch)',
+        f"{samconfig}: ScheduleTimezone: 'Mars/Olympus' is not a time zone of the IANA database; give an IANA "
+        "time zone such as UTC or Europe/Berlin",
+        f"{samconfig}: PolicyInline: idle_windw: Extra inputs are not permitted; did you mean idle_window?",
+    ]
+    warnings = [line for line in err if line.startswith("rightsizer: warning:")]
+    assert len(warnings) == 2
+    assert "prometheus.url: http://prometheus-server.monitoring.svc:9090 is an in-cluster name" in warnings[0]
+    assert "PrometheusUrl: http://prometheus-server.monitoring.svc:9090 is an in-cluster name" in warnings[1]
+    assert "unreachable from Lambda" in warnings[1]
+    assert err[-1] == "rightsizer: 10 mistake(s) found; nothing was deployed or changed"
+
+
+@pytest.mark.parametrize(
+    ("url", "warned"),
+    [
+        ("http://prometheus-server.monitoring.svc:9090", True),
+        ("http://prometheus.monitoring.svc.cluster.local:9090", True),
+        ("http://prometheus-server:9090", True),
+        ("https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-1", False),
+        ("http://internal-prom-123.us-east-1.elb.amazonaws.com:9090", False),
+    ],
+)
+def test_in_cluster_prometheus_urls_are_warned_about(url: str, warned: bool) -> None:
+    from rightsizer.deploycheck import prometheus_url_warnings
+
+    assert bool(prometheus_url_warnings(url, "PrometheusUrl", from_lambda=True)) is warned

@@ -48,7 +48,9 @@ def test_the_remedy_names_each_role_that_grants_the_refused_check(
 
 
 def test_the_drains_read_names_its_own_group() -> None:
-    remedy = remedy_403(AccessCheck("get", "statefulsets", group="apps"))
+    remedy = remedy_403(
+        AccessCheck("get", "jobs", group="batch")
+    )  # (get statefulsets: rightsizer-workloads too)
     assert remedy == (
         "bind the ClusterRole rightsizer (infra/k8s/rbac.yaml; the drain and off-hours functions' EKS access "
         "entry group rightsizer) to the identity's Kubernetes group"

@@ -3,7 +3,7 @@
 Each table is ported from the peer's public tests (Apache-2.0); rows keep the peer's case names. ``want`` is
 the outcome for one pod on the node: ``evict`` (drained and evicted), ``skip`` (never evicted, does not
 block), or ``block:<reason code>``. Where we are deliberately stricter the row says ``ours`` and why
-(README "Parity with kubectl, Cluster Autoscaler and Karpenter").
+(docs/operations.md "Parity with kubectl, Cluster Autoscaler and Karpenter").
 
 Sources (repository, path, commit):
 - kubernetes/kubectl ``pkg/cmd/drain/drain_test.go`` (TestDrain) and ``pkg/drain/filter_test.go``
@@ -267,7 +267,7 @@ CLUSTER_AUTOSCALER = [
 # Cluster Autoscaler replicacount TestDrainable: every controller is read back; a missing one blocks
 # (ControllerNotFound), ours as a bare pod. CA's RC references use apiVersion "core/v1"; the API server
 # writes "v1" (the core group is ""), which is what a real pod carries. Job rows set evict_running_jobs:
-# without it a running Job pod is protected anyway (README parity table, "running batch pods").
+# without it a running Job pod is protected anyway (docs/operations.md parity table, "running batch pods").
 CA_DS_POD = {"cluster-autoscaler.kubernetes.io/daemonset-pod": "true"}
 CLUSTER_AUTOSCALER_CONTROLLERS = [
     Case("RC-managed pod", "evict", owner=RC),

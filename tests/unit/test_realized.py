@@ -136,3 +136,26 @@ def test_a_resize_books_the_price_difference_of_its_one_instance() -> None:
         ("resize_instance", "(standalone)", 1.5, 1)
     ]
     assert rows[0].usd == pytest.approx(1.5 * (1.624 - 1.006))
+
+
+@pytest.mark.parametrize("step", ["restore", "scaled_out"])
+def test_a_removal_stops_saving_when_the_replacement_is_launched_not_when_it_is_ready(step: str) -> None:
+    # Issue 30: EC2 bills the replacement from its launch. The restore's UpdateNodegroupConfig (desired up)
+    # at 23:00, nodes Ready with GPUs at 23:12: the removal at 22:00 saved 1 h, not 1 h 12 min.
+    launched = entry(
+        "c1", T0 + timedelta(hours=1), kind="scale_node_group", step=step, hourly=None, node=None
+    )
+    ready = entry(
+        "c1", T0 + timedelta(hours=1, minutes=12), kind="scale_node_group", step="restored", hourly=None,
+        node=None,
+    )  # fmt: skip
+    rows = realized_savings([entry("e1", T0), launched, ready], T0 + timedelta(hours=5))
+    assert [(r.node_group, r.instance_hours) for r in rows] == [("gpu-a10g", 1.0)]
+    assert rows[0].usd == pytest.approx(5.672)
+    # a failed restore call launched nothing: the saving runs on until the Ready entry
+    failed = entry(
+        "c1", T0 + timedelta(hours=1), kind="scale_node_group", step=step, result="failed", hourly=None,
+        node=None,
+    )  # fmt: skip
+    rows = realized_savings([entry("e1", T0), failed, ready], T0 + timedelta(hours=5))
+    assert [r.instance_hours for r in rows] == [pytest.approx(1.2)]

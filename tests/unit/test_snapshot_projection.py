@@ -175,7 +175,8 @@ def test_every_kept_key_is_read_by_the_decision(reads: Reads, kept: frozenset[st
     [
         (NODE_LABELS, "node_labels", "node_selected"),
         (NODE_ANNOTATIONS, "node_annotations", None),
-        (POD_LABELS, "pod_labels", "pod_selected"),
+        # the policy's showback_team_label is kept too (SnapshotDirectoryWriter(policy_pod_labels=...))
+        (POD_LABELS | {Policy().showback_team_label}, "pod_labels", "pod_selected"),
         (POD_ANNOTATIONS, "pod_annotations", None),
         (ASG_TAGS, "asg_tags", None),
         (INSTANCE_TAGS, "instance_tags", None),

@@ -48,7 +48,20 @@ def _construct(tag: str) -> Any:
     return build
 
 
-for _tag in ("Ref", "Sub", "GetAtt", "If", "Equals", "Not", "Join", "Select", "Split", "And", "Or"):
+for _tag in (
+    "Ref",
+    "Sub",
+    "GetAtt",
+    "If",
+    "Equals",
+    "Not",
+    "Join",
+    "Select",
+    "Split",
+    "And",
+    "Or",
+    "Condition",
+):
     CfnLoader.add_constructor(f"!{_tag}", _construct(_tag))
 
 
@@ -88,7 +101,7 @@ def as_list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else [value]
 
 
-def test_four_python312_functions_from_one_code_uri(template: dict[str, Any]) -> None:
+def test_python312_functions_from_one_code_uri(template: dict[str, Any]) -> None:
     functions = resources(template, "AWS::Serverless::Function")
     handlers = {f["Properties"]["Handler"] for f in functions.values()}
     assert handlers == {
@@ -96,7 +109,13 @@ def test_four_python312_functions_from_one_code_uri(template: dict[str, Any]) ->
         "alert_webhook/app.lambda_handler",
         "offhours/app.handler",
         "drain/app.handler",
+        # EnableFleet (issue 31): the fleet state machine's three tasks
+        "fleet/app.discover",
+        "fleet/app.member",
+        "fleet/app.summarize",
     }
+    fleet = {n for n, f in functions.items() if f["Properties"]["Handler"].startswith("fleet/")}
+    assert all(functions[n]["Condition"] == "Fleet" for n in fleet)
     globals_ = template["Globals"]["Function"]
     assert globals_["Runtime"] == "python3.12"
     assert globals_["CodeUri"] == "functions/"
@@ -155,7 +174,7 @@ def test_webhook_url_and_state_machine(template: dict[str, Any]) -> None:
     assert template["Outputs"]["AlertWebhookUrl"]["Value"] == {
         "Fn::GetAtt": ["AlertWebhookFunctionUrl", "FunctionUrl"]
     }
-    (machine,) = resources(template, "AWS::Serverless::StateMachine").values()
+    machine = resources(template, "AWS::Serverless::StateMachine")["DrainStateMachine"]
     assert machine["Properties"]["DefinitionUri"] == "infra/statemachine/drain.asl.json"
     assert machine["Properties"]["DefinitionSubstitutions"] == {
         "DrainFunctionArn": {"Fn::GetAtt": ["DrainFunction", "Arn"]}
@@ -181,7 +200,7 @@ def test_access_entries_groups(template: dict[str, Any]) -> None:
 def test_one_role_per_function(template: dict[str, Any]) -> None:
     functions = resources(template, "AWS::Serverless::Function")
     roles = [f["Properties"]["Role"]["Fn::GetAtt"][0] for f in functions.values()]
-    assert len(set(roles)) == 4
+    assert len(set(roles)) == len(roles) == 7  # four functions, and the fleet's three (EnableFleet)
     assert set(roles) <= set(resources(template, "AWS::IAM::Role"))
 
 

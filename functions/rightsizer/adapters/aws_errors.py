@@ -15,7 +15,10 @@ from botocore.exceptions import (
     BotoCoreError,
     ClientError,
     NoCredentialsError,
+    NoRegionError,
     ParamValidationError,
+    PartialCredentialsError,
+    ProfileNotFound,
 )
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
@@ -34,6 +37,7 @@ __all__ = [
     "AwsStalePlan",
     "AwsTransientError",
     "aws_errors",
+    "environment_error",
     "error_code",
     "map_aws_error",
 ]
@@ -174,8 +178,8 @@ def map_aws_error(exc: Exception, operation: str) -> RightsizerError:
         if status >= 500 or status == 429:
             return AwsTransientError(text, code=code, operation=operation, retry_after=10.0)
         return AwsPermanentError(text, code=code, operation=operation)
-    if isinstance(exc, NoCredentialsError):
-        return ConfigError(f"{operation}: no AWS credentials found", field="aws")
+    if (setup := environment_error(exc)) is not None:
+        return setup
     if isinstance(exc, ParamValidationError):
         # Our own request was malformed (BUG-25: instanceTypes on UpdateNodegroupConfig): a bug, not a retry.
         return AwsPermanentError(f"{operation}: {exc}", code="ParamValidationError", operation=operation)
@@ -191,6 +195,28 @@ def map_aws_error(exc: Exception, operation: str) -> RightsizerError:
     if isinstance(exc, BotoCoreError):
         return AwsPermanentError(f"{operation}: {exc}", code=type(exc).__name__, operation=operation)
     return PermanentError(f"{operation}: {exc}")
+
+
+def environment_error(exc: BaseException | None) -> ConfigError | None:
+    """The one-line ``ConfigError`` naming the fix when ``exc``, or an exception it was raised from, says
+    the caller's AWS environment lacks something (botocore ``NoCredentialsError``,
+    ``PartialCredentialsError``, ``NoRegionError``, ``ProfileNotFound``); None otherwise. These are fixed
+    by configuration, never by retrying (CLI exit 2, whichever command met them)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, NoRegionError):
+            return ConfigError("no AWS region: give --region REGION, or set AWS_REGION", field="aws.region")
+        if isinstance(exc, NoCredentialsError | PartialCredentialsError):
+            return ConfigError(
+                "no AWS credentials found: run `aws configure` or `aws sso login`, set AWS_PROFILE, or export "
+                "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY",
+                field="aws",
+            )
+        if isinstance(exc, ProfileNotFound):
+            return ConfigError(f"{exc}: set AWS_PROFILE to a profile of ~/.aws/config", field="aws")
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 @contextmanager

@@ -62,6 +62,7 @@ from rightsizer.adapters.kubernetes_errors import (
     KubernetesAccessError,
 )
 from rightsizer.adapters.kubernetes_transport import DEFAULT_PAGE_SIZE, client_module
+from rightsizer.adapters.kubernetes_workloads import KubernetesWorkloadWrites
 from rightsizer.adapters.kubernetes_writes import (
     EVENT_COMPONENT,
     EVENT_NAMESPACE,
@@ -127,7 +128,7 @@ def _selectors(label_selector: str, field_selector: str) -> dict[str, str]:
     return {key: value for key, value in chosen.items() if value}
 
 
-class KubernetesCluster(KubernetesNodeWrites):
+class KubernetesCluster(KubernetesNodeWrites, KubernetesWorkloadWrites):
     """``ClusterReader`` and ``ClusterWriter`` over the official client; one instance per cluster and run
     (or Lambda cold start).
 

@@ -55,6 +55,28 @@ CLUSTER_ROLES: Final[Mapping[str, frozenset[tuple[str, str, str]]]] = {
     ),
     "rightsizer-heal": frozenset({("", "nodes", "get"), ("", "nodes", "patch"), ("", "events", "create")}),
     "rightsizer-pod-delete": frozenset({("", "pods", "delete")}),
+    # Workload scale-to-zero (issue 32): the snapshot's owner reads, scale-down and restore.
+    "rightsizer-workloads": frozenset(
+        {("apps", "replicasets", "list"), ("autoscaling", "horizontalpodautoscalers", "get")}
+        | {("autoscaling", "horizontalpodautoscalers", "list")}
+        | {
+            (group, resource, verb)
+            for group, resource in (
+                ("apps", "deployments"),
+                ("apps", "statefulsets"),
+                ("leaderworkerset.x-k8s.io", "leaderworkersets"),
+                ("kubeflow.org", "notebooks"),
+                ("serving.kserve.io", "inferenceservices"),
+                ("keda.sh", "scaledobjects"),
+            )
+            for verb in ("get", "list", "patch")
+        }
+        | {
+            ("apps", "deployments/scale", "patch"),
+            ("apps", "statefulsets/scale", "patch"),
+            ("leaderworkerset.x-k8s.io", "leaderworkersets/scale", "patch"),
+        }
+    ),
 }
 
 #: ClusterRole → where it is bound: whose EKS access entry group (infra/k8s/rbac.yaml header and bindings).
@@ -63,6 +85,7 @@ ROLE_FUNCTIONS: Final[Mapping[str, str]] = {
     "rightsizer-heal": "the assess function's EKS access entry group rightsizer-heal",
     "rightsizer": "the drain and off-hours functions' EKS access entry group rightsizer",
     "rightsizer-pod-delete": "optional, not bound by the manifest",
+    "rightsizer-workloads": "optional: the identity of rightsizer apply/restore, group rightsizer-workloads",
 }
 
 

@@ -34,6 +34,7 @@ from typing import Any, Final
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from rightsizer.adapters.aws_errors import environment_error
 from rightsizer.domain.prices import CATALOG, PRICING_API, PriceBook
 
 log = logging.getLogger(__name__)
@@ -145,7 +146,12 @@ class PriceListPrices:
         self.calls = 0  # GetProducts pages asked for (tests and ``rightsizer prices`` count them)
 
     def book(self, *, refresh: bool = False) -> PriceBook:
-        """The region's price book (cached; ``refresh`` asks the API now)."""
+        """The region's price book (cached; ``refresh`` asks the API now).
+
+        Raises:
+            ConfigError: with ``refresh`` only, no AWS credentials, region or profile (``environment_error``);
+                otherwise every failure is the packaged catalog's book with its ``error``.
+        """
         with self._lock:
             if not refresh and self._book is not None and self._clock() < self._expires:
                 return self._book
@@ -155,6 +161,8 @@ class PriceListPrices:
                     None if prices else f"no on-demand Linux product of the catalog's types in {self.region}"
                 )
             except (BotoCoreError, ClientError) as exc:
+                if refresh and (setup := environment_error(exc)) is not None:
+                    raise setup from exc  # asked now (`rightsizer prices`): no credentials is the caller's to fix
                 prices, error = {}, _describe(exc)
             if prices:
                 self._book = PriceBook(self.region, PRICING_API, prices, _rfc3339(self._now()))

@@ -50,7 +50,7 @@ from rightsizer.adapters.http_bodies import unbound
 from rightsizer.adapters.prometheus_answers import answer_problem, refusal_answer
 from rightsizer.adapters.prometheus_auth import BearerAuth, CredentialsLike, SigV4Auth
 from rightsizer.adapters.prometheus_matrix import MatrixFeeder
-from rightsizer.domain.errors import ConfigError, PermanentError, TransientError
+from rightsizer.domain.errors import ConfigError, MetricsFailed, PermanentError, TransientError
 from rightsizer.domain.join import NodeJoiner
 from rightsizer.domain.observation import (
     MetricQuery,
@@ -58,6 +58,7 @@ from rightsizer.domain.observation import (
     SeriesShard,
     Shard,
     observation_queries,
+    prometheus_duration,
     target_matchers,
 )
 from rightsizer.domain.policy import Policy
@@ -302,7 +303,7 @@ class PrometheusClient:
     def _range_form(
         self, expr: str, start: float | datetime, end: float | datetime, step: float
     ) -> dict[str, str]:
-        return {"query": expr, "start": _unix(start), "end": _unix(end), "step": f"{float(step):g}"}
+        return {"query": expr, "start": _unix(start), "end": _unix(end), "step": prometheus_duration(step)}
 
     def _post(
         self,
@@ -322,7 +323,8 @@ class PrometheusClient:
                 timeout = min(timeout, budget - (time.monotonic() - started))
                 if timeout <= 0.05:
                     raise PrometheusUnavailable(f"{path}: no time left in the budget of {budget:g} s")
-            body = {**form, "partial_response": "false", "timeout": f"{round(timeout, 3):g}s"}
+            # whole seconds or ms: "89.006s" is a 400 (bad_data) that would fail every deadline-cut query
+            body = {**form, "partial_response": "false", "timeout": prometheus_duration(timeout)}
             if self.send_stats:
                 body["stats"] = "all"
             delay: float | None = None
@@ -600,6 +602,7 @@ def collect_live(
     split_seconds: int = 3600,
     shards: Sequence[Shard] = (),
     deadline_seconds: float | None = None,
+    fail_share: float | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> CollectedSignals:
     """Per-device signals for the window ending at ``window.end``: the snapshot's queries, read live.
@@ -632,6 +635,8 @@ def collect_live(
             into, merged by union; empty: one request per query and sub-window.
         deadline_seconds: the whole collection's budget (config ``prometheus.deadline``); every request
             gets at most what is left of it, and none starts after it.
+        fail_share: when more than this share of the queries failed (wholly: every shard), raise
+            ``MetricsFailed`` instead of returning a picture of ``unknown`` nodes (the assessment: 0.5).
         clock: monotonic clock (tests).
 
     Returns:
@@ -642,6 +647,7 @@ def collect_live(
     Raises:
         PrometheusUnavailable: the deadline passed with queries unanswered (a hanging or overloaded
             Prometheus): "Prometheus unavailable", nothing is decided on a partial picture of the cycle.
+        MetricsFailed: more than ``fail_share`` of the queries failed.
     """
     _check_node_label(node_label)
     tasks = plan_queries(window, job=job, split_seconds=split_seconds, shards=shards, scope=scope)
@@ -710,6 +716,11 @@ def collect_live(
             f"cycle deadline of {deadline_seconds:g} s"
         )
     node_problems = _conclude(reducer, outcomes, job, len(shards))
+    failed = [(path, o.problem) for path, o in outcomes.items() if o.problem]
+    if fail_share is not None and len(failed) > fail_share * len(outcomes):
+        raise MetricsFailed(
+            f"{len(failed)} of {len(outcomes)} Prometheus queries failed, first {failed[0][0]}: {failed[0][1]}"
+        )
     with _cyclic_gc_paused():
         signals = reducer.finish()
     return dataclasses.replace(signals, node_problems=node_problems) if node_problems else signals

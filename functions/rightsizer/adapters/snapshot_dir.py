@@ -39,6 +39,8 @@ from rightsizer.domain.model import (
 )
 from rightsizer.domain.observation import MetricFiles, file_kind
 from rightsizer.domain.prices import PriceBook
+from rightsizer.domain.validation import config_error
+from rightsizer.domain.workload_model import KubeObject
 
 M = TypeVar("M", bound=BaseModel)
 log = logging.getLogger(__name__)
@@ -67,10 +69,10 @@ def _read_json(path: Path, *, required: bool) -> Any:
 
 
 def _validation_error(path: Path, prefix: str, exc: ValidationError) -> SnapshotError:
-    err = exc.errors()[0]
-    loc = ".".join(str(p) for p in err["loc"])
-    field = f"{prefix}.{loc}" if prefix and loc else prefix or loc or "<root>"
-    return SnapshotError(err["msg"], source=str(path), field=field)
+    # every mistake of the file, the first in the message (rightsizer.domain.validation)
+    error = config_error(exc, source=str(path), prefix=prefix)
+    message = str(error).removeprefix(f"{error.source}: {error.field}: ")
+    return SnapshotError(message, source=error.source, field=error.field, problems=error.problems)
 
 
 def _items(path: Path, data: Any) -> list[Any]:
@@ -452,7 +454,10 @@ OPTIONAL_FILES = (
     "nodegroups.json",
     "instances.json",
     XID_DOCUMENT,
+    "workloads.json",
 )
+#: Kinds of ``workloads.json`` that scale others (the rest are owners of pods, ``domain.workloads``).
+AUTOSCALER_KINDS = frozenset({"HorizontalPodAutoscaler", "ScaledObject"})
 
 
 def snapshot_from_documents(
@@ -508,6 +513,10 @@ def snapshot_from_documents(
         root / "instances.json",
         docs.get("instances.json"),
     )
+    workload_data = docs.get("workloads.json")
+    workload_objects = (
+        _typed_list(root / "workloads.json", workload_data, KubeObject) if workload_data is not None else []
+    )
     if metric_files is None:
         metric_files = {}
         for path in sorted(p for p in docs if p.startswith("metrics/") and p.endswith(".json")):
@@ -539,6 +548,8 @@ def snapshot_from_documents(
         node_label=node_label or (str(recorded) if recorded else None),
         pod_addresses=tuple(addresses),
         xid_answers=decode_xid_document(docs.get(XID_DOCUMENT)),
+        owners=tuple(o for o in workload_objects if o.kind not in AUTOSCALER_KINDS),
+        autoscalers=tuple(o for o in workload_objects if o.kind in AUTOSCALER_KINDS),
     )
 
 

@@ -230,9 +230,46 @@ def _pdb_pod_keys(pdb: Mapping[str, Any]) -> set[str]:
     return _selector_keys((pdb.get("spec") or {}).get("selector"))
 
 
+def _object(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _scheduling_terms(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The required pod (anti-)affinity terms and the topology spread constraints of a pod."""
+    spec = _object(pod.get("spec"))
+    affinity = _object(spec.get("affinity"))
+    terms: list[Mapping[str, Any]] = []
+    for kind in ("podAffinity", "podAntiAffinity"):
+        part = _object(affinity.get(kind))
+        terms += [
+            t
+            for t in part.get("requiredDuringSchedulingIgnoredDuringExecution") or []
+            if isinstance(t, Mapping)
+        ]
+    spread = spec.get("topologySpreadConstraints") or []
+    return terms + [c for c in spread if isinstance(c, Mapping)]
+
+
 def _pod_node_keys(pod: Mapping[str, Any]) -> set[str]:
-    """Node label keys a pod's ``nodeSelector`` compares (``pending_gpu_pods``)."""
-    return {k for k in (pod.get("spec") or {}).get("nodeSelector") or {} if isinstance(k, str)}
+    """Node label keys a pod's ``nodeSelector`` (``pending_gpu_pods``, ``domain.placement``), required node
+    affinity and the topology keys of its pod (anti-)affinity and spread constraints compare."""
+    spec = _object(pod.get("spec"))
+    keys = {k for k in _object(spec.get("nodeSelector")) if isinstance(k, str)}
+    node_affinity = _object(_object(spec.get("affinity")).get("nodeAffinity"))
+    keys |= _node_selector_keys(node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution"))
+    keys |= {t["topologyKey"] for t in _scheduling_terms(pod) if isinstance(t.get("topologyKey"), str)}
+    return keys
+
+
+def _pod_own_keys(pod: Mapping[str, Any]) -> set[str]:
+    """Pod label keys the pod's own (anti-)affinity and spread selectors compare (``domain.placement``):
+    kept on the pod itself, so pods of one template see each other in a replay. A selector naming
+    another template's labels is not followed (pods are written page by page, each once)."""
+    keys: set[str] = set()
+    for term in _scheduling_terms(pod):
+        keys |= _selector_keys(term.get("labelSelector"))
+        keys |= {k for k in term.get("matchLabelKeys") or [] if isinstance(k, str)}
+    return keys
 
 
 def _pv_node_keys(pv: Mapping[str, Any]) -> set[str]:
@@ -324,25 +361,36 @@ def project_answer(answer: Any, keep: frozenset[str]) -> Any:
     return out
 
 
-def project_documents(docs: Mapping[str, Any], *, policy_node_labels: Iterable[str] = ()) -> dict[str, Any]:
+def project_documents(
+    docs: Mapping[str, Any], *, policy_node_labels: Iterable[str] = (), policy_pod_labels: Iterable[str] = ()
+) -> dict[str, Any]:
     """Every document of a snapshot reduced to what the decision reads (module docstring).
 
     Args:
         docs: relative path → JSON document, as ``services.snapshot.observe`` returns them.
         policy_node_labels: label keys the policy's ``node_selector`` compares (kept on nodes).
+        policy_pod_labels: pod label keys the policy reads (``showback_team_label``; kept on pods).
 
     Returns:
         A new mapping with the same paths; ``snapshot.json`` is unchanged; ``metrics/*`` keep the series
         labels of ``series_label_keys`` for the ``node_label`` ``snapshot.json`` records.
     """
     node_keys, pod_keys = _referenced_labels(docs, policy_node_labels)
+    pod_keys |= set(policy_pod_labels)
     meta = docs.get("snapshot.json")
     node_label = meta.get("node_label") if isinstance(meta, Mapping) else None
     series_keys = series_label_keys(str(node_label) if node_label else None)
     rules = _rules(NODE_LABELS | node_keys, pod_keys)
     out: dict[str, Any] = {}
     for path, doc in docs.items():
-        if path in _MODELS:
+        if path == "pods.json" and isinstance(doc, Mapping):
+            pods = _kube_list({**doc, "items": []}, Pod, rules)
+            pods["items"] = [
+                project_object(item, Pod, _rules(NODE_LABELS | node_keys, pod_keys | _pod_own_keys(item)))
+                for item in _items(doc)
+            ]
+            out[path] = pods
+        elif path in _MODELS:
             out[path] = _kube_list(doc, _MODELS[path], rules)
         elif path == "resourceclaims.json":
             out[path] = _dra_list(doc, _claim)
@@ -409,10 +457,15 @@ class PagedProjection:
             decision compares could be lost.
     """
 
-    def __init__(self, policy_node_labels: Iterable[str] = (), node_label: str | None = None) -> None:
+    def __init__(
+        self,
+        policy_node_labels: Iterable[str] = (),
+        node_label: str | None = None,
+        policy_pod_labels: Iterable[str] = (),
+    ) -> None:
         self._series_keys = series_label_keys(node_label)
         self._node_keys = set(policy_node_labels)
-        self._pod_keys: set[str] = set()
+        self._pod_keys: set[str] = set(policy_pod_labels)
         self._pods_started = False
         self._final: dict[tuple[type, str], Rule] | None = None
         self._draft = _rules(None, ())
@@ -434,7 +487,8 @@ class PagedProjection:
             return _slice(obj)
         if path not in _MODELS or path == "nodes.json":
             raise ValueError(f"not a list document of items: {path}")
-        return project_object(obj, _MODELS[path], _rules((), self._pod_keys))
+        own = _pod_own_keys(obj) if path == "pods.json" else set()
+        return project_object(obj, _MODELS[path], _rules((), self._pod_keys | own))
 
     def node_draft(self, obj: Mapping[str, Any]) -> Any:
         """A Node reduced to its model's fields, every label kept (smaller than the raw object; finished by

@@ -54,21 +54,27 @@ class SnapshotDirectoryWriter:
 
     Use as a context manager: leaving it without :meth:`commit` (an exception) removes everything.
     ``policy_node_labels``: the label keys the config's ``policy.node_selector`` compares, kept on nodes;
-    ``node_label``: config ``prometheus.node_label``, kept on metrics series (``series_label_keys``).
+    ``node_label``: config ``prometheus.node_label``, kept on metrics series (``series_label_keys``);
+    ``policy_pod_labels``: the pod label keys the policy reads (``showback_team_label``), kept on pods.
 
     Raises:
         ConfigError: ``out`` exists and is not an empty directory (names ``--out``).
     """
 
     def __init__(
-        self, out: str | Path, *, policy_node_labels: tuple[str, ...] = (), node_label: str | None = None
+        self,
+        out: str | Path,
+        *,
+        policy_node_labels: tuple[str, ...] = (),
+        node_label: str | None = None,
+        policy_pod_labels: tuple[str, ...] = (),
     ) -> None:
         self.target = require_free_output(out)
         self.target.parent.mkdir(parents=True, exist_ok=True)
         self._staging = Path(
             tempfile.mkdtemp(prefix=f".{self.target.name}.", suffix=".tmp", dir=self.target.parent)
         )
-        self._projection = PagedProjection(policy_node_labels, node_label)
+        self._projection = PagedProjection(policy_node_labels, node_label, policy_pod_labels)
         self._lists: dict[str, tuple[IO[str], list[int]]] = {}
         self._done = False
 

@@ -1,6 +1,6 @@
 """Backtest data: the replayed history (frames), the simulation model and the figures a run produces.
 
-See :mod:`rightsizer.backtest.simulate` for the model's rules (README "Backtest before enabling actions").
+See :mod:`rightsizer.backtest.simulate` for the model's rules (docs/backtest.md).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from rightsizer.domain.model import (
     ResourceClaim,
     Series,
 )
+from rightsizer.domain.warm_pool import ebs_usd_per_hour
 
 Interval = tuple[float, float]
 """[start, end) in Unix seconds."""
@@ -92,11 +93,51 @@ class Source:
 
 
 @dataclass(frozen=True)
+class WarmPoolModel:
+    """A warm pool behind every removed node (EKS ``warmPoolConfig``): a replacement comes from the pool
+    ``provision_delay`` seconds after demand, and while the node is out its pooled instance costs
+    ``pool_fraction`` of the node's hourly price plus ``ebs_usd_per_hour`` (USD per instance-hour).
+
+    ``STOPPED``: EC2 does not bill a stopped instance, only its EBS volumes (fraction 0, the volumes'
+    GB-month price ÷ 730); ``RUNNING``: the full instance price (fraction 1) — it saves nothing while
+    pooled and only buys the faster restore.
+    """
+
+    provision_delay: int
+    pool_fraction: float = 0.0
+    ebs_usd_per_hour: float = 0.0
+    state: str = "STOPPED"
+
+    @classmethod
+    def of(cls, state: str, provision_delay: int, *, volume_gb: float = 100.0) -> WarmPoolModel:
+        """A pool in ``state`` restoring in ``provision_delay`` seconds; a STOPPED instance costs its
+        ``volume_gb`` of gp3 (``rightsizer.domain.warm_pool``), a RUNNING one its full price.
+
+        Raises:
+            ValueError: a state other than STOPPED / RUNNING (HIBERNATED is not modelled: Bottlerocket
+                cannot hibernate and most GPU instance families cannot), a negative delay or size.
+        """
+        if provision_delay < 0:
+            raise ValueError("a restore delay cannot be negative")
+        if state == "STOPPED":
+            return cls(provision_delay, 0.0, ebs_usd_per_hour(volume_gb), "STOPPED")
+        if state == "RUNNING":
+            return cls(provision_delay, 1.0, 0.0, "RUNNING")
+        raise ValueError(f"warm pool state {state!r} is not STOPPED or RUNNING")
+
+    def hourly_usd(self, instance_hourly_usd: float | None) -> float:
+        """USD per hour one pooled instance costs (its price unknown: the EBS part only)."""
+        return self.pool_fraction * (instance_hourly_usd or 0.0) + self.ebs_usd_per_hour
+
+
+@dataclass(frozen=True)
 class SimModel:
     """Simulation parameters (seconds, percent).
 
-    ``request_unneeded`` is how long a node must have had no GPU-requesting pod before the request-based
-    baseline removes it (Cluster Autoscaler's ``scale-down-unneeded-time`` default, 10 min).
+    ``provision_delay`` is how long a replacement takes from its launch (the desired-size change at
+    demand) to serving (first GPU pod Ready); ``request_unneeded`` is how long a node must have had no
+    GPU-requesting pod before the request-based baseline removes it (Cluster Autoscaler's
+    ``scale-down-unneeded-time`` default, 10 min); ``warm_pool`` None = cold restores.
     """
 
     step: int = 300
@@ -104,14 +145,16 @@ class SimModel:
     regret_horizon: int = 1800
     activity_threshold_pct: float = 5.0
     request_unneeded: int = 600
+    warm_pool: WarmPoolModel | None = None
 
 
 @dataclass(frozen=True)
 class Removal:
     """One simulated removal. Times in Unix seconds; ``demand_at`` None when activity never returned.
 
-    ``saved_seconds`` is how long the node was not paid for; ``unserved_gpu_minutes`` the active
-    GPU-minutes between ``demand_at`` and ``back_at``.
+    ``demand_at`` is also when the replacement is launched and billed from; ``back_at`` when it serves.
+    ``saved_seconds`` is how long no instance was billed for the node ([at, demand_at) inside its
+    presence); ``unserved_gpu_minutes`` the active GPU-minutes between ``demand_at`` and ``back_at``.
     """
 
     node: str
@@ -127,8 +170,9 @@ class Removal:
 class Figures:
     """The priced outcome of one strategy on one history.
 
-    Units: GPU-hours (physical GPUs × hours), USD, GPU-minutes. ``share_of_oracle`` = saved ÷ the
-    oracle's saved (None when the oracle saves nothing). ``usd_saved`` counts priced nodes only;
+    Units: GPU-hours (physical GPUs × hours), USD, GPU-minutes. Savings are billed savings (no instance
+    billed for the node). ``share_of_oracle`` = saved ÷ the oracle's saved (None when the oracle saves
+    nothing). ``usd_saved`` counts priced nodes only, net of ``warm_pool_usd`` (what a warm pool cost);
     ``unpriced_gpu_hours_saved`` is the part on instance types without a price; ``readds`` counts nodes
     added back because demand returned (cold starts), regretted or not. ``removed_by_step`` /
     ``saved_by_step`` follow ``Prepared.steps``: nodes removed at that step and cumulative GPU-hours saved.
@@ -146,6 +190,7 @@ class Figures:
     regrets: int
     unserved_gpu_minutes: float
     readds: int = 0
+    warm_pool_usd: float = 0.0
     plan_evaluations: int = 0
     removed_by_step: tuple[int, ...] = ()
     saved_by_step: tuple[float, ...] = ()

@@ -22,6 +22,7 @@ from rightsizer.domain.policy import Policy, load_policy, parse_duration
 
 __all__ = [
     "SCALE_TO_ZERO",
+    "WORKLOAD_SCALE_TO_ZERO",
     "BacktestReport",
     "BacktestRequest",
     "NamedPolicy",
@@ -31,11 +32,13 @@ __all__ = [
     "report_json",
     "run_backtest",
     "scale_to_zero_policy",
+    "workload_scale_to_zero_policy",
 ]
 
 ACTIVITY_ONLY = "activity-only"
 ALL_SIGNALS_BASIS = "all-signals"
 SCALE_TO_ZERO = "scale-to-zero"
+WORKLOAD_SCALE_TO_ZERO = "workload-scale-to-zero"
 
 
 def scale_to_zero_policy(base: Policy | None = None) -> Policy:
@@ -44,6 +47,19 @@ def scale_to_zero_policy(base: Policy | None = None) -> Policy:
     (``max_nodes_per_run: 1000``)."""
     data = (base or Policy()).model_dump()
     data.update(evict_idle_gpu_holders=True, max_nodes_per_run=1000)
+    return Policy.model_validate(data)
+
+
+def workload_scale_to_zero_policy(base: Policy | None = None) -> Policy:
+    """What ``workloads.scale_to_zero`` does to a trace of GPU-holding pods (issue 32): a workload is
+    scaled to zero only after its own idle window (``workloads.idle_window``, default 2 h, longer than the
+    node's), its node then leaves through the node path — so :func:`scale_to_zero_policy` with the idle
+    window raised to the workload's. Savings count from the node's removal (billed accounting); when
+    demand returns, the workload is restored and its node provisioned (``provision_delay``), the active
+    GPU-minutes until then unserved."""
+    s2z = scale_to_zero_policy(base)
+    data = s2z.model_dump()
+    data["idle_window"] = max(s2z.idle_window, s2z.workloads.idle_window)
     return Policy.model_validate(data)
 
 
@@ -98,6 +114,8 @@ class BacktestRequest:
     sweep: Sweep | None = None
     sweep_base: str | None = None
     baselines: bool = True
+    warm_pool: bt.WarmPoolModel | None = None
+    """When set, every sweep point is also run with this warm pool (the frontier's second curve)."""
 
 
 @dataclass(frozen=True)
@@ -131,6 +149,8 @@ class BacktestReport:
     sweep_rows: list[Row]
     prepare_seconds: float
     wall_seconds: float
+    warm_rows: list[Row] = field(default_factory=list)
+    """The sweep points run with the request's warm pool (same order as ``sweep_rows``); empty without."""
 
     @property
     def basis(self) -> str:
@@ -184,6 +204,16 @@ def run_backtest(
         done.append((policy, figures, spent))
         return figures, spent
 
+    warm_rows: list[Row] = []
+    # The same prepared history with a warm pool behind every removal (the model only sets the pool).
+    warm = (
+        None
+        if request.warm_pool is None
+        else dataclasses.replace(
+            prepared, model=dataclasses.replace(prepared.model, warm_pool=request.warm_pool)
+        )
+    )
+
     rows: list[Row] = []
     for named in request.policies:
         figures, spent = run(named.policy, named.name)
@@ -199,6 +229,10 @@ def run_backtest(
             policy = request.sweep.variant(base, value)
             figures, spent = run(policy, f"{request.sweep.key}={value}")
             sweep_rows.append(Row(figures, policy, ceiling(policy), spent, sweep_value=value))
+            if warm is not None:
+                t0 = clock()
+                figures = bt.run_policy(warm, policy, f"{request.sweep.key}={value} warm")
+                warm_rows.append(Row(figures, policy, ceiling(policy), clock() - t0, sweep_value=value))
     if request.baselines:
         # Without any pod in the history the request-based rule would call every node unused: leave it out.
         with_pods = any(f.pods for f in source.history.frames)
@@ -217,6 +251,7 @@ def run_backtest(
         sweep_rows=sweep_rows,
         prepare_seconds=prepare_seconds,
         wall_seconds=clock() - started,
+        warm_rows=warm_rows,
     )
 
 

@@ -1,14 +1,21 @@
 """Backtest: price a policy on history before turning it on (pure: no I/O, no clock).
 
-Model (README "Backtest before enabling actions"):
+Model (docs/backtest.md):
 
 - Simulated time advances in decision steps (``SimModel.step``, default 5 min). At each step the SAME
   ``plan()`` decides on an in-memory ``ClusterSnapshot`` of the nodes present then, whose metric series are
   restricted to the idle window ending at that step. Its ``scale_in`` actions take effect at once.
 - A removed node stops costing money. When a removed node's workload becomes active again (a GPU above
-  ``activity_threshold_pct``), a node is added back ``provision_delay`` later (default 5 min); the active
-  GPU-minutes until then are **unserved**. A re-added node is a new node (its creation time is the re-add
-  time), so ``node_too_young`` and ``cooldown`` apply to it as they would in a cluster.
+  ``activity_threshold_pct``), a replacement is launched at that instant (``demand``) and is Ready
+  ``provision_delay`` later (default 5 min); the active GPU-minutes until then are **unserved**. A re-added
+  node is a new node (its creation time is the re-add time), so ``node_too_young`` and ``cooldown`` apply
+  to it as they would in a cluster.
+- **Billed accounting**: EC2 bills an instance from its launch (``RunInstances``; per second for Linux
+  on-demand after the first minute), so a removal saves only [removal, demand): while no instance is
+  billed for the node. The replacement's provisioning is paid and unserved at once; a longer restore
+  delay never raises savings, it only adds unserved GPU-minutes (and keeps the node out of the next
+  decisions longer). With a warm pool (``SimModel.warm_pool``) the replacement comes from the pool in the
+  pool's own delay and the pooled instance costs its pool price (EBS for ``STOPPED``) while the node is out.
 - A removal **regrets** when activity returns within ``regret_horizon`` (default 30 min) of it.
 - The **oracle** removes every GPU exactly for its idle time (activity ≤ threshold, from samples) and
   re-adds it instantly: its savings are the ceiling. Missing samples are not idle time for anyone.
@@ -42,6 +49,7 @@ from rightsizer.backtest.model import (
     Removal,
     SimModel,
     Source,
+    WarmPoolModel,
     _Indexed,
     _Track,
 )
@@ -77,6 +85,7 @@ __all__ = [
     "Removal",
     "SimModel",
     "Source",
+    "WarmPoolModel",
     "ceilings",
     "idle_run_lengths",
     "prepare",
@@ -125,7 +134,7 @@ def _holds_gpu(pod: Pod) -> bool:
     return pod.status.phase not in ("Succeeded", "Failed") and pod.gpu_request() > 0
 
 
-def prepare(history: History, model: SimModel | None = None, *, catalog: Catalog | None = None) -> Prepared:
+def prepare(history: History, model: SimModel | None = None, *, catalog: Catalog | None = None) -> Prepared:  # noqa: C901 (24): indexing a replayed history, one branch per source kind and gap rule
     """Index a history for simulation: node presence, per-GPU activity on the grid, series by node.
 
     Args:
@@ -303,8 +312,10 @@ def _remove(prep: Prepared, state: _State, name: str, t: float, *, by_pods: bool
                 onset = max(a, t)
                 demand = onset if demand is None else min(demand, onset)
                 break
-    back = None if demand is None else demand + m.provision_delay
-    removed = _intersect(t, back if back is not None else prep.history.end, track.present)
+    delay = m.warm_pool.provision_delay if m.warm_pool is not None else m.provision_delay
+    back = None if demand is None else demand + delay
+    # Billed: the replacement is paid from its launch at ``demand``, not from when it is back.
+    removed = _intersect(t, demand if demand is not None else prep.history.end, track.present)
     saved = sum(b - a for a, b in removed)
     unserved = 0.0
     if demand is not None and back is not None:
@@ -323,7 +334,8 @@ def _figures(prep: Prepared, state: _State, name: str, kind: Literal["policy", "
     """Account a finished run: paid, idle, saved GPU-hours, USD, regrets, unserved GPU-minutes."""
     r = prep.history.resolution
     thr = prep.model.activity_threshold_pct
-    saved_gpu_h = usd = unpriced = idle_saved = 0.0
+    saved_gpu_h = usd = unpriced = idle_saved = pool_usd = 0.0
+    pool = prep.model.warm_pool
     for rem in state.removals:
         track = prep.tracks[rem.node]
         hours = rem.saved_seconds / 3600
@@ -332,16 +344,14 @@ def _figures(prep: Prepared, state: _State, name: str, kind: Literal["policy", "
             unpriced += track.gpus * hours
         else:
             usd += track.hourly_usd * hours
-        spans = _intersect(
-            rem.at, rem.back_at if rem.back_at is not None else prep.history.end, track.present
-        )
-        idle_saved += _idle_seconds(track, prep.grid, r, thr, spans) / 3600
+        if pool is not None:
+            # The pooled instance waits in the pool while the node is out: its pool price is paid.
+            pool_usd += pool.hourly_usd(track.hourly_usd) * hours
+        idle_saved += _idle_seconds(track, prep.grid, r, thr, _billed_spans(prep, rem)) / 3600
     oracle = prep.oracle_gpu_hours
     weighted: list[tuple[float, float, float]] = []
     for rem in state.removals:
-        track = prep.tracks[rem.node]
-        end = rem.back_at if rem.back_at is not None else prep.history.end
-        weighted.extend((a, b, float(track.gpus)) for a, b in _intersect(rem.at, end, track.present))
+        weighted.extend((a, b, float(prep.tracks[rem.node].gpus)) for a, b in _billed_spans(prep, rem))
     cumulative = _cumulative(prep.steps, weighted)
     return Figures(
         name=name,
@@ -350,8 +360,9 @@ def _figures(prep: Prepared, state: _State, name: str, kind: Literal["policy", "
         idle_gpu_hours=oracle - idle_saved,
         gpu_hours_saved=saved_gpu_h,
         share_of_oracle=saved_gpu_h / oracle if oracle > 0 else None,
-        usd_saved=usd,
+        usd_saved=usd - pool_usd,
         unpriced_gpu_hours_saved=unpriced,
+        warm_pool_usd=pool_usd,
         removals=len(state.removals),
         regrets=sum(1 for x in state.removals if x.regret),
         unserved_gpu_minutes=sum(x.unserved_gpu_minutes for x in state.removals),
@@ -361,6 +372,13 @@ def _figures(prep: Prepared, state: _State, name: str, kind: Literal["policy", "
         saved_by_step=tuple(cumulative),
         log=tuple(state.removals),
     )
+
+
+def _billed_spans(prep: Prepared, rem: Removal) -> list[Interval]:
+    """Where no instance is billed for ``rem.node``: from the removal to the replacement's launch
+    (``demand_at``), or to the history's end, inside the node's presence."""
+    end = rem.demand_at if rem.demand_at is not None else prep.history.end
+    return _intersect(rem.at, end, prep.tracks[rem.node].present)
 
 
 def _cumulative(steps: Sequence[float], intervals: Iterable[tuple[float, float, float]]) -> list[float]:
@@ -618,7 +636,9 @@ def run_policy(
             at = _utc(t)
         removed = 0
         if snap is not None and snap.nodes:
-            result = plan(snap, policy, at, catalog=prep.catalog)
+            # A trace is GPU utilisation alone: no node's cpu, memory or readiness, so where an evicted pod
+            # would land is not knowable; the replay prices removals (its regrets count the misses).
+            result = plan(snap, policy, at, catalog=prep.catalog, placement=False)
             if on_plan is not None:
                 on_plan(at.timestamp(), result)
             state.evaluations += len(result.nodes)

@@ -34,6 +34,7 @@ from rightsizer.domain.model import (
     Series,
 )
 from rightsizer.domain.usage import ENERGY, FB_FREE, FB_USED, GPU_UTIL, POWER, PROF_ACTIVE, UP
+from rightsizer.domain.validation import validation_problems
 
 #: The packaged copy of the Alibaba GenAI 2026 per-pod GPU duty-cycle trace (see its LICENSE-NOTICE.md).
 TRACE_NAME = "alibaba-genai-2026"
@@ -578,8 +579,9 @@ def _ksm_node(
             }
         )
     except ValidationError as exc:
+        problems = validation_problems(exc, source=None)
         raise SnapshotError(
-            f"kube_node_info for {name}: {exc.errors()[0]['msg']}", source="prometheus"
+            f"kube_node_info for {name}: {'; '.join(problems)}", source="prometheus", problems=problems
         ) from exc
 
 

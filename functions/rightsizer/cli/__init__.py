@@ -12,9 +12,10 @@ import sys
 from collections.abc import Sequence
 
 from rightsizer import logsafety
-from rightsizer.cli import backtest, deployment, offhours, plan, prices, serve, validate
+from rightsizer.cli import backtest, deployment, fleet, offhours, plan, prices, restore, serve, validate
 from rightsizer.cli.common import (
     EXIT_BAD_INPUT,
+    EXIT_CODES,
     EXIT_FAILED,
     EXIT_OK,
     example_snapshot_dir,
@@ -23,6 +24,8 @@ from rightsizer.cli.common import (
 )
 from rightsizer.cli.offhours import build_offhours_deps, cmd_offhours
 from rightsizer.domain.errors import ConfigError, RightsizerError
+
+log = logging.getLogger("rightsizer")
 
 __all__ = [
     "EXIT_BAD_INPUT",
@@ -40,11 +43,19 @@ __all__ = [
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every sub-command."""
-    parser = argparse.ArgumentParser(prog="rightsizer", description="Stop paying for idle GPUs on EKS.")
+    parser = argparse.ArgumentParser(
+        prog="rightsizer",
+        description="Stop paying for idle GPUs on EKS. Commands that read a deployment (status, history, "
+        "savings, approve, reject, snooze) take --stack NAME or --config FILE; the others a --config FILE "
+        "(plan also a --snapshot DIR). Logs go to stderr; --json prints one JSON document on stdout.",
+        epilog=EXIT_CODES,
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
-    sub = parser.add_subparsers(dest="command", required=True)
-    for group in (plan, deployment, validate, serve, offhours, backtest, prices):
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for group in (plan, deployment, validate, serve, offhours, backtest, prices, fleet, restore):
         group.add_parsers(sub)
+    for command in sub.choices.values():
+        command.epilog = command.epilog or EXIT_CODES
     return parser
 
 
@@ -63,7 +74,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"rightsizer: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except RightsizerError as exc:
-        print(f"rightsizer: failed: {exc}", file=sys.stderr)
+    except Exception as exc:  # one line naming the fix, never a traceback (-v logs it)
+        setup = _aws_setup_error(exc)
+        if setup is not None:
+            print(f"rightsizer: error: {setup}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        if isinstance(exc, RightsizerError):
+            print(f"rightsizer: failed: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+        log.debug("unexpected failure", exc_info=True)
+        hint = "" if args.verbose else " (rightsizer -v ... shows where)"
+        print(f"rightsizer: failed: {type(exc).__name__}: {exc}{hint}", file=sys.stderr)
         return EXIT_FAILED
     return code
+
+
+def _aws_setup_error(exc: BaseException) -> ConfigError | None:
+    """The fix for a missing AWS region, credentials or profile anywhere in ``exc``'s chain (imports botocore
+    only on this failure path: ``plan --snapshot`` never loads it)."""
+    from rightsizer.adapters.aws_errors import environment_error
+
+    return environment_error(exc)

@@ -21,6 +21,10 @@ if TYPE_CHECKING:
     from rightsizer.services.drain import StepResult
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+#: Every command's --help ends with this (docs/operations.md "Exit codes").
+EXIT_CODES = (
+    "exit codes: 0 ok; 1 an action or a read failed (or was rolled back); 2 a usage or configuration error"
+)
 
 
 def parse_time(text: str) -> datetime:
@@ -73,8 +77,9 @@ def emit_json(doc: Any) -> None:
     sys.stdout.write(json.dumps(doc, indent=2, sort_keys=False) + "\n")
 
 
-def deployed_config(args: argparse.Namespace) -> Config:
-    """``--stack NAME`` (the stack's outputs and parameters) or ``--config FILE``.
+def deployed_config(args: argparse.Namespace, *, with_policy: bool = False) -> Config:
+    """``--stack NAME`` (the stack's outputs and parameters; with ``with_policy`` its policy too) or
+    ``--config FILE``.
 
     Raises:
         ConfigError: neither or both given, a missing stack or output, an invalid config file.
@@ -83,8 +88,10 @@ def deployed_config(args: argparse.Namespace) -> Config:
 
     if bool(args.stack) == bool(args.config):
         raise ConfigError("give exactly one of --stack NAME or --config FILE", field="--stack")
+    if args.config and args.region:
+        raise ConfigError("--region goes with --stack; a config file names aws.region", field="--region")
     if args.stack:
-        return config_from_stack(args.stack, args.region)
+        return config_from_stack(args.stack, args.region, with_policy=with_policy)
     return load_config(args.config)
 
 

@@ -8,19 +8,18 @@ from datetime import UTC, datetime
 from typing import Any
 
 from rightsizer.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, count_arg, deployed_config, emit_json
-from rightsizer.config import load_config
 from rightsizer.domain.errors import ConfigError
 
 
 def cmd_savings(args: argparse.Namespace) -> int:
-    """``rightsizer savings --config FILE [--json]``: realized savings read back from the ledger (state
+    """``rightsizer savings --stack NAME | --config FILE [--json]``: realized savings read back from the ledger (state
     table ``aws.table``) — instance-hours actually avoided and USD per UTC day, node group and action kind
     (``scale_in``; ``replace_node_group``: old-type instance-hours replaced, priced at the difference;
     ``rightsizer.services.realized``). Never acts."""
     from rightsizer.services.realized import realized_savings
     from rightsizer.wiring import Runtime
 
-    config = load_config(args.config)
+    config = deployed_config(args)
     now = datetime.now(UTC)
     rows = realized_savings(Runtime(config, "cli").state.entries(), now)
     if args.json:
@@ -99,7 +98,7 @@ def cmd_decide(args: argparse.Namespace) -> int:
     decide a drain waiting for approval with the caller's AWS credentials (DynamoDB conditional write on
     the approval request, then Step Functions SendTaskSuccess / SendTaskFailure to wake the drain). A
     snooze also keeps the node ``protected`` (``snoozed``) in plans for ``--for`` (default: the policy's
-    ``approval_snooze``, 24 h).
+    ``approval_snooze``: the deployed stack's policy with ``--stack``, the config's with ``--config``).
 
     Exit: 0 decided; 1 decided before or expired (nothing changed); 2 no such request or bad input.
     """
@@ -108,7 +107,8 @@ def cmd_decide(args: argparse.Namespace) -> int:
     from rightsizer.domain.policy import parse_duration
     from rightsizer.wiring import Runtime
 
-    config = deployed_config(args)
+    # without --for, the snooze lasts what the deployed policy says (its approval_snooze), read from the stack
+    config = deployed_config(args, with_policy=not args.duration)
     runtime = Runtime(config, "cli")
     try:
         seconds = parse_duration(args.duration) if args.duration else config.policy.approval_snooze
@@ -142,16 +142,26 @@ def cmd_decide(args: argparse.Namespace) -> int:
     return EXIT_BAD_INPUT if decision.status in (400, 404) else EXIT_FAILED
 
 
+def add_deployment_arguments(parser: argparse.ArgumentParser) -> None:
+    """``(--stack NAME | --config FILE) [--region REGION]``: the deployment a command reads, one of the two
+    required (argparse says so in the usage line and exits 2 without either)."""
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument(
+        "--stack",
+        metavar="NAME",
+        help="the deployed CloudFormation stack, by name or ARN (its outputs name the cluster and table)",
+    )
+    where.add_argument("--config", metavar="FILE", help="or a config file with aws.table and cluster.name")
+    parser.add_argument(
+        "--region",
+        metavar="REGION",
+        help="the stack's region (default: the stack ARN's, else AWS_REGION / AWS_DEFAULT_REGION / the profile's)",
+    )
+
+
 def add_parsers(sub: Any) -> None:
     """Register ``savings``, ``status``, ``history``, ``approve``, ``reject`` and ``snooze``."""
-    sv = sub.add_parser(
-        "savings", help="realized savings from the ledger, per day and node group (never acts)"
-    )
-    sv.add_argument(
-        "--config", metavar="FILE", required=True, help="the config file (README: 'Configuration file')"
-    )
-    sv.add_argument("--json", action="store_true", help="print the report as one JSON document")
-    sv.set_defaults(func=cmd_savings)
+    from rightsizer.cli.common import EXIT_CODES
 
     for name, helptext, func in (
         (
@@ -164,21 +174,17 @@ def add_parsers(sub: Any) -> None:
             "the ledger of a deployment: every action and step outcome with its savings",
             cmd_history,
         ),
+        ("savings", "realized savings from the ledger, per day, node group and action", cmd_savings),
     ):
-        c = sub.add_parser(name, help=helptext + " (never acts)")
-        c.add_argument(
-            "--stack", metavar="NAME", help="a deployed CloudFormation stack (its outputs name the table)"
-        )
-        c.add_argument(
-            "--region", metavar="REGION", help="the stack's region (default: the AWS environment's)"
-        )
-        c.add_argument("--config", metavar="FILE", help="a config file with aws.table instead of --stack")
+        c = sub.add_parser(name, help=helptext + " (never acts)", description=helptext + " (never acts).")
+        c.epilog = EXIT_CODES
+        add_deployment_arguments(c)
         c.add_argument("--json", action="store_true", help="print one JSON document")
         if name == "status":
             c.add_argument(
                 "--failures", type=count_arg, default=10, metavar="N", help="last N failures (default 10)"
             )
-        else:
+        elif name == "history":
             c.add_argument("--node", metavar="NODE", help="only this node's entries")
             c.add_argument(
                 "--limit", type=count_arg, default=50, metavar="N", help="newest N entries (default 50)"
@@ -190,16 +196,23 @@ def add_parsers(sub: Any) -> None:
         ("reject", "abandon a drain waiting for approval; nothing is cordoned"),
         ("snooze", "reject, and keep the node out of plans for a while (--for)"),
     ):
-        a = sub.add_parser(action, help=helptext + " (with your AWS credentials)")
-        a.add_argument("execution_id", metavar="EXECUTION_ID", help="the drain execution (in the request)")
-        a.add_argument("--stack", metavar="NAME", help="a deployed CloudFormation stack")
-        a.add_argument(
-            "--region", metavar="REGION", help="the stack's region (default: the AWS environment's)"
+        a = sub.add_parser(
+            action,
+            help=helptext + " (with your AWS credentials)",
+            description=helptext + " (with your AWS credentials).",
         )
-        a.add_argument("--config", metavar="FILE", help="a config file with aws.table instead of --stack")
+        a.epilog = (
+            "exit codes: 0 decided; 1 decided before or expired (nothing changed), or another failure; "
+            "2 no such request, or a usage or configuration error"
+        )
+        a.add_argument("execution_id", metavar="EXECUTION_ID", help="the drain execution (in the request)")
+        add_deployment_arguments(a)
         a.add_argument("--json", action="store_true", help="print one JSON document")
         if action == "snooze":
             a.add_argument(
-                "--for", dest="duration", metavar="DURATION", help="e.g. 24h (default: approval_snooze)"
+                "--for",
+                dest="duration",
+                metavar="DURATION",
+                help="e.g. 24h (default: the deployed policy's approval_snooze)",
             )
         a.set_defaults(func=cmd_decide, action=action, duration=None)

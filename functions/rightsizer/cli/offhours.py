@@ -70,7 +70,10 @@ def add_parsers(sub: Any) -> None:
     o = sub.add_parser("offhours", help="scale node groups to their off-hours schedules")
     o.add_argument("action", choices=["down", "up", "status"], help="converge down / up, or show status")
     o.add_argument(
-        "--config", metavar="FILE", required=True, help="the config file (README: 'Configuration file')"
+        "--config",
+        metavar="FILE",
+        required=True,
+        help="the config file (docs/policy.md: 'Configuration file')",
     )
     o.add_argument("--force", action="store_true", help="drain busy/underutilized nodes too (never unknown)")
     o.add_argument("--execute", action="store_true", help="act (default: dry run)")

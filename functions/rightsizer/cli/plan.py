@@ -24,7 +24,8 @@ from rightsizer.domain.errors import ConfigError
 from rightsizer.domain.model import ClusterSnapshot
 from rightsizer.domain.planner import plan as make_plan
 from rightsizer.domain.policy import Policy
-from rightsizer.render import render_plan
+from rightsizer.render import render_plan, render_window
+from rightsizer.services.warm_pools import WarmPoolReport
 
 log = logging.getLogger("rightsizer")
 
@@ -40,11 +41,69 @@ def cmd_plan(args: argparse.Namespace) -> int:
         policy = read_policy_file(args.policy) if args.policy else Policy()
         snapshot = load_snapshot(args.snapshot)  # node_label: the one snapshot.json records
     result = make_plan(snapshot, policy, at)
+    pools = warm_pools(config, policy) if args.config and config.offhours.node_groups else None
+    window = _recommended_window(config) if args.config and config.aws.table else None
     if args.json:
-        emit_json(result.to_json_dict())
+        document = result.to_json_dict()
+        if pools is not None:
+            document["warm_pools"] = [r.to_json() for r in pools]
+        if args.config:
+            document["recommended_window"] = window
+        emit_json(document)
     else:
         print(render_plan(result))
+        if window is not None:
+            print("\n" + render_window(window))
+        if pools is not None:
+            print("\n".join(render_warm_pools(pools)))
     return EXIT_OK
+
+
+def _recommended_window(config: Config) -> dict[str, Any] | None:
+    """The window a backtest on this cluster's history recorded in its state (``services.status``)."""
+    from rightsizer.services.status import recommended_window
+    from rightsizer.wiring import Runtime
+
+    return recommended_window(Runtime(config, "cli").state.entries())
+
+
+def warm_pools(
+    config: Config, policy: Policy, *, apply: bool = False, acting: bool = False
+) -> list[WarmPoolReport]:
+    """The warm pool recommendation (and, with ``apply``, its setting) for the config's off-hours groups
+    (``rightsizer.services.warm_pools``): EKS ``DescribeNodegroup``, ``DescribeWarmPool`` and, to apply,
+    ``UpdateNodegroupConfig``, with the caller's credentials."""
+    from rightsizer.domain.catalog import load_catalog
+    from rightsizer.services.warm_pools import warm_pool_reports
+    from rightsizer.wiring import Runtime
+    from rightsizer.wiring.parts import build_warm_pools
+
+    if not config.cluster.name:
+        raise ConfigError("warm pools need the EKS cluster name", field="cluster.name")
+    state = Runtime(config, "cli").state
+    return warm_pool_reports(
+        build_warm_pools(config), cluster=config.cluster.name, offhours=config.offhours, policy=policy,
+        catalog=load_catalog(), saved=state, entries=state.entries(), now=datetime.now(UTC), apply=apply,
+        acting=acting,
+    )  # fmt: skip
+
+
+def render_warm_pools(reports: list[WarmPoolReport]) -> list[str]:
+    """Text lines: per off-hours group, the recommendation with its figures, drift and what was applied."""
+    lines = ["", "Warm pools (off-hours node groups):"]
+    for r in reports:
+        if r.error is not None:
+            lines.append(f"  {r.node_group}: error: {r.error}")
+            continue
+        assert r.recommendation is not None
+        lines.append(f"  {r.node_group}: {r.recommendation.reason()}")
+        if r.recommendation.config is not None:
+            lines.append(f"    warmPoolConfig {r.recommendation.config}")
+        for d in r.drift:
+            lines.append(f"    drift: {d}")
+        if r.applied is not None:
+            lines.append(f"    apply: {r.applied}")
+    return lines
 
 
 def _observe_live(config: Config, policy: Policy, at: datetime | None) -> ClusterSnapshot:
@@ -74,7 +133,10 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     # The policy's node_selector keys stay on the nodes, so the snapshot selects the nodes it selected.
     keep = tuple(config.policy.node_selector)
     with SnapshotDirectoryWriter(
-        args.out, policy_node_labels=keep, node_label=config.prometheus.node_label
+        args.out,
+        policy_node_labels=keep,
+        node_label=config.prometheus.node_label,
+        policy_pod_labels=(config.policy.showback_team_label,),
     ) as writer:
         record(observers.cluster, observers.inventory, observers.metrics, request, writer)
         counts = writer.counts()
@@ -138,6 +200,13 @@ def cmd_apply(args: argparse.Namespace) -> int:
         eid: {"status": r.status if r else "not_run", "message": r.message if r else ""}
         for eid, r in finals.items()
     }
+    pools = (
+        warm_pools(config, config.policy, apply=True, acting=not dry_run)
+        if config.policy.allow_warm_pool and config.offhours.node_groups
+        else None
+    )
+    if pools is not None:
+        document["warm_pools"] = [r.to_json() for r in pools]
     if args.json:
         emit_json(document)
     else:
@@ -146,17 +215,24 @@ def cmd_apply(args: argparse.Namespace) -> int:
         )
         for eid, r in finals.items():
             print(f"  {eid}: {r.status if r else 'not run'} {r.message if r else ''}")
+        if pools is not None:
+            print("\n".join(render_warm_pools(pools)))
     failed = [r for r in finals.values() if r is None or r.status in ("failed", "rolled_back")]
-    return EXIT_FAILED if failed else EXIT_OK
+    failed_pools = [r for r in pools or [] if r.error is not None]
+    return EXIT_FAILED if failed or failed_pools else EXIT_OK
 
 
 def add_parsers(sub: Any) -> None:
     """Register ``plan``, ``snapshot``, ``apply`` and ``demo``."""
 
-    p = sub.add_parser("plan", help="decide on a snapshot (never acts)")
+    p = sub.add_parser(
+        "plan",
+        help="decide on a snapshot or on the live cluster (never acts)",
+        description="Decide on a snapshot directory (--snapshot) or on the live cluster (--config); never acts.",
+    )
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument(
-        "--snapshot", metavar="DIR", help="a snapshot directory (README: 'Capturing a snapshot')"
+        "--snapshot", metavar="DIR", help="a snapshot directory (docs/operations.md: 'Capturing a snapshot')"
     )
     src.add_argument("--config", metavar="FILE", help="a config file for live collection")
     p.add_argument("--policy", metavar="FILE", help="policy YAML (overrides the config's policy)")
@@ -166,7 +242,10 @@ def add_parsers(sub: Any) -> None:
 
     s = sub.add_parser("snapshot", help="record the live cluster as a snapshot directory (never acts)")
     s.add_argument(
-        "--config", metavar="FILE", required=True, help="the config file (README: 'Configuration file')"
+        "--config",
+        metavar="FILE",
+        required=True,
+        help="the config file (docs/policy.md: 'Configuration file')",
     )
     s.add_argument("--out", metavar="DIR", required=True, help="new (or empty) directory to write")
     s.add_argument("--at", metavar="TIME", help="snapshot time, RFC 3339 with offset (default: now)")
@@ -178,7 +257,10 @@ def add_parsers(sub: Any) -> None:
         "(dry run unless --execute)",
     )
     ap.add_argument(
-        "--config", metavar="FILE", required=True, help="the config file (README: 'Configuration file')"
+        "--config",
+        metavar="FILE",
+        required=True,
+        help="the config file (docs/policy.md: 'Configuration file')",
     )
     ap.add_argument("--policy", metavar="FILE", help="policy YAML (overrides the config's policy)")
     ap.add_argument("--execute", action="store_true", help="act for real (also needs dry_run: false)")

@@ -73,8 +73,15 @@ def cmd_prices(args: argparse.Namespace) -> int:
 def add_parsers(sub: Any) -> None:
     """Register ``prices`` on the ``rightsizer`` sub-command parsers."""
     p = sub.add_parser("prices", help="the region's on-demand prices plans use, asked now (never acts)")
+    p.epilog = (
+        "exit codes: 0 the Price List answered (or aws.pricing_api is false); 1 it was denied or unreachable "
+        "(plans use the packaged catalog); 2 a usage or configuration error (no AWS credentials or region)"
+    )
     p.add_argument(
-        "--config", metavar="FILE", required=True, help="the config file (README: 'Configuration file')"
+        "--config",
+        metavar="FILE",
+        required=True,
+        help="the config file (docs/policy.md: 'Configuration file')",
     )
     p.add_argument("--json", action="store_true", help="print the prices as one JSON document")
     p.set_defaults(func=cmd_prices)

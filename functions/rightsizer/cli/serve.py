@@ -32,7 +32,10 @@ def add_parsers(sub: Any) -> None:
     """Register ``serve``."""
     w = sub.add_parser("serve", help="the webhook handler behind a local HTTP server (127.0.0.1)")
     w.add_argument(
-        "--config", metavar="FILE", required=True, help="the config file (README: 'Configuration file')"
+        "--config",
+        metavar="FILE",
+        required=True,
+        help="the config file (docs/policy.md: 'Configuration file')",
     )
     w.add_argument(
         "--port", type=int, default=8080, metavar="N", help="TCP port (default 8080; 0 = any free)"

@@ -59,12 +59,13 @@ _CLASS_CODES: Final[Mapping[str, frozenset[str]]] = {
     "protected": PROTECTED_CODES,
 }
 
-ActionTaken = Literal["drain_started", "resize_started", "replace_started", "none"]
+ActionTaken = Literal["drain_started", "resize_started", "replace_started", "consolidate_started", "none"]
 #: The plan's action kinds the scheduled assessment starts a workflow for, and what the record calls it.
 _STARTED: Final[Mapping[str, ActionTaken]] = {
     "scale_in": "drain_started",
     "resize_instance": "resize_started",
     "replace_node_group": "replace_started",
+    "consolidate": "consolidate_started",
 }
 #: Reasons of a node group replacement on the node's group (``domain.replacement.replacement_reasons``).
 _REPLACEMENT_CODES: Final = frozenset({"replacement_in_progress", "replacement_settling"})

@@ -5,6 +5,7 @@
 - ``StalePlan``: a precondition changed since the plan; abandon quietly (CLI exit 0).
 - ``TransientError(retry_after)``: retry later; ``EvictionBlocked`` is the 429 of the Eviction API.
 - ``PermanentError``: 403, validation errors, anything retrying cannot fix; alarm (CLI exit 1).
+- ``MetricsFailed``: most metric queries of an assessment failed; a failed run, never a plan of unknowns.
 """
 
 from __future__ import annotations
@@ -15,13 +16,23 @@ class RightsizerError(Exception):
 
 
 class ConfigError(RightsizerError):
-    """Configuration or input is invalid; ``source`` names the file and ``field`` the key (dotted path)."""
+    """Configuration or input is invalid; ``source`` names the file and ``field`` the key (dotted path) of
+    the first mistake, ``problems`` every mistake found (``rightsizer.domain.validation``)."""
 
-    def __init__(self, message: str, *, source: str | None = None, field: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        source: str | None = None,
+        field: str | None = None,
+        problems: tuple[str, ...] | list[str] = (),
+    ) -> None:
         self.source = source
         self.field = field
         where = ": ".join(part for part in (source, field) if part)
         super().__init__(f"{where}: {message}" if where else message)
+        #: every mistake found in one pass, one line each (``rightsizer validate`` prints them all)
+        self.problems: tuple[str, ...] = tuple(problems) or (str(self),)
 
 
 class SnapshotError(ConfigError):
@@ -46,3 +57,9 @@ class EvictionBlocked(TransientError):
 
 class PermanentError(RightsizerError):
     """A failure retrying cannot fix (403 Forbidden, AWS validation errors, exhausted retries)."""
+
+
+class MetricsFailed(PermanentError):
+    """Most of an assessment's metric queries failed (refused, timed out, unreadable): the run fails
+    loudly (CLI exit 1, the assess function's ``AssessmentsFailed`` metric and alarm) instead of
+    deciding every node ``unknown`` and exiting 0 (issue 27)."""

@@ -131,7 +131,7 @@ class GpuAssessment:
     idle: bool = False
 
 
-def assess_gpus(
+def assess_gpus(  # noqa: C901 (24): the expected-devices rules of §3 (catalog, labels, MIG strategies)
     node: Node,
     row: InstanceType | None,
     devices: Sequence[DeviceSignals],

@@ -12,12 +12,15 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from rightsizer.domain.prices import PriceBook
 from rightsizer.domain.quantity import parse_count
+
+if TYPE_CHECKING:
+    from rightsizer.domain.workload_model import KubeObject
 
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_SHARED_RESOURCE = "nvidia.com/gpu.shared"
@@ -290,11 +293,21 @@ class SecurityContext(_K8s):
     privileged: bool | None = None
 
 
+class ContainerPort(_K8s):
+    """containers[].ports[]: only a ``hostPort`` claims something on the node (core/v1 ContainerPort)."""
+
+    containerPort: int = 0
+    hostPort: int | None = None
+    hostIP: str = ""
+    protocol: str = "TCP"
+
+
 class Container(_K8s):
     """A container or init container."""
 
     name: str = ""
     resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
+    ports: list[ContainerPort] = Field(default_factory=list)
     env: list[EnvVar] = Field(default_factory=list)
     envFrom: list[dict[str, Any]] = Field(default_factory=list)
     securityContext: SecurityContext | None = None
@@ -334,6 +347,51 @@ class PodResourceClaim(_K8s):
     resourceClaimTemplateName: str | None = None
 
 
+class PodAffinityTerm(_K8s):
+    """A required (anti-)affinity term: pods matching ``labelSelector`` in ``namespaces`` (empty: the pod's
+    own; ``namespaceSelector`` ``{}``: every namespace) sharing the node's ``topologyKey`` label value."""
+
+    labelSelector: LabelSelector | None = None
+    namespaces: list[str] = Field(default_factory=list)
+    namespaceSelector: LabelSelector | None = None
+    topologyKey: str = ""
+    matchLabelKeys: list[str] = Field(default_factory=list)
+    mismatchLabelKeys: list[str] = Field(default_factory=list)
+
+
+class PodAffinity(_K8s):
+    """podAffinity / podAntiAffinity; only the required terms constrain a placement."""
+
+    requiredDuringSchedulingIgnoredDuringExecution: list[PodAffinityTerm] = Field(default_factory=list)
+
+
+class NodeAffinity(_K8s):
+    """nodeAffinity; only the required selector constrains a placement."""
+
+    requiredDuringSchedulingIgnoredDuringExecution: NodeSelector | None = None
+
+
+class Affinity(_K8s):
+    """spec.affinity of a Pod."""
+
+    nodeAffinity: NodeAffinity | None = None
+    podAffinity: PodAffinity | None = None
+    podAntiAffinity: PodAffinity | None = None
+
+
+class TopologySpreadConstraint(_K8s):
+    """spec.topologySpreadConstraints[] (core/v1); only ``whenUnsatisfiable: DoNotSchedule`` filters."""
+
+    maxSkew: int = 1
+    topologyKey: str = ""
+    whenUnsatisfiable: str = "DoNotSchedule"
+    labelSelector: LabelSelector | None = None
+    minDomains: int | None = None
+    matchLabelKeys: list[str] = Field(default_factory=list)
+    nodeAffinityPolicy: str | None = None
+    nodeTaintsPolicy: str | None = None
+
+
 class PodSpec(_K8s):
     """spec of a Pod."""
 
@@ -347,6 +405,10 @@ class PodSpec(_K8s):
     tolerations: list[Toleration] = Field(default_factory=list)
     resourceClaims: list[PodResourceClaim] = Field(default_factory=list)
     priorityClassName: str | None = None
+    schedulerName: str | None = None
+    affinity: Affinity | None = None
+    topologySpreadConstraints: list[TopologySpreadConstraint] = Field(default_factory=list)
+    overhead: dict[str, str | int | float] = Field(default_factory=dict)
 
 
 class ResourceClaimStatusRef(_K8s):
@@ -737,6 +799,10 @@ class ClusterSnapshot:
     signals: Any = None
     """Live path only: ``rightsizer.domain.usage.CollectedSignals`` computed by PromQL in the server for
     this snapshot's window; when set, ``plan`` uses it instead of interpreting ``metrics``."""
+    owners: tuple[KubeObject, ...] = ()
+    """Owners of GPU-holding pods, up their ``ownerReferences`` (``workloads.json``; workload verdicts)."""
+    autoscalers: tuple[KubeObject, ...] = ()
+    """HorizontalPodAutoscalers and KEDA ScaledObjects of those pods' namespaces (``workloads.json``)."""
     signal_set: frozenset[str] = ALL_SIGNALS
     """Signal families the source carries (``ALL_SIGNALS`` for DCGM). A source that carries activity only
     (a utilisation trace, ``rightsizer backtest --trace``) sets ``{"activity"}``: the framebuffer, power and

@@ -101,10 +101,28 @@ def _selector(metric: str, job: str | None, matchers: str = "") -> str:
     return f"{metric}{{{inner}}}" if inner else metric
 
 
+def prometheus_duration(seconds: float) -> str:
+    """``seconds`` as a duration every Prometheus-compatible server parses, wherever one goes: the
+    ``timeout`` and ``step`` of a request and the range of a selector. Whole seconds (``89s``) when exact,
+    else whole milliseconds (``89006ms``), floored to the millisecond so a budget is never exceeded.
+
+    Source: Prometheus ``web/api/v1/api.go`` ``parseDuration`` takes a float or
+    ``prometheus/common/model.ParseDuration``, whose units take whole numbers only: ``89.006s`` is a 400
+    (``cannot parse "89.006s" to a valid duration``); AMP, Thanos and Mimir parse alike.
+
+    Raises:
+        ValueError: ``seconds`` is under one millisecond (not a duration Prometheus accepts).
+    """
+    ms = int(seconds * 1000 + 1e-6)
+    if ms < 1:
+        raise ValueError(f"{seconds!r} s is under the 1 ms Prometheus durations are counted in")
+    return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
+
+
 def _open_range(seconds: float) -> str:
     # Prometheus 2.x ranges include both ends; one millisecond less than the interval makes them
     # (t − interval, t] at the TSDB's millisecond resolution (Prometheus 3 ranges are left-open already).
-    return f"[{round(seconds * 1000) - 1}ms]"
+    return f"[{prometheus_duration((round(seconds * 1000) - 1) / 1000)}]"
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,11 +19,12 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any, Literal
 
+from rightsizer.domain.eligibility import DrainFacts, Judged, drain_refusals
 from rightsizer.domain.holds import backoff_reason, snooze_reason
 from rightsizer.domain.model import GroupSizes
 from rightsizer.domain.plan import NodeReport
 from rightsizer.domain.policy import Policy
-from rightsizer.domain.verdicts import BUSY_CODES, blocking_reasons, code_of, verdict_of
+from rightsizer.domain.verdicts import BUSY_CODES, code_of, verdict_of
 
 __all__ = [
     "FORCE_OVERRIDABLE",
@@ -225,7 +226,9 @@ def drain_blockers(
             continue
         checked = force_report(assessed) if force else assessed
         assert checked is not None
-        blocking = blocking_reasons(checked.reasons, "", offhours=True)
+        judged = Judged(checked.verdict, tuple(checked.reasons))
+        # The drain's eligibility (domain.eligibility), as the off-hours drain's validate applies it.
+        blocking = [r.reason for r in drain_refusals(DrainFacts(judged, asg="", mode="offhours"))]
         held = [r for r in (holds or {}).get(name, ()) if r not in blocking]
         if blocking or held:
             snoozed = any(code_of(r) == "snoozed" for r in held)

@@ -84,7 +84,9 @@ def _check_timezone(value: str) -> str:
     try:
         ZoneInfo(value)
     except (ZoneInfoNotFoundError, ValueError, OSError) as exc:
-        raise ValueError(f"unknown IANA time zone {value!r}") from exc
+        raise ValueError(
+            f"unknown IANA time zone {value!r} (not in the zone database); use a name such as 'Europe/Berlin' or 'UTC'"
+        ) from exc
     return value
 
 

@@ -8,10 +8,16 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rightsizer.domain.showback import Showback
 from rightsizer.domain.verdicts import Verdict
+from rightsizer.domain.workloads import WorkloadVerdict
 
-ActionKind = Literal["scale_in", "resize_instance", "replace_node_group", "scale_node_group", "recommend"]
-EXECUTABLE_KINDS = frozenset({"scale_in", "resize_instance", "replace_node_group", "scale_node_group"})
+ActionKind = Literal[
+    "scale_in", "resize_instance", "replace_node_group", "scale_node_group", "consolidate", "recommend"
+]
+EXECUTABLE_KINDS = frozenset(
+    {"scale_in", "resize_instance", "replace_node_group", "scale_node_group", "consolidate"}
+)
 
 
 def action_id(kind: str, target: str, to: Any) -> str:
@@ -44,11 +50,20 @@ class NodeReport(_Out):
     hourly_usd: float | None
 
 
+class PodMove(_Out):
+    """Where a consolidation expects an evicted pod (``namespace/name``) to land: node ``to``."""
+
+    pod: str
+    to: str
+
+
 class Action(_Out):
     """A proposed action. ``from``/``to`` depend on ``kind`` (docs/architecture.md §5); ``reason`` says why.
 
     ``hourly_savings_usd`` is set only for an action the rightsizer will execute and that stops paying for
-    an instance (USD per hour); a recommendation states what it would save in ``reason``.
+    an instance (USD per hour); a ``recommend`` whose target is priced carries what it would save once a
+    person applied it in ``estimated_hourly_savings_usd`` (and ``estimated_monthly_savings_usd``, 730 h),
+    never counted in the plan's ``savings``.
     ``expected_slowdown_pct`` is the slowdown the workloads should expect (percent, 0 when none) and
     ``why_safe`` the evidence for it.
     """
@@ -65,9 +80,13 @@ class Action(_Out):
     reason: str
     hourly_savings_usd: float | None
     monthly_savings_usd: float | None
+    estimated_hourly_savings_usd: float | None = None
+    estimated_monthly_savings_usd: float | None = None
     manifests: list[str] = Field(default_factory=list)
     expected_slowdown_pct: float = 0.0
     why_safe: str = ""
+    moves: list[PodMove] | None = None
+    """``consolidate`` only: every pod the drain evicts and the node the simulation placed it on."""
 
 
 class UnmappedReport(_Out):
@@ -115,11 +134,22 @@ class Plan(_Out):
     actions: list[Action]
     unmapped: list[UnmappedReport]
     savings: Savings
+    showback: Showback | None = None
+    """Idle GPU-hours and USD per holder, namespace and team (``domain.showback``); None in plans
+    written before it."""
+    workloads: list[WorkloadVerdict] = Field(default_factory=list)
+    """Every workload owning a GPU-holding pod, with ``scale_to_zero`` or ``keep`` and why
+    (``domain.workloads``)."""
     reservations: list[ReservationReport] = Field(default_factory=list)
 
     def to_json_dict(self) -> dict[str, Any]:
-        """The contract JSON document (``from`` spelled as in the contract)."""
-        return self.model_dump(mode="json", by_alias=True)
+        """The contract JSON document (``from`` spelled as in the contract; ``moves`` only on the actions
+        that carry them)."""
+        doc = self.model_dump(mode="json", by_alias=True)
+        for action in doc["actions"]:
+            if action.get("moves") is None:
+                action.pop("moves", None)
+        return doc
 
     def node(self, name: str) -> NodeReport:
         """The report of node ``name``.

@@ -12,6 +12,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 
 from rightsizer.domain.capacity import (
     ice_evidence,
@@ -24,7 +25,9 @@ from rightsizer.domain.capacity import (
     warm_floor_reason,
 )
 from rightsizer.domain.catalog import HOURS_PER_MONTH, Catalog, InstanceType, load_catalog
-from rightsizer.domain.gpu import GpuAssessment, assess_gpus, is_gpu_node
+from rightsizer.domain.consolidation import budget_left, choose_consolidations, pin_advice
+from rightsizer.domain.eligibility import DrainFacts, Judged, drain_refusals
+from rightsizer.domain.gpu import GpuAssessment, is_gpu_node
 from rightsizer.domain.health import health_reasons, repair_owner, xid_facts
 from rightsizer.domain.holds import snooze_reason
 from rightsizer.domain.join import NodeJoiner
@@ -39,8 +42,8 @@ from rightsizer.domain.model import (
     Pod,
     ResourceClaim,
 )
-from rightsizer.domain.observation import signals_from_observation
 from rightsizer.domain.periods import schedule_contains
+from rightsizer.domain.placement_cluster import ClusterPlacement, movers, placement_reasons
 from rightsizer.domain.plan import (
     Action,
     NodeReport,
@@ -50,20 +53,24 @@ from rightsizer.domain.plan import (
     UnmappedReport,
     action_id,
 )
+from rightsizer.domain.planner_holders import GpuFacts, activity_of, signals_over, workload_verdicts
 from rightsizer.domain.pods import PodClassification, PodContext, classify_pods, pdbs_by_namespace, wants_node
 from rightsizer.domain.policy import Policy
 from rightsizer.domain.prices import price_reason
-from rightsizer.domain.recommend import Recommendation, recommend_for_node
+from rightsizer.domain.recommend import Recommendation, recommend_for_node, resize_or_recommend
 from rightsizer.domain.replacement import (
     GroupMember,
     KnownReplacement,
+    drain_refused_groups,
     group_replacements,
     held_groups,
     replacement_reasons,
 )
-from rightsizer.domain.usage import CollectedSignals, UnmappedSeries, Window, collect_signals
-from rightsizer.domain.verdicts import UNHEALTHY_CODES, code_of, order_reasons, verdict_of
+from rightsizer.domain.showback import NodeHolders, showback
+from rightsizer.domain.usage import CollectedSignals, UnmappedSeries, Window
+from rightsizer.domain.verdicts import UNHEALTHY_CODES, Verdict, code_of, order_reasons, verdict_of
 from rightsizer.domain.volumes import VolumeFacts
+from rightsizer.domain.workloads import Activity
 
 KARPENTER_NODEPOOL = "karpenter.sh/nodepool"
 OTHER_AUTOSCALER_TAINTS = ("ToBeDeletedByClusterAutoscaler", "karpenter.sh/disrupted")
@@ -199,7 +206,7 @@ def _claims_by_node(snapshot: ClusterSnapshot) -> dict[str, dict[str, ResourceCl
     return out
 
 
-def plan(
+def plan(  # noqa: C901 (24): the verdict-then-budget pipeline of §3, one step per paragraph
     snapshot: ClusterSnapshot,
     policy: Policy,
     now: datetime | None = None,
@@ -209,6 +216,7 @@ def plan(
     stale_cordons: frozenset[str] = frozenset(),
     snoozed: Mapping[str, datetime] | None = None,
     replacements: Sequence[KnownReplacement] = (),
+    placement: bool = True,
 ) -> Plan:
     """Decide, for every GPU node of ``snapshot``, a verdict with reasons, and the actions to take.
 
@@ -242,15 +250,12 @@ def plan(
     joiner = NodeJoiner(
         snapshot.nodes, snapshot.pods, node_label or snapshot.node_label, snapshot.pod_addresses
     )
-    if isinstance(snapshot.signals, CollectedSignals):
-        signals = snapshot.signals
-    elif snapshot.meta.metrics_format >= 2:
-        files = {"step": snapshot.metrics, "timestamp": snapshot.timestamps, **snapshot.metric_extras}
-        signals = signals_from_observation(files, joiner, window, policy.gpu_activity_max_pct)
-    else:
-        signals = collect_signals(
-            snapshot.metrics, snapshot.timestamps, joiner, window, policy.gpu_activity_max_pct
-        )
+    signals = signals_over(snapshot, joiner, window, policy)
+    assert signals is not None  # the decision window is the snapshot's own
+    # Workload verdicts judge each node again over the workloads' own (longer) idle window (issue 32).
+    wl_window = Window.ending(at, policy.workloads.idle_window, snapshot.meta.step_seconds)
+    wl_signals: list[CollectedSignals | None] = []
+    activity: dict[str, Activity] = {}
     ambiguous: dict[str, set[str]] = {}
     for u in signals.unmapped:
         if u.reason.startswith("series_unmapped:ambiguous:"):
@@ -267,8 +272,8 @@ def plan(
     pdb_index = pdbs_by_namespace(snapshot.pdbs)
     inventory = snapshot.inventory
     if snapshot.xid_answers and not snapshot.xids:
-        facts = xid_facts(dict(snapshot.xid_answers), lambda labels: joiner.join(labels).node, window.start)
-        snapshot = dataclasses.replace(snapshot, xids=facts)
+        xids = xid_facts(dict(snapshot.xid_answers), lambda labels: joiner.join(labels).node, window.start)
+        snapshot = dataclasses.replace(snapshot, xids=xids)
 
     decisions: list[NodeDecision] = []
     for node in sorted(snapshot.nodes, key=lambda n: n.name):
@@ -299,24 +304,22 @@ def plan(
         if not _selected(node, group, policy):
             reasons.append("not_selected")
         node_pods = pods_by_node.get(node.name, [])
-        assessment = assess_gpus(
-            node,
-            row,
-            signals.devices.get(node.name, []),
-            policy=policy,
-            power_ceilings=ceilings,
-            window=window,
-            at=at,
-            up_coverage=signals.up_coverage.get(node.name),
-            problems=signals.problems_of(node.name),
-            present=signals.present,
-            exporter=_exporter_pod(node_pods),
-            signal_set=snapshot.signal_set,
-        )
+        facts = GpuFacts(node, row, ceilings, at, _exporter_pod(node_pods), snapshot.signal_set)
+        assessment = facts.assess(signals, window, policy)
         reasons.extend(assessment.reasons)
         reasons.extend(f"series_unmapped:{m}" for m in sorted(ambiguous.get(node.name, ())))
         ctx = PodContext(policy, snapshot.pdbs, claims.get(node.name, {}), at, volumes, pdb_index=pdb_index)
         classified = classify_pods(node_pods, ctx)
+        if any(c.gpu_holder is not None for c in classified):
+            if policy.workloads.idle_window == policy.idle_window:
+                activity[node.name] = activity_of(assessment)
+            else:
+                if not wl_signals:
+                    wl_signals.append(signals_over(snapshot, joiner, wl_window, policy))
+                longer = wl_signals[0]
+                activity[node.name] = (
+                    "unknown" if longer is None else activity_of(facts.assess(longer, wl_window, policy))
+                )
         for c in classified:
             reasons.extend(f.reason for f in c.findings)
             if c.gpu_holder is not None:
@@ -345,7 +348,6 @@ def plan(
             pods=classified,
             group=group,
             standalone=standalone,
-            instances=inventory.instances,
             hourly=hourly,
             policy=policy,
             catalog=catalog,
@@ -355,9 +357,31 @@ def plan(
 
     floors = _warm_floors(decisions, snapshot, policy, at)
     _apply_group_rules(decisions, snapshot, policy, at, floors)
-    actions = _choose(decisions, policy, stale_cordons, floors)
+    checker = ClusterPlacement(snapshot, volumes) if placement else None
+    actions = _choose(decisions, policy, stale_cordons, floors, checker)
+    if checker is not None and policy.consolidation != "off":
+        floor_of = partial(_floor_of, floors=floors)
+        budget = budget_left(decisions, actions, policy, stale_cordons, floor_of)
+        actions += choose_consolidations(decisions, policy, checker, budget, floor_of, _reservation)
+    actions += pin_advice(decisions)
     held = held_groups(replacements, at)
-    return _assemble(snapshot, policy, at, decisions, actions, signals.unmapped, catalog, held)
+    plan_ = _assemble(snapshot, policy, at, decisions, actions, signals.unmapped, catalog, held)
+    workloads = workload_verdicts(snapshot, _holders(decisions), activity, policy, at)
+    return plan_.model_copy(update={"workloads": workloads})
+
+
+def _holders(decisions: Sequence[NodeDecision]) -> list[NodeHolders]:
+    """Each GPU node's GPU-holding pods, idleness and price (a reserved node's USD is not paid extra)."""
+    return [
+        NodeHolders(
+            d.node,
+            d.assessment.expected.physical,
+            None if _reservation(d.reasons) else d.hourly_usd,
+            d.assessment.idle,
+            [c.pod for c in d.pods if c.gpu_holder is not None],
+        )
+        for d in decisions
+    ]
 
 
 def _capacity_and_health(
@@ -476,11 +500,36 @@ def _removable_unhealthy(d: NodeDecision) -> bool:
     return verdict_of(d.reasons) == "unhealthy" and verdict_of(rest) == "idle"
 
 
-def _choose(
-    decisions: list[NodeDecision], policy: Policy, stale: frozenset[str], floors: Floors
+def _fits(checker: ClusterPlacement, d: NodeDecision) -> bool:
+    """Whether the pods a drain of ``d`` sends elsewhere fit on the nodes left (kept when they do, as
+    Cluster Autoscaler's simulator commits each removal); else ``no_placement`` reasons on ``d``."""
+    moving = movers(d.pods)
+    placed = checker.trial([d.node.name], moving)
+    if placed.ok:
+        checker.keep()
+        return True
+    checker.undo()
+    d.reasons.extend(placement_reasons([c.pod for c in d.pods if c.ignored is None], placed))
+    return False
+
+
+def _drainable(d: NodeDecision, *, shrinking: bool) -> bool:
+    """Whether the drain's eligibility (``domain.eligibility.drain_refusals``, the workflow's own) lets
+    the node be drained and its instance scaled in; ``shrinking``: the plan shrinks its group anyway."""
+    judged = Judged(verdict_of(d.reasons), tuple(d.reasons))
+    return not drain_refusals(DrainFacts(judged, d.group.name if d.group else None, shrinking=shrinking))
+
+
+def _choose(  # noqa: C901 (19): Karpenter-style budgets counted down while choosing (§3)
+    decisions: list[NodeDecision],
+    policy: Policy,
+    stale: frozenset[str],
+    floors: Floors,
+    checker: ClusterPlacement | None = None,
 ) -> list[Action]:
     """Pick ``scale_in`` candidates among idle nodes under the disruption budget (docs/architecture.md §3),
-    never below a group's warm floor; a removable unhealthy node of the group goes before each (issue 28)."""
+    never below a group's warm floor; a removable unhealthy node of the group goes before each (issue 28);
+    with ``checker``, only nodes whose evicted pods fit on the nodes left (``domain.placement``)."""
     flying = [
         d for d in decisions if ANN_CORDONED_BY in d.node.metadata.annotations and d.node.name not in stale
     ]
@@ -496,10 +545,11 @@ def _choose(
     run_slots = policy.max_nodes_per_run - in_flight_total
     chosen_group: dict[str, int] = {}
 
-    idle = [d for d in decisions if verdict_of(d.reasons) == "idle" and d.group is not None]
+    # The drain's own eligibility (domain.eligibility), as the workflow's validate applies it.
+    idle = [d for d in decisions if verdict_of(d.reasons) == "idle" and _drainable(d, shrinking=False)]
     broken: dict[str, list[NodeDecision]] = {}
     for d in decisions:
-        if d.group is not None and _removable_unhealthy(d):
+        if d.group is not None and _removable_unhealthy(d) and _drainable(d, shrinking=True):
             broken.setdefault(d.group.name, []).append(d)
 
     def above_floor(d: NodeDecision) -> bool:
@@ -531,6 +581,16 @@ def _choose(
             floor = _floor_of(d, floors)
             assert floor is not None
             d.reasons.append(warm_floor_reason(floor[0][1], floor[2], floor[3]))
+            continue
+        if checker is not None and victim is not None and not _fits(checker, victim):
+            broken[group.name].remove(victim)
+            victim = None
+            if not above_floor(d):
+                floor = _floor_of(d, floors)
+                assert floor is not None
+                d.reasons.append(warm_floor_reason(floor[0][1], floor[2], floor[3]))
+                continue
+        if checker is not None and victim is None and not _fits(checker, d):
             continue
         before = group.desired - chosen_group.get(group.name, 0)
         chosen_group[group.name] = chosen_group.get(group.name, 0) + 1
@@ -585,7 +645,7 @@ def _choose(
 
 
 def _group_members(
-    judged: Sequence[tuple[NodeDecision, list[str], str]],
+    judged: Sequence[tuple[NodeDecision, list[str], Verdict]],
 ) -> list[tuple[AsgInfo, list[GroupMember]]]:
     """The GPU nodes of each managed node group with their verdicts, for ``domain.replacement``."""
     groups: dict[str, tuple[AsgInfo, list[GroupMember]]] = {}
@@ -594,7 +654,12 @@ def _group_members(
             continue
         rec = d.recommendation
         member = GroupMember(
-            d.node.name, verdict, d.row, rec.demand if rec is not None else None, _reservation(reasons)
+            d.node.name,
+            verdict,
+            d.row,
+            rec.demand if rec is not None else None,
+            _reservation(reasons),
+            tuple(reasons),
         )
         groups.setdefault(d.group.name, (d.group, []))[1].append(member)
     return [groups[name] for name in sorted(groups)]
@@ -612,31 +677,29 @@ def _assemble(
 ) -> Plan:
     reports: list[NodeReport] = []
     actions = list(scale_ins)
-    judged = []
+    judged: list[tuple[NodeDecision, list[str], Verdict]] = []
     for d in decisions:
         rec = d.recommendation
         reasons = order_reasons(d.reasons)
         judged.append(
             (d, reasons, verdict_of(reasons, cheaper_shape_fits=rec is not None and rec.cheaper_fits))
         )
-    kept = {  # a group with a node in a reservation it keeps is not replaced (issue 28)
-        d.group.nodegroup: f"capacity_reserved:{d.node.name}"
-        for d, reasons, _ in judged
-        if d.group is not None
-        and d.group.nodegroup
-        and any(code_of(r) == "capacity_reserved" for r in reasons)
-    }
+    members = _group_members(judged)
     replacements, replaced = group_replacements(
-        _group_members(judged), catalog, allowed=policy.allow_replace_node_group, held={**kept, **held}
+        members, catalog, allowed=policy.allow_replace_node_group, held=held
     )
+    refused = drain_refused_groups(members, allowed=policy.allow_replace_node_group)
     actions.extend(replacements)
     for d, reasons, verdict in judged:
         rec = d.recommendation
         if d.node.name in replaced:
             rec = None  # the group's replace_node_group action covers this node
-        kept_here = any(code_of(r) == "capacity_reserved" for r in reasons)
-        if kept_here and rec is not None and rec.action is not None and rec.action.kind != "recommend":
-            rec = None  # a kept reservation is never resized: the change would save nothing
+        if rec is not None and rec.proposal is not None and verdict in rec.for_verdicts:
+            instance = (snapshot.inventory.instances or {}).get(d.node.instance_id or "")
+            facts = Judged(verdict, tuple(reasons))
+            rec = resize_or_recommend(
+                rec, d.node, d.row, facts, instance, policy, catalog, standalone=d.standalone
+            )
         if rec is not None and rec.action is not None and verdict in rec.for_verdicts:
             reserved = _reservation(reasons)
             if reserved and rec.action.hourly_savings_usd is not None:
@@ -645,10 +708,16 @@ def _assemble(
                     update={
                         "hourly_savings_usd": None,
                         "monthly_savings_usd": None,
+                        "estimated_hourly_savings_usd": None,
+                        "estimated_monthly_savings_usd": None,
                         "reason": rec.action.reason + note,
                     }
                 )
                 actions.append(rec_action)
+            elif d.node.name in refused and rec.action.kind == "recommend":
+                actions.append(
+                    rec.action.model_copy(update={"reason": f"{rec.action.reason}; {refused[d.node.name]}"})
+                )
             else:
                 actions.append(rec.action)
         a = d.assessment
@@ -681,6 +750,7 @@ def _assemble(
         actions=actions,
         unmapped=[UnmappedReport(metric=u.metric, labels=u.labels, reason=u.reason) for u in unmapped],
         savings=Savings(hourly_usd=hourly, monthly_usd=hourly * HOURS_PER_MONTH),
+        showback=showback(_holders(decisions), at, policy.idle_window, policy.showback_team_label),
         reservations=_reservation_reports(judged, snapshot),
     )
 

@@ -3,7 +3,7 @@
 Modelled on kubectl's ``pkg/drain`` filters: each filter looks at one pod and either ignores it (it is not
 evicted), lets it through, or blocks the node with a reason code and a message naming the policy switch
 that would change the outcome (docs/architecture.md §3 "Pods"). Where kubectl, Cluster Autoscaler and Karpenter agree we
-agree (their public test tables are ported in ``tests/unit/test_parity_*.py``; README "Parity"):
+agree (their public test tables are ported in ``tests/unit/test_parity_*.py``; docs/operations.md "Parity"):
 
 - finished pods never block; terminating pods never block (they are waited for, never evicted again);
 - DaemonSet and mirror pods, and pods that tolerate our cordon's taint (they would come straight back),

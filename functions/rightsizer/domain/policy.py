@@ -21,7 +21,6 @@ from pydantic import (
     field_validator,
 )
 
-from rightsizer.domain.errors import ConfigError
 from rightsizer.domain.periods import Period
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
@@ -123,6 +122,44 @@ Approval = Literal["none", "required"]
 MAX_APPROVAL_TIMEOUT_S = 86400
 
 
+def _names(value: object) -> object:
+    return [value] if isinstance(value, str) else value
+
+
+class WorkloadPolicy(BaseModel):
+    """Policy keys of workload scale-to-zero (``workloads:`` in the policy; docs/architecture.md §5).
+
+    Durations in seconds (or ``"2h"``). Everything is decided and reported by default; nothing is scaled
+    unless ``scale_to_zero`` is true and the policy is not a dry run.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    scale_to_zero: bool = Field(
+        False, description="Propose and (outside a dry run) execute scale_workload actions."
+    )
+    idle_window: Seconds = Field(
+        7200, gt=0, description="Seconds every GPU the workload's pods run on must be idle (default 2h)."
+    )
+    grace_period: Seconds = Field(
+        900, ge=0, description="Seconds after a workload's (or its newest pod's) creation it is kept."
+    )
+    exclude_namespaces: Annotated[list[str], BeforeValidator(_names)] = Field(
+        default_factory=lambda: ["kube-system"], description="Namespaces whose workloads are always kept."
+    )
+    allow_gitops: bool = Field(
+        False,
+        description="Scale workloads an Argo CD or Flux tracking label/annotation names (their self-heal "
+        "must ignore replicas, e.g. Argo CD ignoreDifferences on /spec/replicas).",
+    )
+    allow_hpa: bool = Field(
+        False, description="Scale HPA targets to 0 (an HPA stops scaling a target at 0 replicas)."
+    )
+    allow_keda: bool = Field(
+        False, description='Pause KEDA ScaledObjects at 0 (autoscaling.keda.sh/paused-replicas: "0").'
+    )
+
+
 class Policy(BaseModel):
     """What counts as idle and what the rightsizer may do about it (docs/architecture.md §5, all keys optional).
 
@@ -206,6 +243,16 @@ class Policy(BaseModel):
     evict_idle_gpu_holders: bool = Field(
         False, description="Evict pods that hold a GPU but leave it idle (notebooks, idle servers)."
     )
+    workloads: WorkloadPolicy = Field(
+        default_factory=WorkloadPolicy,
+        description="Workload scale-to-zero: idle window, grace period, exclusions and opt-ins.",
+    )
+    showback_team_label: str = Field(
+        "team",
+        min_length=1,
+        description="Pod label whose value names the team that idle GPU-hours and USD are shown back to "
+        '(docs/architecture.md §3 "Showback"); pods without it count under (none).',
+    )
     fb_headroom: float = Field(
         0.2, ge=0, le=10, description="Framebuffer headroom for recommendations (ratio)."
     )
@@ -215,6 +262,18 @@ class Policy(BaseModel):
         le=10,
         description="Compute and memory-bandwidth headroom (ratio) a different GPU model must leave over "
         "a busy node's observed peak.",
+    )
+    consolidation: Literal["off", "idle_holders", "all"] = Field(
+        "off",
+        description="Empty partly-used GPU nodes onto fewer (issue 29, docs/consolidation.md): off; "
+        "idle_holders (a pod moves only if its node's GPUs were idle the whole window, CPU-only pods "
+        "always); all (any pod the drain may evict, placed by its requests).",
+    )
+    consolidation_max_candidates: int = Field(
+        100,
+        ge=1,
+        le=1000,
+        description="Nodes a plan simulates emptying, least measured GPU use first (a bound on its work).",
     )
     allow_resize: bool = Field(False, description="Resize opted-in standalone instances in place.")
     resize_timeout: Seconds = Field(
@@ -280,6 +339,18 @@ class Policy(BaseModel):
         description="Alert labels that may carry the node name, first present wins.",
     )
     restore_deadline: Seconds = Field(1800, gt=0, description="Off-hours restore alarm after this many s.")
+    unserved_gpu_minute_usd: float = Field(
+        0.10,
+        ge=0,
+        description="The operator's price (USD) of one GPU-minute of work that waited for a removed node "
+        "to come back: `backtest --sweep idle_window=...` and the recommended window weigh billed "
+        "savings against unserved GPU-minutes at this price; warm pools are recommended against it.",
+    )
+    allow_warm_pool: bool = Field(
+        False,
+        description="Let `apply` set the recommended warmPoolConfig on managed node groups that off-hours "
+        "takes down (EKS UpdateNodegroupConfig).",
+    )
     drain_failure_backoff: Seconds = Field(
         1800,
         ge=0,
@@ -352,11 +423,11 @@ def load_policy(data: Mapping[str, Any] | None, *, source: str = "policy") -> Po
     """Validate a policy mapping (parsed YAML/JSON) into a ``Policy``.
 
     Raises:
-        ConfigError: naming ``source`` and the first offending key (dotted path).
+        ConfigError: naming ``source`` and the first offending key (dotted path); ``problems`` every one.
     """
+    from rightsizer.domain.validation import config_error
+
     try:
         return Policy.model_validate(dict(data or {}))
     except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(part) for part in err["loc"]) or "<root>"
-        raise ConfigError(err["msg"], source=source, field=field) from exc
+        raise config_error(exc, source=source, model=Policy) from exc

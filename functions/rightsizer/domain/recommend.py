@@ -6,20 +6,21 @@ memory bandwidth with headroom and keeps NVLink for multi-GPU pods); if none, a 
 (A100, H100, H200) or time-slicing replicas that pack the active workloads onto fewer GPUs, with the
 manifests to apply. For an idle node held by GPU pods: who holds it and how to scale it to zero. For an
 idle standalone instance: stop it. Pure; prices are catalog on-demand USD per hour. Only an action the
-rightsizer executes carries USD savings; a recommendation states in words what it would save.
+rightsizer executes carries USD savings (``hourly_savings_usd``); a recommendation whose target is priced
+carries its estimate (``estimated_hourly_savings_usd``), never counted in the plan's savings.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from rightsizer.domain.catalog import HOURS_PER_MONTH, Catalog, InstanceType
-from rightsizer.domain.drivers import driver_check
+from rightsizer.domain.eligibility import Judged, ResizeFacts, resize_refusals
 from rightsizer.domain.gpu import GpuAssessment
-from rightsizer.domain.model import TAG_RESIZE, AsgInfo, Ec2Instance, Node
+from rightsizer.domain.model import AsgInfo, Ec2Instance, Node
 from rightsizer.domain.plan import Action, ActionKind, action_id
 from rightsizer.domain.pods import PodClassification
 from rightsizer.domain.policy import Policy
@@ -69,6 +70,9 @@ class Recommendation:
     #: The observed demand a cheaper instance type was found for (None for MIG, sharing, holders): the
     #: node group replacement combines its nodes' demands (``domain.replacement``).
     demand: Demand | None = None
+    #: The executable ``resize_instance`` a standalone node would get, replacing ``action`` when the
+    #: resize's eligibility refuses nothing (``domain.eligibility``, decided by the planner).
+    proposal: Action | None = None
 
 
 def _mig_family(row: InstanceType) -> str | None:
@@ -116,6 +120,7 @@ def _action(
     *,
     slowdown_pct: float = 0.0,
     why_safe: str = "",
+    estimated: float | None = None,
 ) -> Action:
     return Action(
         action_id=action_id(kind, node.name, to),
@@ -128,6 +133,8 @@ def _action(
         reason=reason,
         hourly_savings_usd=hourly,
         monthly_savings_usd=None if hourly is None else hourly * HOURS_PER_MONTH,
+        estimated_hourly_savings_usd=estimated,
+        estimated_monthly_savings_usd=None if estimated is None else estimated * HOURS_PER_MONTH,
         manifests=manifests or [],
         expected_slowdown_pct=slowdown_pct,
         why_safe=why_safe,
@@ -251,7 +258,6 @@ def recommend_for_node(
     pods: Sequence[PodClassification],
     group: AsgInfo | None,
     standalone: bool,
-    instances: dict[str, Ec2Instance] | None,
     hourly: float | None,
     policy: Policy,
     catalog: Catalog,
@@ -283,7 +289,7 @@ def recommend_for_node(
         )
         return Recommendation(
             False,
-            _action("recommend", node, group, _shape(), node.instance_type, reason, None),
+            _action("recommend", node, group, _shape(), node.instance_type, reason, None, estimated=hourly),
             frozenset({"idle"}),
         )
     if not assessment.busy or row is None or row.gpu_count == 0:
@@ -309,66 +315,36 @@ def recommend_for_node(
             f"peak {gpus} GPU(s) busy at once, {fb_peak:.0f} MiB framebuffer (+{policy.fb_headroom:.0%} headroom), "
             f"pods request {cpu_m}m CPU / {mem_mib:.0f} MiB"
         )
-        instance = instances.get(node.instance_id or "") if instances is not None else None
-        opted_in = (
-            standalone
-            and policy.allow_resize
-            and instance is not None
-            and instance.tags.get(TAG_RESIZE) == "allowed"
-        )
-        # The resize's validate refuses a target GPU the node's driver may not drive; the plan applies the
-        # same rule, so USD is counted as executable only for a resize that will run (issue 17 item 4).
-        driver = (
-            driver_check(
-                row.gpu_model,
-                target.gpu_model,
-                target.gpu_manufacturer,
-                node.labels,
-                catalog.driver_minimums,
-                allow_unknown=policy.resize_allow_unknown_driver,
+        proposal = None
+        if standalone:
+            # Executable only when the resize's eligibility refuses nothing (the planner asks it on the
+            # node's final verdict and reasons, ``domain.eligibility.resize_refusals``).
+            proposal = _action(
+                "resize_instance",
+                node,
+                group,
+                target.name,
+                row.name,
+                f"{target.name} fits: {peak}",
+                saved,
+                slowdown_pct=fit.expected_slowdown_pct,
+                why_safe=fit.why_safe,
             )
-            if opted_in
-            else None
-        )
-        if (
-            driver is not None
-            and driver.ok
-            and (row.local_nvme_gb == 0 or policy.resize_allow_instance_store_loss)
-        ):
-            return Recommendation(
-                True,
-                _action(
-                    "resize_instance",
-                    node,
-                    group,
-                    target.name,
-                    row.name,
-                    f"{target.name} fits: {peak}",
-                    saved,
-                    slowdown_pct=fit.expected_slowdown_pct,
-                    why_safe=fit.why_safe,
-                ),
-                frozenset({"underutilized"}),
-            )
-        if group is not None and group.nodegroup:
+            how = ""
+        elif group is not None and group.nodegroup:
             how = (
-                f"managed node group {group.nodegroup} cannot change its instance type in place: create a new "
+                f"; managed node group {group.nodegroup} cannot change its instance type in place: create a new "
                 f"node group (e.g. {group.nodegroup}-{target.name.replace('.', '-')}) with the same labels and "
                 "taints, wait until its GPUs are allocatable, drain the old nodes, scale the old group to 0, then "
                 "delete it; or publish a new launch template version with the new type and UpdateNodegroupVersion"
             )
         elif group is not None:
             how = (
-                f"Auto Scaling group {group.name}: new launch template version with {target.name}, "
+                f"; Auto Scaling group {group.name}: new launch template version with {target.name}, "
                 "then an instance refresh"
             )
         else:
-            why_not = "tag rightsizer.io/resize=allowed and allow_resize: true enable an in-place resize"
-            if row.local_nvme_gb and not policy.resize_allow_instance_store_loss:
-                why_not = "instance-store data is lost on resize: set resize_allow_instance_store_loss: true"
-            elif driver is not None and not driver.ok:
-                why_not = f"the resize preflight would refuse it: {driver.code}: {driver.detail}"
-            how = f"standalone instance: {why_not}"
+            how = "; the node's Auto Scaling group is not known"
         return Recommendation(
             True,
             _action(
@@ -377,13 +353,15 @@ def recommend_for_node(
                 group,
                 _shape(instance_type=target.name),
                 row.name,
-                f"{target.name} fits: {peak}; would save {saved:.4g} USD/h once applied; {how}",
+                f"{target.name} fits: {peak}; would save {saved:.4g} USD/h once applied{how}",
                 None,
                 slowdown_pct=fit.expected_slowdown_pct,
                 why_safe=fit.why_safe,
+                estimated=saved,
             ),
             frozenset({"underutilized"}),
             demand,
+            proposal,
         )
     sharing = _sharing(row, assessment, policy, hourly)
     if sharing is None:
@@ -396,3 +374,44 @@ def recommend_for_node(
         _action("recommend", node, group, to, row.name, why, None, manifests, why_safe=safe),
         frozenset({"underutilized"}),
     )
+
+
+def resize_or_recommend(
+    rec: Recommendation,
+    node: Node,
+    row: InstanceType | None,
+    judged: Judged,
+    instance: Ec2Instance | None,
+    policy: Policy,
+    catalog: Catalog,
+    *,
+    standalone: bool,
+) -> Recommendation:
+    """``rec`` with its executable ``resize_instance`` proposal as the action when the resize's eligibility
+    (``domain.eligibility.resize_refusals``, the one the resize workflow's validate calls on fresh facts)
+    refuses nothing on the node's final verdict and reasons; else ``rec`` whose ``recommend`` names the
+    refusals (issue 25). ``instance`` is the node's EC2 instance (DescribeInstances: tags, state), if known.
+    """
+    proposal = rec.proposal
+    assert proposal is not None and rec.action is not None
+    facts = ResizeFacts(
+        judged=judged,
+        allow_resize=policy.allow_resize,
+        in_group=not standalone,
+        tags=instance.tags if instance is not None else {},
+        state=instance.state if instance is not None else "unknown",
+        current=row,
+        current_type=node.instance_type or "",
+        target_type=str(proposal.to),
+        target=catalog.get(str(proposal.to)),
+        labels=node.labels,
+        driver_minimums=catalog.driver_minimums,
+        allow_unknown_driver=policy.resize_allow_unknown_driver,
+        allow_instance_store_loss=policy.resize_allow_instance_store_loss,
+    )
+    refused = resize_refusals(facts)
+    if not refused:
+        return replace(rec, action=proposal)
+    why = "; ".join(r.reason for r in refused)
+    text = f"{rec.action.reason}; standalone instance: the resize preflight would refuse it: {why}"
+    return replace(rec, action=rec.action.model_copy(update={"reason": text}))

@@ -29,9 +29,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from rightsizer.domain.catalog import HOURS_PER_MONTH, Catalog, InstanceType
-from rightsizer.domain.model import TAG_ENABLED, AsgInfo
+from rightsizer.domain.eligibility import Judged, ReplaceFacts, ReplaceMember, replace_refusals
+from rightsizer.domain.model import AsgInfo
 from rightsizer.domain.plan import Action, action_id
 from rightsizer.domain.throughput import Demand, Fit, cheapest_fit
+from rightsizer.domain.verdicts import Verdict
 
 KIND = "replace_node_group"
 
@@ -41,14 +43,15 @@ class GroupMember:
     """One GPU node of a node group as the planner judged it.
 
     ``demand`` is set when a cheaper instance type fits the node (its recommendation's demand);
-    ``reserved`` names the capacity reservation the node runs in, if any.
+    ``reserved`` names the capacity reservation the node runs in, if any; ``reasons`` are its reasons.
     """
 
     node: str
-    verdict: str
+    verdict: Verdict
     row: InstanceType | None
     demand: Demand | None
     reserved: str | None = None
+    reasons: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,32 +120,35 @@ def combined_demand(demands: Sequence[Demand]) -> Demand:
     )
 
 
+def replace_facts(group: AsgInfo, members: Sequence[GroupMember], *, allowed: bool) -> ReplaceFacts:
+    """The replacement eligibility's facts (``domain.eligibility.ReplaceFacts``) of a group as judged."""
+    return ReplaceFacts(
+        nodegroup=group.nodegroup,
+        allowed=allowed,
+        tags=group.tags,
+        in_service=sum(1 for state in group.instances.values() if state == "InService"),
+        members=tuple(
+            ReplaceMember(
+                m.node, Judged(m.verdict, m.reasons), m.row.name if m.row else None, m.demand is not None
+            )
+            for m in members
+        ),
+    )
+
+
 def why_not_replace(group: AsgInfo, members: Sequence[GroupMember], *, allowed: bool) -> str | None:
-    """Why ``group`` gets no ``replace_node_group`` action (None when it may get one).
+    """Why ``group`` gets no ``replace_node_group`` action (None when it may get one): the refusals of
+    ``domain.eligibility.replace_refusals`` — the replacement workflow's validate calls the same function
+    — comma-joined. Among them the preflight: every node must pass the child drain's eligibility (a
+    hostPath or local-PV pod, a PodDisruptionBudget, an opt-out annotation ... on one node keeps the group).
 
     Args:
         group: the Auto Scaling group and its managed node group name.
         members: its GPU nodes as judged.
         allowed: the policy's ``allow_replace_node_group``.
     """
-    if not group.nodegroup:
-        return "not a managed node group"
-    if not allowed:
-        return "allow_replace_node_group: false"
-    if group.tags.get(TAG_ENABLED) != "true":
-        return f"not opted in (tag {TAG_ENABLED}=true)"
-    in_service = [i for i, state in group.instances.items() if state == "InService"]
-    if not members or len(members) != len(in_service):
-        return f"{len(members)} GPU node(s) for {len(in_service)} instance(s) in service"
-    types = {m.row.name if m.row else None for m in members}
-    if len(types) != 1 or None in types:
-        return "the nodes run more than one (or an unknown) instance type"
-    others = sorted(
-        f"{m.node}:{m.verdict}" for m in members if m.verdict != "underutilized" or m.demand is None
-    )
-    if others:
-        return "not every node is underutilized with a cheaper type fitting: " + ", ".join(others)
-    return None
+    found = replace_refusals(replace_facts(group, members, allowed=allowed))
+    return ", ".join(r.reason for r in found) if found else None
 
 
 def replacement_action(
@@ -213,3 +219,18 @@ def group_replacements(
         actions.append(found[0])
         covered.update(m.node for m in members)
     return actions, frozenset(covered)
+
+
+def drain_refused_groups(
+    groups: Sequence[tuple[AsgInfo, Sequence[GroupMember]]], *, allowed: bool
+) -> dict[str, str]:
+    """Node → why its group, which would otherwise be replaced, is not: only the preflight refuses (a node
+    of it fails the child drain's eligibility, ``every_node_drains``). The members' ``recommend`` actions
+    name it (issue 25: a node refused for an action kind gets a recommend naming the refusal)."""
+    notes: dict[str, str] = {}
+    for group, members in groups:
+        found = replace_refusals(replace_facts(group, members, allowed=allowed))
+        if found and all(r.guard == "every_node_drains" for r in found):
+            why = f"replace_node_group of {group.nodegroup} refused: " + ", ".join(r.reason for r in found)
+            notes.update(dict.fromkeys((m.node for m in members), why))
+    return notes

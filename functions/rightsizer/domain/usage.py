@@ -214,7 +214,7 @@ def _shortest_gap(sample_times: Iterable[float]) -> float | None:
     return min(gaps) if gaps else None
 
 
-def collect_signals(
+def collect_signals(  # noqa: C901 (22): the signals of snapshot range data, step by step (§3)
     metrics: Mapping[str, MetricData],
     timestamps: Mapping[str, MetricData],
     joiner: NodeJoiner,

@@ -24,8 +24,10 @@ from rightsizer.domain.model import ClusterSnapshot
 from rightsizer.domain.plan import Action, NodeReport
 from rightsizer.domain.planner import plan
 from rightsizer.domain.policy import Policy
+from rightsizer.domain.showback import Showback
 from rightsizer.ports import ClusterWriter, SnoozeReader, WorkflowStarter
 from rightsizer.services.backoff import failure_backoff
+from rightsizer.services.consolidate import ConsolidateRequest
 from rightsizer.services.drain import DrainRequest
 from rightsizer.services.healing import (
     heal_dead_resizes,
@@ -36,12 +38,13 @@ from rightsizer.services.healing import (
 from rightsizer.services.replace import KIND as REPLACE_KIND
 from rightsizer.services.replace import ReplaceRequest, known_replacements, lease_key
 from rightsizer.services.resize import ResizeRequest
+from rightsizer.services.workloads import WorkloadScaler
 from rightsizer.state import LeaseStore, PlanHistory, StateStore, lease_ttl_seconds
 
 log = logging.getLogger(__name__)
 
 #: Action kinds the assessment starts a workflow for (a drain, a resize, a node group replacement).
-STARTED_KINDS: Final = ("scale_in", "resize_instance", REPLACE_KIND)
+STARTED_KINDS: Final = ("scale_in", "resize_instance", REPLACE_KIND, "consolidate")
 
 
 def _workflow_key(action: Action) -> str | None:
@@ -82,6 +85,9 @@ class PlanningAssessor:
         Raises:
             ValueError: neither ``observe`` nor ``observe_node``.
         """
+        # A one-node view has no other node to place evicted pods on: its plan skips the placement check
+        # (the assessment's whole-cluster plan made it when it proposed the action).
+        self._placement = observe_node is None
         if observe_node is None:
             if observe is None:
                 raise ValueError("PlanningAssessor needs observe or observe_node")
@@ -99,7 +105,13 @@ class PlanningAssessor:
         known = known_replacements(self._leases, now) if self._leases is not None else []
         snapshot = self._observe(node, now)
         result = plan(
-            snapshot, self._policy, now, node_label=self._node_label, snoozed=snoozed, replacements=known
+            snapshot,
+            self._policy,
+            now,
+            node_label=self._node_label,
+            snoozed=snoozed,
+            replacements=known,
+            placement=self._placement,
         )
         try:
             return result.node(node)
@@ -150,6 +162,9 @@ class AssessmentDeps:
     node_label: str | None = None
     plans: PlanHistory | None = None
     snoozes: SnoozeReader | None = None
+    workloads: WorkloadScaler | None = None
+    """Scales ``scale_to_zero`` workloads when the policy's ``workloads.scale_to_zero`` is on (issue 32; in
+    process only: ``rightsizer apply``); None scales nothing."""
 
 
 @dataclass(frozen=True)
@@ -173,12 +188,20 @@ class AssessmentSummary:
     events: int = 0
     reservations: list[dict[str, Any]] = field(default_factory=list)
     """The plan's capacity reservations and their unused cost (``Plan.reservations``, issue 28)."""
+    workloads: dict[str, str] = field(default_factory=dict)
+    """Workload → what scale-to-zero did (``scaled_to_zero``, ``would_scale``, ``already_zero``...)."""
+    showback: Showback | None = None
+    """Idle GPU-hours and USD per namespace and team (``domain.showback``); ``to_json`` keeps the sums,
+    not the holders (they are in the plan and its log line)."""
 
     def to_json(self) -> dict[str, Any]:
         """The summary as a JSON-ready dict (``at`` in RFC 3339 UTC), without the records."""
-        document = dataclasses.asdict(dataclasses.replace(self, records=[]))
+        document = dataclasses.asdict(dataclasses.replace(self, records=[], showback=None))
         del document["records"]
         document["at"] = self.at.astimezone(UTC).isoformat().replace("+00:00", "Z")
+        document["showback"] = (
+            None if self.showback is None else self.showback.model_dump(mode="json", exclude={"holders"})
+        )
         return document
 
 
@@ -270,6 +293,14 @@ def run_assessment(
             target_type=str(action.to),
         )
         if action.kind == "resize_instance"
+        else ConsolidateRequest(
+            str(action.node),
+            drain_execution_id(deps.cluster_name, tick_id, action),
+            "schedule",
+            action.hourly_savings_usd,
+            moves=tuple((m.pod, m.to) for m in action.moves or ()),
+        )
+        if action.kind == "consolidate"
         else DrainRequest(
             str(action.node),
             drain_execution_id(deps.cluster_name, tick_id, action),
@@ -300,6 +331,7 @@ def run_assessment(
         records=records,
         backed_off=backed_off,
         reservations=[r.model_dump(mode="json") for r in result.reservations],
+        showback=result.showback,
     )
     # Decisions are published before the drains start: the verdict's Event precedes the drain's own
     # Events, and an in-process drain (CLI, demo) cannot outrun its record. Execution ids are
@@ -307,4 +339,9 @@ def run_assessment(
     events = _publish_decisions(deps, records, summary.to_json())
     for request in requests:
         deps.starter.start(request)  # returns request.execution_id (WorkflowStarter contract)
-    return dataclasses.replace(summary, events=events, duration_s=clock() - began)
+    scaled: dict[str, str] = {}
+    if deps.workloads is not None and deps.policy.workloads.scale_to_zero:
+        for verdict in result.workloads:
+            if verdict.verdict == "scale_to_zero":
+                scaled[verdict.workload.text] = deps.workloads.scale_to_zero(verdict).result
+    return dataclasses.replace(summary, events=events, duration_s=clock() - began, workloads=scaled)

@@ -11,7 +11,7 @@ cordon is undone, nothing is scaled, and the reason is recorded (BUG-14, BUG-21,
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -19,26 +19,34 @@ from typing import Any
 
 from rightsizer.domain.capacity import interruption_signals, reserved_kept
 from rightsizer.domain.catalog import HOURS_PER_MONTH
-from rightsizer.domain.errors import PermanentError, RightsizerError, StalePlan, TransientError
+from rightsizer.domain.eligibility import (
+    DRAIN_GUARDS,
+    DrainFacts,
+    DrainMode,
+    Judged,
+    drain_refusals,
+    first_refusal_message,
+)
+from rightsizer.domain.errors import RightsizerError, StalePlan, TransientError
 from rightsizer.domain.holds import stamp
 from rightsizer.domain.model import ANN_CORDONED_BY, Node, Pod, PodDisruptionBudget
 from rightsizer.domain.names import dns1123_subdomain_problem
 from rightsizer.domain.plan import NodeReport
 from rightsizer.domain.pods import PodContext, classify_pods
 from rightsizer.domain.policy import Policy
-from rightsizer.domain.verdicts import blocking_reasons
 from rightsizer.domain.volumes import UNKNOWN_VOLUMES, VolumeFacts
 from rightsizer.ports import Assessor, ClusterWriter, EvictionOutcome, NodeScaler
 from rightsizer.services.approval import ApprovalGate, tell_cluster
 from rightsizer.services.backoff import failure_backoff
 from rightsizer.services.live_reads import gone_controllers
 from rightsizer.services.node_view import node_local_volume_facts
+from rightsizer.services.workflow.engine import FINAL_STATUSES as FINAL_STATUSES
+from rightsizer.services.workflow.engine import StepFn, run_step
+from rightsizer.services.workflow.engine import StepResult as StepResult
 from rightsizer.state import EvictedPod, LedgerEntry, StateStore, WorkflowRecord, lease_ttl_seconds
 
 log = logging.getLogger(__name__)
 
-STEPS = ("validate", "approval", "cordon", "revalidate", "evict", "wait", "remove", "verify")
-FINAL_STATUSES = frozenset({"succeeded", "abandoned", "rolled_back", "failed", "dry_run"})
 #: In the reason of a rollback that could not undo our cordon (the node may still be cordoned by us).
 UNCORDON_PENDING = "uncordon_pending"
 EVICTION_ERROR_RETRIES = 3
@@ -63,24 +71,6 @@ class DrainRequest:
     offhours: bool = False
 
 
-@dataclass(frozen=True)
-class StepResult:
-    """The outcome of one step: ``next_step`` None when the workflow ended with ``status``; otherwise run
-    ``next_step`` after ``wait_seconds`` (the Step Functions Wait state, or a sleep in-process)."""
-
-    execution_id: str
-    step: str
-    next_step: str | None
-    status: str
-    wait_seconds: float = 0.0
-    message: str = ""
-
-    @property
-    def finished(self) -> bool:
-        """True when the workflow ended."""
-        return self.next_step is None
-
-
 @dataclass
 class DrainDeps:
     """What the workflow talks to. ``clock`` returns an aware UTC now; ``dry_run`` True validates and
@@ -95,20 +85,6 @@ class DrainDeps:
     dry_run: bool = True
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     approvals: ApprovalGate | None = None
-
-
-def is_candidate(report: NodeReport | None, execution_id: str, *, offhours: bool, shrinking: bool = False) -> tuple[bool, list[str]]:  # fmt: skip
-    """Whether a fresh report still allows draining: no excluded, unknown or busy reason, and no protection
-    but those the workflow re-checks itself (the budget slot, our own cordon; for off-hours drains also
-    cooldown, disruption windows and MinSize, docs/architecture.md §4).
-
-    Returns:
-        (allowed, the reasons that forbid it).
-    """
-    if report is None:
-        return False, ["not_a_gpu_node"]
-    blocking = blocking_reasons(report.reasons, execution_id, offhours=offhours, shrinking=shrinking)
-    return not blocking, blocking
 
 
 class DrainWorkflow:
@@ -167,7 +143,7 @@ class DrainWorkflow:
         self, record: WorkflowRecord, status: str, reason: str, *, step: str, savings: bool | None = None
     ) -> StepResult:
         self._release(record)
-        record = self._save(record, status=status, step="done")
+        record = self._save(record, status=status, step="done", details={**record.details, "outcome": reason})
         result = {
             "abandoned": "abandoned",
             "dry_run": "dry_run",
@@ -193,13 +169,18 @@ class DrainWorkflow:
         return StepResult(record.execution_id, step, nxt, "running", wait, message)
 
     def _still_candidate(self, record: WorkflowRecord, report: NodeReport | None) -> tuple[bool, list[str]]:
-        """Whether a fresh report still allows this workflow to go on (a hook: resize judges differently);
-        a drain the plan started shrinks its group anyway (issue 28: unhealthy nodes go first)."""
-        offhours, shrinking = (
-            bool(record.details.get("offhours")),
-            record.details.get("trigger") == "schedule",
-        )
-        return is_candidate(report, record.execution_id, offhours=offhours, shrinking=shrinking)
+        """Whether a fresh report still allows this workflow to go on (revalidate; a hook: resize and a
+        replacement's child judge by their own kind): the drain's eligibility (``domain.eligibility``, the
+        planner's rule) on the report, the group having been judged by validate."""
+        found = drain_refusals(self._facts(record, report, ""))
+        return not found, [r.reason for r in found]
+
+    def _facts(self, record: WorkflowRecord, report: NodeReport | None, asg: str | None) -> DrainFacts:
+        """The drain's eligibility facts; a drain the plan started shrinks its group anyway (issue 28:
+        unhealthy nodes go first)."""
+        mode: DrainMode = "offhours" if record.details.get("offhours") else "scale_in"
+        shrinking = record.details.get("trigger") == "schedule"
+        return DrainFacts(Judged.of(report), asg, mode, record.execution_id, shrinking=shrinking)
 
     def _slot_floor(self, record: WorkflowRecord, min_size: int) -> int:
         """The group size the budget slot may not take the group below (a hook: off-hours and a node group
@@ -303,22 +284,26 @@ class DrainWorkflow:
         record = self.deps.state.load(execution_id)
         if record is None:
             raise KeyError(execution_id)
-        if record.status in FINAL_STATUSES:
-            return StepResult(execution_id, record.step, None, record.status, 0.0, "already finished")
-        step = record.step
-        if step == "validate" and (problem := dns1123_subdomain_problem(record.node)) is not None:
+        if record.step == "validate" and (problem := dns1123_subdomain_problem(record.node)) is not None:
             # Not a name any Node can have: it never reaches a request path (issue 14, ".." and "/").
             return self._end(record, "abandoned", f"invalid_node_name:{problem}", step="validate")
-        handler = getattr(self, f"_step_{step}")
-        try:
-            result: StepResult = handler(record)
-            return result
-        except TransientError:
-            raise
-        except StalePlan as exc:
-            return self.rollback(execution_id, f"stale:{exc}", status="abandoned", step=step)
-        except PermanentError as exc:
-            return self.rollback(execution_id, f"failed:{exc}", status="failed", step=step)
+        return run_step(record, self.steps(str(record.details.get("kind", "scale_in"))), self.rollback)
+
+    def steps(self, kind: str) -> Mapping[str, StepFn]:
+        """The step table of workflow kind ``kind`` (the record's ``kind``): the drain's
+        (docs/architecture.md §4): validate → approval → cordon → revalidate → evict → wait → remove →
+        verify, and ``rollback`` (an uncordon retried)."""
+        return {
+            "validate": self._step_validate,
+            "approval": self._step_approval,
+            "cordon": self._step_cordon,
+            "revalidate": self._step_revalidate,
+            "evict": self._step_evict,
+            "wait": self._step_wait,
+            "remove": self._step_remove,
+            "verify": self._step_verify,
+            "rollback": self._step_rollback,
+        }
 
     def rollback(
         self, execution_id: str, reason: str, *, status: str = "rolled_back", step: str = "rollback"
@@ -411,14 +396,12 @@ class DrainWorkflow:
         if node.spec.unschedulable and node.metadata.annotations.get(ANN_CORDONED_BY) != record.execution_id:
             return self._end(record, "abandoned", "cordoned_by_other", step="validate")
         report = deps.assessor.assess_node(record.node, now)
-        ok, blocking = self._still_candidate(record, report)
-        if not ok:
-            return self._end(record, "abandoned", "not_a_candidate:" + ",".join(blocking), step="validate")
-        if node.instance_id is None:
-            return self._end(record, "abandoned", "node_group_unknown:no_provider_id", step="validate")
-        asg = deps.scaler.find_group(node.instance_id)
-        if asg is None:
-            return self._end(record, "abandoned", "node_group_unknown:standalone", step="validate")
+        asg = deps.scaler.find_group(node.instance_id) if node.instance_id is not None else None
+        # The planner's own rule on fresh facts: the first refusing guard ends the drain.
+        refusal = first_refusal_message(DRAIN_GUARDS, self._facts(record, report, asg))
+        if refusal is not None:
+            return self._end(record, "abandoned", refusal, step="validate")
+        assert asg is not None  # the eligibility's in_a_group guard
         # Before the cordon: IAM allows the scale-in only in opted-in groups (template.yaml), so a
         # system or foreign group must never be drained first and denied afterwards.
         refusal = deps.scaler.opt_in_refusal(asg, deps.state.cluster)

@@ -82,6 +82,12 @@ from rightsizer.ports import (
 from rightsizer.services.backoff import last_failures
 from rightsizer.services.drain import FINAL_STATUSES, DrainDeps, DrainRequest, DrainWorkflow
 from rightsizer.services.offhours_report import GroupReport, OffhoursReport, rfc3339_or_none
+from rightsizer.services.restore_timing import (
+    InstanceDescriber,
+    PodsOnNode,
+    ScaleOutObserver,
+    observe_restore,
+)
 from rightsizer.services.runner import InProcessRunner, Progress
 from rightsizer.state import LedgerEntry, LedgerResult, StateStore
 
@@ -148,6 +154,10 @@ class OffhoursDeps:
         dry_run: True = change nothing; the policy's ``dry_run`` also turns it on.
         snoozes: the snoozes people set through approval requests (a snoozed member is not drained);
             None = none.
+        pods: the pods of one node, to time a restore up to its first GPU pod Ready
+            (``services.restore_timing``); None = timings end at GPUs allocatable.
+        instances: EC2 DescribeInstances, for the restored instances' launch time and warm/cold start;
+            None = not known.
     """
 
     cluster: str
@@ -162,6 +172,8 @@ class OffhoursDeps:
     forced_starter: WorkflowStarter | None = None
     dry_run: bool = True
     snoozes: SnoozeReader | None = None
+    pods: PodsOnNode | None = None
+    instances: InstanceDescriber | None = None
 
     @property
     def acting(self) -> bool:
@@ -231,6 +243,11 @@ def _group_nodes(nodes: Sequence[JSON], group: str) -> list[Node]:
         if node.labels.get(LABEL_NODEGROUP) == group and node.metadata.deletionTimestamp is None:
             found.append(node)
     return sorted(found, key=lambda n: n.name)
+
+
+def _in_group(raw: JSON, group: str) -> bool:
+    labels = (raw.get("metadata") or {}).get("labels") or {}
+    return bool(labels.get(LABEL_NODEGROUP) == group)
 
 
 def _has_allocatable_gpus(node: Node) -> bool:
@@ -343,6 +360,7 @@ class _Tick:
         # Holds that no verdict shows (domain.holds), read once per tick when a decision looks at members.
         self._snoozed: dict[str, datetime] | None = None
         self._failed_drains: dict[str, tuple[datetime, str]] | None = None
+        self._entries: list[LedgerEntry] | None = None
 
     # ------------------------------------------------------------------------------ per group
 
@@ -383,11 +401,23 @@ class _Tick:
                 report.reasons.append(f"schedule_says_{report.state}")
             else:
                 self._converge(report)
+            if report.state == "up" and self.acting:
+                self._measure(report)
         except RightsizerError as exc:
             report.outcome = "failed"
             report.error = f"{type(exc).__name__}: {exc}"
             log.error("off-hours: %s failed: %s", selected.name, report.error)
         return report
+
+    def _measure(self, report: GroupReport) -> None:
+        """Time the nodes of the group's latest restore (``services.restore_timing``): one ledger entry
+        per node once it serves. The ledger is read once per tick."""
+        if self._entries is None:
+            self._entries = self.deps.state.entries()
+        nodes = [n for n in self.deps.nodes.list_nodes() if _in_group(n, report.node_group)]
+        observer = ScaleOutObserver(self.deps.state, self.deps.pods, self.deps.instances)
+        for timing in observe_restore(observer, report.node_group, nodes, self._entries, self.now):
+            report.actions.append(f"measured restore of {timing.node}: {timing.reason()}")
 
     def _status(self, report: GroupReport) -> None:
         assert report.asg_name is not None

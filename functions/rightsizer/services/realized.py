@@ -12,8 +12,11 @@ A plan's savings are a promise; this is the bill. Two kinds of ledger entries bo
   instance-hours of the old type not run, priced at the price difference (old − new, the entry's USD per
   hour for all of them). The new group's instances are paid for; only the difference is saved.
 
-Each runs until capacity came back to its (old) node group — an off-hours ``scale_node_group``
-``restored`` entry of the same group after it — or until ``now``. The hours are split at UTC midnights.
+Each runs until capacity is billed again in its (old) node group — the first ``scale_node_group`` entry of
+the same group after it that raised its desired size (``restore``: the ``UpdateNodegroupConfig`` that
+launches the replacements, which EC2 bills from launch, not from when they are Ready; ``scaled_out``: a
+scale-out the product observed, see ``services.restore_timing``; ``restored`` for ledgers older than
+those) — or until ``now``. The hours are split at UTC midnights.
 Scale-ups the ledger does not see (Cluster Autoscaler, Karpenter, an operator) are not subtracted: the
 figures are an upper bound when something else re-adds capacity, and say so.
 """
@@ -24,10 +27,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
+from rightsizer.domain.restore_timing import TIMING_STEP, timing_from_reason
 from rightsizer.state import LedgerEntry
 
 RESTORE_KIND = "scale_node_group"
 RESTORE_STEP = "restored"
+#: Steps of ``scale_node_group`` entries after which the group's instances are billed again.
+BILLED_AGAIN_STEPS = frozenset({"restore", TIMING_STEP, RESTORE_STEP})
 
 
 REPLACE_KIND = "replace_node_group"
@@ -58,7 +64,17 @@ def _removal(entry: LedgerEntry) -> bool:
 
 
 def _restore(entry: LedgerEntry) -> bool:
-    return entry.kind == RESTORE_KIND and entry.step == RESTORE_STEP and entry.result == "applied"
+    return entry.kind == RESTORE_KIND and entry.step in BILLED_AGAIN_STEPS and entry.result == "applied"
+
+
+def _billed_again_at(entry: LedgerEntry) -> datetime:
+    """When the entry's instances started to be billed: a measured scale-out's request (its reason
+    carries it), else the entry's own instant."""
+    if entry.step == TIMING_STEP and entry.node_group and entry.node:
+        timing = timing_from_reason(entry.node_group, entry.node, entry.reason)
+        if timing is not None:
+            return timing.requested_at
+    return entry.at
 
 
 def _split_by_day(start: datetime, end: datetime) -> Iterable[tuple[date, float]]:
@@ -88,7 +104,7 @@ def realized_savings(entries: Iterable[LedgerEntry], now: datetime) -> list[Real
     restores: dict[str, list[datetime]] = {}
     for e in ordered:
         if _restore(e) and e.node_group:
-            restores.setdefault(e.node_group, []).append(e.at)
+            restores.setdefault(e.node_group, []).append(_billed_again_at(e))
     totals: dict[tuple[date, str, str], list[float]] = {}
     for e in ordered:
         if not _removal(e) or e.at >= now:

@@ -37,11 +37,17 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from rightsizer.domain.catalog import HOURS_PER_MONTH, Catalog
+from rightsizer.domain.eligibility import (
+    DrainFacts,
+    Judged,
+    drain_refusals,
+)
 from rightsizer.domain.errors import PermanentError, RightsizerError
 from rightsizer.domain.model import (
     ANN_CORDONED_BY,
@@ -53,12 +59,10 @@ from rightsizer.domain.model import (
 )
 from rightsizer.domain.plan import NodeReport, Plan
 from rightsizer.domain.replacement import KnownReplacement
-from rightsizer.domain.verdicts import (
-    reasons_blocking,
-)
 from rightsizer.ports import InstanceTypeChanger, LaunchTemplateVersions, ManagedNodeGroup, NodeGroupReplacer
 from rightsizer.services.drain import FINAL_STATUSES, POLL_S, DrainDeps, DrainRequest, StepResult
 from rightsizer.services.resize import ResizeWorkflow
+from rightsizer.services.workflow.engine import StepFn
 from rightsizer.state import LeaseStore, LedgerEntry, WorkflowRecord
 
 log = logging.getLogger(__name__)
@@ -71,12 +75,6 @@ TAG_EXECUTION = "rightsizer.io/execution"
 #: Node group statuses and health issues that mean the new group will not get its nodes.
 FAILED_STATUSES = frozenset({"CREATE_FAILED", "DEGRADED", "DELETING", "DELETE_FAILED"})
 DRAIN_ATTEMPTS = 3
-# Reasons a child drain may carry and still move its node: our own budget slot is taken by validate,
-# the workload of a busy node is what the replacement moves, and scale-up cooldown / MinSize do not apply
-# to a group being replaced.
-_CHILD_EXEMPT = frozenset(
-    {"disruption_budget_exhausted", "idle_gpu_holder", "cooldown", "node_group_at_min_size"}
-)
 
 
 #: Lease keys of node groups (a replacement holds its old and its new group's); ``:`` is never in a Node name.
@@ -112,15 +110,20 @@ class ReplaceDrainRequest(DrainRequest):
     parent: str = ""
 
 
+def child_facts(
+    report: NodeReport | None, execution_id: str, parent: str, asg: str | None = ""
+) -> DrainFacts:
+    """The child drain's eligibility facts (``domain.eligibility.DrainFacts`` in mode ``replace``): busy is
+    fine, the ``parent`` replacement's own ``replacement_in_progress:<parent>`` is not a protection."""
+    judged = Judged(None) if report is None else Judged(report.verdict, tuple(report.reasons))
+    return DrainFacts(judged, asg, "replace", execution_id, parent)
+
+
 def child_blockers(report: NodeReport | None, execution_id: str, parent: str = "") -> list[str]:
-    """Reasons a fresh report forbids moving an old node's pods: not a GPU node, excluded, unknown metrics
-    (never act on missing data) or a protection other than those in ``_CHILD_EXEMPT`` and the ``parent``
-    replacement's own ``replacement_in_progress:<parent>``; busy is fine."""
-    if report is None:
-        return ["not_a_gpu_node"]
-    own = f"replacement_in_progress:{parent}"
-    reasons = [r for r in report.reasons if not parent or r != own]
-    return reasons_blocking(reasons, execution_id, exempt=_CHILD_EXEMPT, busy_blocks=False)
+    """Reasons a fresh report forbids moving an old node's pods (:func:`child_facts`' refusals): not a GPU
+    node, excluded, unknown metrics (never act on missing data) or a protection other than those in
+    ``domain.eligibility.REPLACE_CHILD_EXEMPT`` and the ``parent`` replacement's own hold."""
+    return [r.reason for r in drain_refusals(child_facts(report, execution_id, parent))]
 
 
 class FreshPlanner(Protocol):
@@ -187,11 +190,30 @@ class ReplaceWorkflow(ResizeWorkflow):
     def _kind(record: WorkflowRecord) -> str:
         return str(record.details.get("kind", ""))
 
-    def _still_candidate(self, record: WorkflowRecord, report: NodeReport | None) -> tuple[bool, list[str]]:
+    def _facts(self, record: WorkflowRecord, report: NodeReport | None, asg: str | None) -> DrainFacts:
+        """A child drain's eligibility is the drain's in mode ``replace`` (busy is what it moves)."""
         if self._kind(record) != CHILD_KIND:
-            return super()._still_candidate(record, report)
-        blocking = child_blockers(report, record.execution_id, str(record.details.get("parent", "")))
-        return not blocking, blocking
+            return super()._facts(record, report, asg)
+        parent = str(record.details.get("parent", ""))
+        return DrainFacts(Judged.of(report), asg, "replace", record.execution_id, parent)
+
+    def steps(self, kind: str) -> Mapping[str, StepFn]:
+        """A replacement's step table (ng_validate → ng_create → ng_created → ng_ready → ng_drain →
+        ng_scale_old → ng_gone → ng_delete_old); its child drain's is the drain's, ending at ``drained``."""
+        if kind == CHILD_KIND:
+            return {**super().steps(kind), "drained": self._step_drained}
+        if kind != KIND:
+            return super().steps(kind)
+        return {
+            "ng_validate": self._step_ng_validate,
+            "ng_create": self._step_ng_create,
+            "ng_created": self._step_ng_created,
+            "ng_ready": self._step_ng_ready,
+            "ng_drain": self._step_ng_drain,
+            "ng_scale_old": self._step_ng_scale_old,
+            "ng_gone": self._step_ng_gone,
+            "ng_delete_old": self._step_ng_delete_old,
+        }
 
     def _renew(self, record: WorkflowRecord) -> None:
         super()._renew(record)
@@ -346,6 +368,16 @@ class ReplaceWorkflow(ResizeWorkflow):
         if refusal is not None or current is None:
             return self._end(record, "abandoned", refusal or "instance_type_unknown", step="ng_validate")
         fresh_plan = self.planner(now, ignore=record.execution_id)
+        # Preflight, before CreateNodegroup: every old node passes its child drain's eligibility on fresh
+        # facts (the planner's replacement guard ``every_node_drains`` calls the same function).
+        refused = [
+            f"{n.node}:{reason}"
+            for n in fresh_plan.nodes
+            if n.node_group == old
+            for reason in child_blockers(n, "", record.execution_id)
+        ]
+        if refused:
+            return self._end(record, "abandoned", "not_a_candidate:" + ",".join(refused), step="ng_validate")
         fresh = [a for a in fresh_plan.actions if a.kind == KIND and a.node_group == old and a.to == target]
         if not fresh:
             return self._end(record, "abandoned", f"not_a_candidate:no {KIND} of {old} to {target} in a fresh plan",
@@ -536,6 +568,11 @@ class ReplaceWorkflow(ResizeWorkflow):
             status = child.status if child is not None else "missing"
             if status == "succeeded":
                 drained[node] = child_id
+            elif child is not None and _refused(child):
+                # The node's eligibility refuses the drain on fresh facts: retrying cannot help (issue 25).
+                self._save(record, details={**details, "children": children, "drained": drained})
+                return self.rollback(record.execution_id, f"drain_refused:{node}: {child.details.get('outcome')}",
+                                     step="ng_drain")  # fmt: skip
             elif status != "abandoned":
                 failures[node] = failures.get(node, 0) + 1
                 reason = result.message if result is not None else status
@@ -577,6 +614,11 @@ class ReplaceWorkflow(ResizeWorkflow):
                 child = self.deps.state.load(child_id)
                 if child is not None and child.status == "succeeded":
                     drained[node] = child_id
+                elif child is not None and _refused(child):
+                    self._save(record, details={**details, "children": children, "drained": drained,
+                                                "failures": failures, "tries": tries})  # fmt: skip
+                    return self.rollback(record.execution_id, f"drain_refused:{node}: {child.details.get('outcome')}",
+                                         step="ng_drain")  # fmt: skip
                 else:
                     notes.append(f"{node}: {result.message}; will retry")
         record = self._save(
@@ -701,6 +743,17 @@ class ReplaceWorkflow(ResizeWorkflow):
         """Nodes labelled ``eks.amazonaws.com/nodegroup=<nodegroup>``, by name (uncached list)."""
         nodes = (Node.model_validate(n) for n in self.deps.cluster.list_nodes())
         return {n.name: n for n in nodes if n.metadata.labels.get(NODEGROUP_LABEL) == nodegroup}
+
+
+#: Ends of a child drain that are its node's eligibility refusing (validate's guards, or the pods'
+#: protections on fresh reads at validate and revalidate): final for the replacement.
+REFUSED_OUTCOMES = ("not_a_candidate:", "protected:")
+
+
+def _refused(child: WorkflowRecord) -> bool:
+    """Whether the child drain ended refused by its node's eligibility (not the budget, a lease or a race)."""
+    outcome = str(child.details.get("outcome", ""))
+    return child.status in ("abandoned", "rolled_back") and outcome.startswith(REFUSED_OUTCOMES)
 
 
 def _serves(node: Node, instance_type: str, gpus: int) -> bool:

@@ -19,31 +19,35 @@ deadline); only a restored instance whose Node never gets Ready ends ``failed`` 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from rightsizer.domain.catalog import Catalog, load_catalog
 from rightsizer.domain.drivers import driver_check
-from rightsizer.domain.errors import PermanentError, RightsizerError, TransientError
-from rightsizer.domain.model import ANN_CORDONED_BY, GPU_RESOURCE, TAG_RESIZE, Node
-from rightsizer.domain.plan import NodeReport
-from rightsizer.domain.verdicts import (
-    reasons_blocking,
+from rightsizer.domain.eligibility import (
+    RESIZE_GUARDS,
+    Judged,
+    ResizeFacts,
+    first_refusal_message,
+    resize_assessment,
 )
+from rightsizer.domain.errors import PermanentError, RightsizerError, TransientError
+from rightsizer.domain.model import ANN_CORDONED_BY, GPU_RESOURCE, Node
+from rightsizer.domain.plan import NodeReport
+from rightsizer.domain.policy import Policy
 from rightsizer.ports import InstanceTypeChanger
 from rightsizer.services.drain import POLL_S, DrainDeps, DrainRequest, DrainWorkflow, StepResult
+from rightsizer.services.workflow.engine import StepFn
 from rightsizer.state import WorkflowRecord
 
 log = logging.getLogger(__name__)
 
 KIND = "resize_instance"
-RESIZE_STEPS = ("stop", "stopped", "set_type", "start", "ready", "uncordon")
 STANDALONE_GROUP = "standalone"
 #: Seconds between start attempts of an instance whose restore is past its deadline (it is never left stopped).
 RESTORE_RETRY_S = 300.0
-# A busy node's workload is not an idle holder to protect, and the budget is re-checked by the slot.
-_RESIZE_EXEMPT = frozenset({"disruption_budget_exhausted", "idle_gpu_holder"})
 
 
 @dataclass(frozen=True)
@@ -59,17 +63,60 @@ class ResizeRequest(DrainRequest):
     resume: int = 0
 
 
+def resize_facts(
+    report: NodeReport | None,
+    execution_id: str,
+    policy: Policy,
+    catalog: Catalog,
+    *,
+    in_group: bool,
+    tags: Mapping[str, str],
+    state: str,
+    current_type: str,
+    target_type: str,
+    labels: Mapping[str, str],
+) -> ResizeFacts:
+    """The resize eligibility's facts (``domain.eligibility.ResizeFacts``) from fresh reads: the
+    assessor's report, EC2 DescribeInstances (tags, state, type), Auto Scaling membership and the Node."""
+    return ResizeFacts(
+        judged=Judged.of(report),
+        allow_resize=policy.allow_resize,
+        in_group=in_group,
+        tags=tags,
+        state=state,
+        current=catalog.get(current_type),
+        current_type=current_type,
+        target_type=target_type,
+        target=catalog.get(target_type),
+        labels=labels,
+        driver_minimums=catalog.driver_minimums,
+        allow_unknown_driver=policy.resize_allow_unknown_driver,
+        allow_instance_store_loss=policy.resize_allow_instance_store_loss,
+        execution_id=execution_id,
+    )
+
+
+def driver_summary(facts: ResizeFacts) -> str:
+    """``code: detail`` of the driver rule that let the resize pass (recorded in the workflow's details)."""
+    assert facts.target is not None
+    check = driver_check(
+        facts.current.gpu_model if facts.current else None,
+        facts.target.gpu_model,
+        facts.target.gpu_manufacturer,
+        facts.labels,
+        facts.driver_minimums,
+        allow_unknown=facts.allow_unknown_driver,
+    )
+    return f"{check.code}: {check.detail}"
+
+
 def resize_blockers(report: NodeReport | None, execution_id: str) -> list[str]:
-    """Reasons a fresh report forbids resizing: not a GPU node, excluded, unknown metrics (never act on
-    missing data), a protection other than our own cordon, or no cheaper shape fitting any more
-    (verdict other than ``underutilized``). Busy reasons are what a resize is for, so they pass, and so do
-    idle GPU holders: on a busy node they are the workload the resize moves (the eviction API still applies)."""
-    if report is None:
-        return ["not_a_gpu_node"]
-    blocking = reasons_blocking(report.reasons, execution_id, exempt=_RESIZE_EXEMPT, busy_blocks=False)
-    if not blocking and report.verdict != "underutilized":
-        blocking.append(f"no_cheaper_shape:{report.verdict}")
-    return blocking
+    """Reasons a fresh report forbids resizing (the ``assessment`` guard of
+    ``domain.eligibility.RESIZE_GUARDS``): not a GPU node, excluded, unknown metrics (never act on missing
+    data), a protection other than our own cordon, or no cheaper shape fitting any more (verdict other than
+    ``underutilized``). Busy reasons are what a resize is for, so they pass, and so do idle GPU holders: on
+    a busy node they are the workload the resize moves (the eviction API still applies)."""
+    return [r.reason for r in resize_assessment(Judged.of(report), execution_id)]
 
 
 class ResizeWorkflow(DrainWorkflow):
@@ -210,9 +257,23 @@ class ResizeWorkflow(DrainWorkflow):
 
     # ------------------------------------------------------------------------------------ steps
 
-    def _step_validate(self, record: WorkflowRecord) -> StepResult:
-        if not self._is_resize(record):
-            return super()._step_validate(record)
+    def steps(self, kind: str) -> Mapping[str, StepFn]:
+        """A resize record's step table: the drain's, its own validate, and after the drain (wait) stop →
+        stopped → set_type → start → ready → uncordon; any other kind's is the drain's."""
+        if kind != KIND:
+            return super().steps(kind)
+        return {
+            **super().steps(kind),
+            "validate": self._step_resize_validate,
+            "stop": self._step_stop,
+            "stopped": self._step_stopped,
+            "set_type": self._step_set_type,
+            "start": self._step_start,
+            "ready": self._step_ready,
+            "uncordon": self._step_uncordon,
+        }
+
+    def _step_resize_validate(self, record: WorkflowRecord) -> StepResult:
         deps, now, policy = self.deps, self._now(), self.deps.policy
         node_obj = deps.cluster.get_node(record.node)
         if node_obj is None:
@@ -224,42 +285,27 @@ class ResizeWorkflow(DrainWorkflow):
         record = self._save(record, lease_epoch=lease.epoch, instance_id=node.instance_id)
         if node.spec.unschedulable and node.metadata.annotations.get(ANN_CORDONED_BY) != record.execution_id:
             return self._end(record, "abandoned", "cordoned_by_other", step="validate")
-        if not policy.allow_resize:
-            return self._end(record, "abandoned", "resize_not_allowed:allow_resize", step="validate")
         if node.instance_id is None:
             return self._end(record, "abandoned", "node_group_unknown:no_provider_id", step="validate")
         if self.changer is None:
             return self._end(record, "abandoned", "resize_not_configured", step="validate")
-        if deps.scaler.find_group(node.instance_id) is not None:
-            return self._end(record, "abandoned", "in_auto_scaling_group", step="validate")
+        # The plan's own rule on fresh facts (domain.eligibility.resize_refusals): policy, Auto Scaling
+        # membership, the fresh assessment, the opt-in tag, the instance's state, the target, instance-store
+        # data and the AMI's driver against the target's GPU (issue 17), before any EC2 call or cordon.
         report = deps.assessor.assess_node(record.node, now)
-        blocking = resize_blockers(report, record.execution_id)
-        if blocking:
-            return self._end(record, "abandoned", "not_a_candidate:" + ",".join(blocking), step="validate")
         facts = self.changer.describe(node.instance_id)
         target = str(record.details["target_type"])
-        if facts.tags.get(TAG_RESIZE) != "allowed":
-            return self._end(record, "abandoned", f"not_opted_in:{TAG_RESIZE}", step="validate")
-        if facts.state != "running":
-            return self._end(record, "abandoned", f"instance_{facts.state}", step="validate")
-        if facts.instance_type == target:
-            return self._end(record, "abandoned", f"already_{target}", step="validate")
         current_row, target_row = self.catalog.get(facts.instance_type), self.catalog.get(target)
-        if target_row is None or target_row.gpu_count < 1:
-            return self._end(record, "abandoned", f"unknown_target_type:{target}", step="validate")
-        # Before any EC2 call or cordon: the AMI's driver must drive the target's GPU (issue 17).
-        driver = driver_check(
-            current_row.gpu_model if current_row else None,
-            target_row.gpu_model,
-            target_row.gpu_manufacturer,
-            node.labels,
-            self.catalog.driver_minimums,
-            allow_unknown=policy.resize_allow_unknown_driver,
-        )
-        if not driver.ok:
-            return self._end(
-                record, "abandoned", f"preflight:{driver.code}: {driver.detail}", step="validate"
-            )
+        eligibility = resize_facts(
+            report, record.execution_id, policy, self.catalog,
+            in_group=deps.scaler.find_group(node.instance_id) is not None,
+            tags=facts.tags, state=facts.state, current_type=facts.instance_type, target_type=target,
+            labels=node.labels,
+        )  # fmt: skip
+        refusal = first_refusal_message(RESIZE_GUARDS, eligibility)
+        if refusal is not None:
+            return self._end(record, "abandoned", refusal, step="validate")
+        assert target_row is not None
         try:
             self.changer.preflight(
                 node.instance_id, target, allow_instance_store_loss=policy.resize_allow_instance_store_loss
@@ -296,7 +342,7 @@ class ResizeWorkflow(DrainWorkflow):
             "want_type": target,
             "validated_pods": sorted(p.metadata.uid for p in pods),
             "hourly_savings_usd": hourly,
-            "driver_check": f"{driver.code}: {driver.detail}",
+            "driver_check": driver_summary(eligibility),
         }
         record = self._save(record, details=details)
         if record.details.get("dry_run"):

@@ -46,7 +46,9 @@ from rightsizer.ports import (
     MetricsRangeReader,
     NodeGroupInventory,
     SnapshotSink,
+    WorkloadWriter,
 )
+from rightsizer.services.workload_reads import WORKLOAD_READ_CHECKS, holder_namespaces, workload_objects
 
 __all__ = [
     "DRA_READ_CHECKS",
@@ -198,9 +200,10 @@ def _projected_documents(cluster: ClusterReader) -> tuple[list[Node], dict[str, 
     nodes = cluster.list_projected("nodes", compact.node)
     catalog = load_catalog()
     gpu_nodes = frozenset(n.name for n in nodes if is_gpu_node(n, catalog))
+    pods = cluster.list_projected("pods", _pod_projection(gpu_nodes, compact))
     documents = {
         "nodes.json": kubectl_list(nodes),
-        "pods.json": kubectl_list(cluster.list_projected("pods", _pod_projection(gpu_nodes, compact))),
+        "pods.json": kubectl_list(pods),
         "pdbs.json": kubectl_list(
             cluster.list_projected("poddisruptionbudgets", PodDisruptionBudget.model_validate)
         ),
@@ -347,6 +350,9 @@ def observe(
             "persistentvolumes.json": kubectl_list(cluster.list_persistent_volumes()),
         }
     documents.update(kubernetes)
+    documents.update(
+        _workload_documents(cluster, documents["nodes.json"]["items"], documents["pods.json"]["items"])
+    )
     if dra and project:
         # What parse_resource_claims reads, page by page: no raw DRA list is held either.
         documents["resourceclaims.json"] = kubectl_list(
@@ -367,6 +373,33 @@ def observe(
     return Observation(documents)
 
 
+def _workload_documents(cluster: ClusterReader, nodes: Sequence[Any], pods: Sequence[Any]) -> dict[str, Any]:
+    """``workloads.json``: the owners, HPAs and ScaledObjects in the namespaces of GPU-holding pods (issue
+    32, ``services.workload_reads``), of the kinds the identity may list (asked first); no document when
+    no GPU node runs a GPU holder, or the reader cannot read workloads."""
+    if not isinstance(cluster, WorkloadWriter):
+        return {}
+    catalog = load_catalog()
+    typed_nodes = [n if isinstance(n, Node) else Node.model_validate(n) for n in nodes]
+    gpu_nodes = frozenset(n.name for n in typed_nodes if is_gpu_node(n, catalog))
+    on_gpu = [
+        p if isinstance(p, Pod) else Pod.model_validate(p)
+        for p in pods
+        if not isinstance(p, PodAddress)
+        and ((p.spec.nodeName if isinstance(p, Pod) else (p.get("spec") or {}).get("nodeName")) in gpu_nodes)
+    ]
+    namespaces = holder_namespaces(on_gpu, gpu_nodes)
+    if not namespaces:
+        return {}
+    denied = set(cluster.preflight(list(WORKLOAD_READ_CHECKS.values())))
+    kinds = [k for k, check in WORKLOAD_READ_CHECKS.items() if check not in denied]
+    return {"workloads.json": kubectl_list(workload_objects(cluster, namespaces, kinds))}
+
+
+class ReadAccessDenied(PermanentError):
+    """The cluster's RBAC denies a read the observation needs (the preflight's SelfSubjectAccessReviews)."""
+
+
 def _preflight(cluster: ClusterReader) -> bool:
     """Whether DRA is served, after asking for every read permission the observation needs.
 
@@ -378,7 +411,7 @@ def _preflight(cluster: ClusterReader) -> bool:
     checks = READ_CHECKS + (DRA_READ_CHECKS if dra else ())
     denied = cluster.preflight(checks)
     if denied:
-        raise PermanentError(
+        raise ReadAccessDenied(
             f"{cluster.identity()} may not "
             + ", ".join(c.describe() for c in denied)
             + ": nothing was read and nothing is decided. Remedy: bind the ClusterRole rightsizer-read "

@@ -3,7 +3,8 @@
 Reads only (never acts): the latest assessment's decision records (``PlanHistory``), the drains in flight
 (held budget slots → their workflow records and current step), the off-hours node groups whose sizes are
 saved for a restore, realized savings from the ledger (per UTC day and node group — the bill of
-``rightsizer.services.realized`` — and per action kind), and the last failures.
+``rightsizer.services.realized`` — and per action kind), the last failures, and the measured restore
+delays per node group (p50/p95, ``rightsizer.services.restore_timing``).
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from rightsizer.domain.holds import FAILED_RESULTS  # the results the failure back-off counts, too
+from rightsizer.domain.restore_timing import delay_stats
 from rightsizer.services.realized import realized_savings
+from rightsizer.services.restore_timing import recorded_timings
 from rightsizer.state import LedgerEntry, PlanHistory, StateStore
 
-__all__ = ["FAILED_RESULTS", "StatusReport", "history_rows", "read_status"]
+__all__ = ["FAILED_RESULTS", "StatusReport", "history_rows", "read_status", "recommended_window"]
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -51,6 +54,8 @@ class StatusReport:
     savings_by_day: list[dict[str, Any]] = field(default_factory=list)
     savings_by_kind: list[dict[str, Any]] = field(default_factory=list)
     failures: list[dict[str, Any]] = field(default_factory=list)
+    restore_delays: list[dict[str, Any]] = field(default_factory=list)
+    recommended_window: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The report as one JSON document."""
@@ -67,6 +72,8 @@ class StatusReport:
             },
             "failures": self.failures,
             "reservations": reservations_of(self.plan),
+            "restore_delays": self.restore_delays,
+            "recommended_window": self.recommended_window,
         }
 
 
@@ -164,10 +171,56 @@ def read_status(
         savings_by_day=days,
         savings_by_kind=_by_kind(entries),
         failures=list(reversed(failed)),
+        restore_delays=_restore_delays(entries),
+        recommended_window=recommended_window(entries),
     )
+
+
+def _restore_delays(entries: Iterable[LedgerEntry]) -> list[dict[str, Any]]:
+    """Per node group, the measured scale-outs (``services.restore_timing``): how many (warm of them) and
+    p50/p95 seconds from the desired-size change to each milestone and to serving."""
+    return [
+        {
+            "node_group": s.node_group,
+            "measured": s.count,
+            "warm": s.warm,
+            "p50_seconds": s.p50,
+            "p95_seconds": s.p95,
+            "serving_p50_seconds": s.serving_p50,
+            "serving_p95_seconds": s.serving_p95,
+        }
+        for s in delay_stats(recorded_timings(entries)).values()
+    ]
 
 
 def history_rows(state: StateStore, *, node: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
     """The newest ``limit`` ledger entries of the cluster (optionally one node's), oldest first."""
     entries = state.entries(node=node)
     return [_entry(e) for e in entries[-limit:]] if limit > 0 else []
+
+
+def recommended_window(entries: Iterable[LedgerEntry]) -> dict[str, Any] | None:
+    """The newest idle window a backtest on the cluster's own history recommended (``backtest
+    --prometheus --config --sweep idle_window=…`` records it; ``rightsizer.backtest.frontier``): the swept
+    key's value, whether with a warm pool, the net USD, the price and the history's span; None when none."""
+    found = [e for e in entries if e.kind == "backtest" and e.step == "recommended_window"]
+    if not found:
+        return None
+    latest = max(found, key=LedgerEntry.sort_key)
+    fields = dict(part.split("=", 1) for part in latest.reason.split() if "=" in part)
+    key = next(iter(fields), None)
+    if key is None:
+        return None
+    out: dict[str, Any] = {"parameter": key, "value": fields[key], "at": _iso(latest.at)}
+    out["warm_pool"] = fields.get("warm_pool") == "true"
+    for name in ("net_usd", "unserved_gpu_minute_usd"):
+        try:
+            out[name] = float(fields[name])
+        except (KeyError, ValueError):
+            out[name] = None
+    for name in ("from", "to"):
+        try:
+            out[name] = _iso(datetime.fromtimestamp(int(fields[name]), UTC))
+        except (KeyError, ValueError):
+            out[name] = None
+    return out

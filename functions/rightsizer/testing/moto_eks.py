@@ -117,9 +117,18 @@ def seed_instance(
         root_device_type: ``ebs`` or ``instance-store`` (moto always reports ``ebs``).
         lifecycle: ``spot`` makes DescribeInstances report ``InstanceLifecycle: spot``.
     """
+    from moto.ec2.exceptions import InvalidInstanceIdError
     from moto.ec2.models import ec2_backends
 
-    instance = ec2_backends[ACCOUNT_ID][region].get_instance(instance_id)
+    # The default account first; an instance of another account (an assumed role's) is found there.
+    for account in (ACCOUNT_ID, *(a for a in list(ec2_backends) if a != ACCOUNT_ID)):
+        try:
+            instance = ec2_backends[account][region].get_instance(instance_id)
+            break
+        except InvalidInstanceIdError:
+            continue
+    else:
+        raise InvalidInstanceIdError(instance_id)
     if ena_support is not None:
         # moto's Instance has no such field; its serializer reads it by name when present.
         setattr(instance, "ena_support", ena_support)  # noqa: B010

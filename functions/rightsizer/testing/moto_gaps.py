@@ -1,4 +1,4 @@
-"""EC2 calls moto 5.2.5 does not implement, added to its in-process backend with EC2's semantics (tests and
+"""AWS calls moto 5.2.5 does not implement, added to its in-process backend with AWS's semantics (tests and
 the demo only; docs/architecture.md §7).
 
 - ``DeleteLaunchTemplateVersions`` (EC2 API reference, ``DeleteLaunchTemplateVersions``): deletes the
@@ -17,6 +17,15 @@ the demo only; docs/architecture.md §7).
   launched into it takes one available slot and reports ``CapacityReservationId`` in DescribeInstances;
   an unknown id answers ``InvalidCapacityReservationId.NotFound``, a full one
   ``ReservationCapacityExceeded`` (EC2 API reference).
+- EKS ``UpdateNodegroupConfig`` ``warmPoolConfig`` (botocore EKS model 2017-11-01, shape
+  ``WarmPoolConfig``): moto drops it. Here it is stored on the node group (a field left out of an update
+  keeps its value, as the model documents), answered by ``DescribeNodegroup`` as ``warmPoolConfig``, and
+  mirrored onto the node group's Auto Scaling group as its warm pool (``PutWarmPool``: poolState
+  ``STOPPED`` → ``Stopped``, ``reuseOnScaleIn`` → ``InstanceReusePolicy.ReuseOnScaleIn``), as EKS manages
+  the group's warm pool. ``enabled: false`` deletes the ASG's warm pool.
+- Auto Scaling ``DescribeWarmPool`` ``Instances``: moto answers none. :func:`seed_warm_instance` puts an
+  instance in a group's warm pool (``LifecycleState`` ``Warmed:Stopped``, its launch template id and
+  version), and ``DescribeWarmPool`` lists it.
 
 :func:`install` patches moto's classes once per process; moto's server runs in this process
 (``ThreadedMotoServer``), so every client of the server sees the call.
@@ -27,7 +36,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-__all__ = ["install", "place_in_reservation"]
+__all__ = ["install", "place_in_reservation", "seed_warm_instance"]
 
 _lock = threading.Lock()
 _installed = False
@@ -103,6 +112,7 @@ def install() -> None:
             )
 
         _install_capacity_reservations()
+        _install_warm_pools()
         LaunchTemplate.get_version = get_version  # type: ignore[method-assign]
         LaunchTemplateBackend.describe_launch_template_versions = describe  # type: ignore[method-assign]
         LaunchTemplates.delete_launch_template_versions = delete_launch_template_versions  # type: ignore[attr-defined]
@@ -202,3 +212,80 @@ def place_in_reservation(account: str, region: str, instance_id: str, reservatio
     instance: Any = backend.get_instance(instance_id)
     instance.capacity_reservation_id = reservation_id
     item["AvailableInstanceCount"] -= 1
+
+
+_POOL_STATES = {"STOPPED": "Stopped", "RUNNING": "Running", "HIBERNATED": "Hibernated"}
+
+
+def _warm_instances(pool: Any) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] | None = getattr(pool, "_rightsizer_instances", None)
+    if found is None:
+        found = []
+        pool._rightsizer_instances = found
+    return found
+
+
+def seed_warm_instance(
+    region: str, asg_name: str, instance_id: str, template_id: str, version: str, *, account: str = ""
+) -> None:
+    """Put ``instance_id`` (launched from ``template_id`` version ``version``) in ``asg_name``'s warm pool
+    as ``Warmed:Stopped`` (the group must have a warm pool)."""
+    from moto.autoscaling.models import autoscaling_backends
+    from moto.core.models import DEFAULT_ACCOUNT_ID
+
+    backend = autoscaling_backends[account or DEFAULT_ACCOUNT_ID][region]
+    pool = backend.describe_warm_pool(group_name=asg_name)
+    if pool is None:
+        raise ValueError(f"{asg_name} has no warm pool")
+    _warm_instances(pool).append(
+        {
+            "InstanceId": instance_id,
+            "LifecycleState": "Warmed:Stopped",
+            "HealthStatus": "Healthy",
+            "LaunchTemplate": {"LaunchTemplateId": template_id, "Version": version},
+        }
+    )
+
+
+def _install_warm_pools() -> None:
+    from moto.autoscaling.models import autoscaling_backends
+    from moto.autoscaling.responses import AutoScalingResponse
+    from moto.core.responses import ActionResult
+    from moto.eks.responses import EKSResponse
+
+    original_update = EKSResponse.update_nodegroup_config
+
+    def update_nodegroup_config(self: Any) -> Any:
+        wanted = self._get_param("warmPoolConfig")
+        if wanted is None:
+            return original_update(self)
+        cluster = self.eks_backend.clusters[self._get_param("name")]
+        nodegroup = cluster.nodegroups[self._get_param("nodegroupName")]
+        current = dict(getattr(nodegroup, "warm_pool_config", None) or {})
+        current.update({k: v for k, v in wanted.items() if v is not None})
+        nodegroup.warm_pool_config = current
+        backend = autoscaling_backends[self.current_account][self.region]
+        for group in (g["name"] for g in nodegroup.resources.get("autoScalingGroups", [])):
+            if group not in backend.autoscaling_groups:
+                continue
+            if current.get("enabled") is False:
+                backend.delete_warm_pool(group_name=group)
+                continue
+            backend.put_warm_pool(
+                group_name=group,
+                max_group_prepared_capacity=current.get("maxGroupPreparedCapacity"),
+                min_size=current.get("minSize"),
+                pool_state=_POOL_STATES.get(str(current.get("poolState", "STOPPED")), "Stopped"),
+                instance_reuse_policy={"ReuseOnScaleIn": bool(current.get("reuseOnScaleIn", False))},
+            )
+        result = original_update(self)
+        return result if result is not None else ActionResult({})
+
+    def describe_warm_pool(self: Any) -> Any:
+        group_name = self._get_param("AutoScalingGroupName")
+        pool = self.autoscaling_backend.describe_warm_pool(group_name=group_name)
+        instances = list(_warm_instances(pool)) if pool is not None else []
+        return ActionResult({"WarmPoolConfiguration": pool, "Instances": instances})
+
+    EKSResponse.update_nodegroup_config = update_nodegroup_config  # type: ignore[method-assign]
+    AutoScalingResponse.describe_warm_pool = describe_warm_pool  # type: ignore[method-assign]

@@ -17,7 +17,6 @@ from rightsizer.wiring.parts import (
     build_intake,
     build_metrics_reader,
     build_observers,
-    config_from_stack,
     live_signals,
     observe_request,
     snapshot_from_observation,
@@ -37,6 +36,7 @@ from rightsizer.wiring.settings import (
     DeploymentSettings,
     PolicyProvider,
 )
+from rightsizer.wiring.stack import config_from_stack, stack_region
 
 __all__ = [
     "CONFIG_ENV",
@@ -57,6 +57,7 @@ __all__ = [
     "live_signals",
     "observe_request",
     "snapshot_from_observation",
+    "stack_region",
     "webhook_intake_from_env",
     "webhook_token",
 ]

@@ -35,6 +35,7 @@ from rightsizer.ports import (
     NodeScaler,
     SnoozeReader,
     WorkflowStarter,
+    WorkloadSaves,
 )
 from rightsizer.services.snapshot import Observation, ObserveRequest
 from rightsizer.state import ApprovalStore, LeaseStore, PlanHistory, StateStore
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
     from rightsizer.domain.join import NodeJoiner
     from rightsizer.services.approval import ApprovalDesk, ApprovalNotifier, TaskCallback
     from rightsizer.services.assess import PlanningAssessor
+    from rightsizer.services.warm_pools import WarmPoolPort
     from rightsizer.services.webhook import DuplicateGuard, WebhookIntake
 
 __all__ = [
@@ -52,6 +54,7 @@ __all__ = [
     "build_assessor",
     "build_cluster_reader",
     "build_cluster_writer",
+    "build_instance_reader",
     "build_intake",
     "build_inventory",
     "build_local_state",
@@ -62,8 +65,8 @@ __all__ = [
     "build_plan_history",
     "build_prices",
     "build_state",
+    "build_warm_pools",
     "build_workflow_starter",
-    "config_from_stack",
     "live_signals",
     "observe_live",
     "observe_node_live",
@@ -89,6 +92,39 @@ def _region(config: Config) -> str:
     return config.cluster.region or config.aws.region
 
 
+#: Assumed-role sessions by (role, external id, region, endpoint): reused for 45 of their 60 minutes.
+_ASSUMED: dict[tuple[str, str | None, str, str | None], tuple[float, Any]] = {}
+_ASSUMED_FOR_S = 45 * 60.0
+
+
+def aws_session(config: Config, region: str | None = None) -> Any:
+    """The boto3 session every call about the cluster is made with: the process's credentials, or those
+    of ``aws.role_arn`` (``sts:AssumeRole`` with ``aws.external_id``: the fleet's spoke role).
+
+    Raises:
+        FleetError: the role could not be assumed (kind ``aws``, AWS's error code).
+    """
+    import time
+
+    import boto3
+
+    region = region or _region(config)
+    role = config.aws.role_arn
+    if not role:
+        return boto3.session.Session(region_name=region)
+    from rightsizer.adapters.fleet_aws import assume_role_session
+
+    key = (role, config.aws.external_id, region, config.aws.endpoint_url)
+    cached = _ASSUMED.get(key)
+    if cached is not None and time.monotonic() - cached[0] < _ASSUMED_FOR_S:
+        return cached[1]
+    session = assume_role_session(
+        role, external_id=config.aws.external_id, region=region, endpoint_url=config.aws.endpoint_url
+    )
+    _ASSUMED[key] = (time.monotonic(), session)
+    return session
+
+
 def build_cluster_reader(config: Config, *, page_size: int = 500) -> ClusterReader:
     """The Kubernetes reader: the kubeconfig ``cluster.context`` when set, else EKS ``cluster.name``.
 
@@ -104,8 +140,6 @@ def build_cluster_reader(config: Config, *, page_size: int = 500) -> ClusterRead
         return KubernetesCluster.from_kubeconfig(
             config.cluster.context, config.cluster.kubeconfig, page_size=page_size
         )
-    import boto3
-
     from rightsizer.adapters.eks_auth import (
         EksTokenSource,
         caller_identity,
@@ -116,7 +150,7 @@ def build_cluster_reader(config: Config, *, page_size: int = 500) -> ClusterRead
 
     name = str(config.cluster.name)
     region = _region(config)
-    session = boto3.session.Session(region_name=region)
+    session = aws_session(config, region)
     endpoint_url = config.aws.endpoint_url
     eks = session.client("eks", endpoint_url=endpoint_url)
     sts = session.client("sts", endpoint_url=endpoint_url)
@@ -140,8 +174,19 @@ def build_inventory(config: Config) -> NodeGroupInventory | None:
         return None
     from rightsizer.adapters.aws import AwsInventory, make_clients
 
-    clients = make_clients(_region(config), endpoint_url=config.aws.endpoint_url)
+    region = _region(config)
+    clients = make_clients(region, endpoint_url=config.aws.endpoint_url, session=aws_session(config, region))
     return AwsInventory(clients, prices=build_prices(config) if config.aws.pricing_api else None)
+
+
+def build_instance_reader(config: Config) -> NodeGroupInventory | None:
+    """EC2 ``DescribeInstances`` without prices (off-hours reads restored instances' ``LaunchTime``,
+    ``services.restore_timing``), when ``cluster.name`` is set."""
+    if not config.cluster.name:
+        return None
+    from rightsizer.adapters.aws import AwsInventory, make_clients
+
+    return AwsInventory(make_clients(_region(config), endpoint_url=config.aws.endpoint_url), prices=None)
 
 
 def build_prices(config: Config) -> PriceListPrices:
@@ -161,7 +206,9 @@ def build_prices(config: Config) -> PriceListPrices:
     region = _region(config)
     quick = BotoConfig(connect_timeout=5, read_timeout=20, retries={"mode": "standard", "max_attempts": 2})
     endpoint = config.aws.pricing_endpoint_url or config.aws.endpoint_url
-    client = make_client("pricing", pricing_endpoint_region(region), endpoint, config=quick)
+    client = make_client(
+        "pricing", pricing_endpoint_region(region), endpoint, config=quick, session=aws_session(config)
+    )
     return PriceListPrices(client, region, load_catalog().types)
 
 
@@ -207,9 +254,7 @@ def build_metrics_reader(config: Config) -> PrometheusClient:
     prom = config.prometheus
     credentials = None
     if prom.auth == "sigv4":
-        import boto3
-
-        credentials = boto3.session.Session(region_name=config.aws.region).get_credentials()
+        credentials = aws_session(config, config.aws.region).get_credentials()
         if credentials is not None:  # resolved now anyway: SigV4 signs every query with them
             frozen = credentials.get_frozen_credentials()
             register_secret(frozen.secret_key)
@@ -248,6 +293,7 @@ def live_signals(
 
     Raises:
         PrometheusUnavailable: ``prometheus.deadline`` passed with queries unanswered.
+        MetricsFailed: most queries of a whole-cluster read failed.
     """
     from rightsizer.adapters.prometheus import collect_live
     from rightsizer.domain.catalog import load_catalog
@@ -277,6 +323,9 @@ def live_signals(
         shards=shards,
         scope=scope,
         deadline_seconds=float(config.prometheus.deadline),
+        # a whole-cluster read with most queries failed is a failed run; one node's read (the drain's
+        # validate) keeps its failed metrics as problems: that node is then unknown and not drained
+        fail_share=None if scope else 0.5,
     )
     return dataclasses.replace(snapshot, signals=signals)
 
@@ -353,6 +402,17 @@ def build_state(config: Config) -> StateStore:
 
     table, cluster = _state_table(config, "act")
     return DynamoDbState(_aws_client(config, "dynamodb"), table, cluster)
+
+
+def build_workload_saves(config: Config) -> WorkloadSaves:
+    """The saved states of workloads scaled to zero (issue 32): the state table ``aws.table`` when set,
+    else in memory (``serve`` and the demo without a table; ``rightsizer.adapters.workload_saves``)."""
+    from rightsizer.adapters.workload_saves import DynamoWorkloadSaves, MemoryWorkloadSaves
+
+    if not config.aws.table:
+        return MemoryWorkloadSaves()
+    table, cluster = _state_table(config, "save workloads")
+    return DynamoWorkloadSaves(_aws_client(config, "dynamodb"), table, cluster)
 
 
 def build_local_state(config: Config) -> StateStore:
@@ -550,6 +610,13 @@ def build_nodegroup_replacer(config: Config) -> NodeGroupReplacer:
     return EksNodeGroups(_aws_client(config, "eks"), max_attempts=2, delay_s=5.0)
 
 
+def build_warm_pools(config: Config) -> WarmPoolPort:
+    """EKS warm pools of managed node groups (``rightsizer.adapters.warm_pools.WarmPools``)."""
+    from rightsizer.adapters.warm_pools import WarmPools
+
+    return WarmPools(_aws_client(config, "eks"), _aws_client(config, "autoscaling"))
+
+
 def build_launch_templates(config: Config) -> LaunchTemplateVersions:
     """EC2 launch template versions of a node group replacement (``rightsizer.adapters.launch_templates``)."""
     from rightsizer.adapters.launch_templates import LaunchTemplates
@@ -679,57 +746,3 @@ def approval_desk(config: Config, secret: str, *, store: ApprovalStore | None = 
         callback=build_task_callback(config) if config.aws.table else None,
         key=derive_key(secret),
     )
-
-
-#: Stack outputs ``config_from_stack`` reads (template.yaml ``Outputs``).
-STACK_OUTPUTS = ("ClusterName", "StateTableName")
-
-
-def config_from_stack(stack: str, region: str | None = None) -> Config:
-    """The config of a deployed stack (``rightsizer status --stack NAME``): cluster and state table from its
-    outputs, the off-hours node groups from its ``OffhoursConfig`` parameter (CloudFormation
-    ``DescribeStacks``; region from ``region`` or the AWS environment, endpoint from ``AWS_ENDPOINT_URL``).
-
-    Raises:
-        ConfigError: the stack does not exist, lacks an output of :data:`STACK_OUTPUTS` (not a GPU
-            Rightsizer stack, or one older than these outputs), or its off-hours parameter is invalid.
-        PermanentError / TransientError: access denied, throttling (``aws_errors``).
-    """
-    import boto3
-    import yaml
-    from botocore.exceptions import BotoCoreError, ClientError
-    from pydantic import ValidationError
-
-    from rightsizer.adapters.aws_errors import map_aws_error
-
-    session = boto3.session.Session(region_name=region)
-    client = session.client("cloudformation")
-    try:
-        described = client.describe_stacks(StackName=stack)["Stacks"][0]
-    except ClientError as exc:
-        # CloudFormation answers a missing stack with ValidationError "Stack with id X does not exist".
-        if "does not exist" in str(exc):
-            raise ConfigError(f"stack {stack!r} not found in {session.region_name}", field="--stack") from exc
-        raise map_aws_error(exc, "cloudformation:DescribeStacks") from exc
-    except BotoCoreError as exc:
-        raise map_aws_error(exc, "cloudformation:DescribeStacks") from exc
-    outputs = {o["OutputKey"]: o["OutputValue"] for o in described.get("Outputs", [])}
-    missing = [key for key in STACK_OUTPUTS if key not in outputs]
-    if missing:
-        raise ConfigError(
-            f"stack {stack!r} has no output {', '.join(missing)} (not a GPU Rightsizer stack, or deployed "
-            "before these outputs existed: redeploy)",
-            field="--stack",
-        )
-    parameters = {p["ParameterKey"]: p.get("ParameterValue", "") for p in described.get("Parameters", [])}
-    try:
-        offhours = yaml.safe_load(parameters.get("OffhoursConfig") or "{}") or {}
-        return Config.model_validate(
-            {
-                "cluster": {"name": outputs["ClusterName"], "region": session.region_name},
-                "aws": {"region": session.region_name, "table": outputs["StateTableName"]},
-                "offhours": offhours,
-            }
-        )
-    except (yaml.YAMLError, ValidationError) as exc:
-        raise ConfigError(f"stack parameter OffhoursConfig: {exc}", field="OffhoursConfig") from exc

@@ -35,6 +35,7 @@ from rightsizer.ports import (
     NodeGroupSizer,
     NodeScaler,
     WorkflowStarter,
+    WorkloadWriter,
 )
 from rightsizer.state import ApprovalStore, LeaseStore, PlanHistory, StateStore
 from rightsizer.wiring import parts
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
     from rightsizer.services.offhours import OffhoursDeps
     from rightsizer.services.runner import InProcessRunner
     from rightsizer.services.webhook import DuplicateGuard, WebhookIntake
+    from rightsizer.services.workloads import WorkloadScaler
 
 __all__ = [
     "CONFIG_ENV",
@@ -191,7 +193,13 @@ class Runtime:
         """
         if self.mode == "serve":
             return parts.build_local_state(self._config)
-        return parts.build_state(self._config)
+        state = parts.build_state(self._config)
+        if not self._config.approval.notify_actions:
+            return state
+        # every completed or rolled-back action announced on the alarm topic (services.notices, opt-in)
+        from rightsizer.services.notices import notifying
+
+        return notifying(state, parts.build_approval_notifier(self._config), self._config.cluster.name or "")
 
     @functools.cached_property
     def plans(self) -> PlanHistory:
@@ -316,7 +324,8 @@ class Runtime:
         """The drain workflow — drains, resizes of opted-in standalone instances and replacements of opted-in
         managed node groups — (one per call, around the current policy)."""
         from rightsizer.domain.planner import plan
-        from rightsizer.services.replace import ReplaceWorkflow, known_replacements
+        from rightsizer.services.consolidate import ConsolidateWorkflow
+        from rightsizer.services.replace import known_replacements
 
         deps = self.drain_deps()
         node_label = self._config.prometheus.node_label
@@ -325,8 +334,13 @@ class Runtime:
             known = known_replacements(self.state, at, ignore=ignore)
             return plan(self.observe_fresh(at), deps.policy, at, node_label=node_label, replacements=known)
 
-        return ReplaceWorkflow(
-            deps, self.instance_type_changer, self.nodegroup_replacer, self.launch_templates, fresh_plan
+        return ConsolidateWorkflow(
+            deps,
+            self.instance_type_changer,
+            self.nodegroup_replacer,
+            self.launch_templates,
+            fresh_plan,
+            observe_cluster=self.observe_fresh,  # a consolidation's placement check before evicting
         )
 
     def runner(self, *, background: bool | None = None, max_wait_s: float | None = None) -> InProcessRunner:
@@ -355,8 +369,21 @@ class Runtime:
             return self._step_functions
         return self.runner()
 
+    def workload_scaler(self, *, by: str = "cli") -> WorkloadScaler:
+        """Workload scale-to-zero and restore (issue 32) with the Kubernetes adapter and the saved states
+        of the state table; a dry run unless :meth:`effective_dry_run` allows acting."""
+        from rightsizer.services.workloads import WorkloadScaler
+
+        return WorkloadScaler(
+            cast(WorkloadWriter, self.cluster),
+            parts.build_workload_saves(self._config),
+            dry_run=self.effective_dry_run(),
+            by=by,
+        )
+
     def assessment(self, starter: WorkflowStarter | None = None) -> AssessmentDeps:
-        """The scheduled assessment's ports (``starter`` default: :meth:`starter`)."""
+        """The scheduled assessment's ports (``starter`` default: :meth:`starter`); in process (CLI
+        ``apply``) also the workload scaler, for a policy with ``workloads.scale_to_zero``."""
         from rightsizer.services.assess import AssessmentDeps
 
         return AssessmentDeps(
@@ -369,6 +396,7 @@ class Runtime:
             node_label=self._config.prometheus.node_label,
             plans=self.plans if self.mode != "serve" else None,
             snoozes=self.approvals,
+            workloads=self.workload_scaler() if self.mode == "cli" else None,
         )
 
     def offhours(self, *, can_drain: bool = True) -> OffhoursDeps:
@@ -407,6 +435,8 @@ class Runtime:
             forced_starter=forced,
             dry_run=self.effective_dry_run(policy),
             snoozes=self.approvals,
+            pods=self.cluster,
+            instances=parts.build_instance_reader(self._config),
         )
 
     def webhook_intake(

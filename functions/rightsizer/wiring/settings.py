@@ -24,6 +24,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from rightsizer.config import Config
 from rightsizer.domain.errors import ConfigError
 from rightsizer.domain.policy import MAX_APPROVAL_TIMEOUT_S, Policy, load_policy
+from rightsizer.domain.validation import combined, config_error
 
 __all__ = [
     "POLICY_MAX_AGE_S",
@@ -92,6 +93,10 @@ class DeploymentSettings(BaseSettings):
     approval_topic_arn: str | None = Field(
         None, description="SNS topic of approval requests (RIGHTSIZER_APPROVAL_TOPIC_ARN)."
     )
+    notify_actions: bool = Field(
+        False,
+        description="Template parameter NotifyActions (RIGHTSIZER_NOTIFY_ACTIONS): config approval.notify_actions.",
+    )
     approval_url: str | None = Field(
         None, description="The webhook's Function URL, base of approval links (RIGHTSIZER_APPROVAL_URL)."
     )
@@ -119,9 +124,7 @@ class DeploymentSettings(BaseSettings):
                     values[name] = found
             return cls.model_validate(values)
         except ValidationError as exc:
-            err = exc.errors()[0]
-            key = str(err["loc"][0]) if err["loc"] else "<env>"
-            raise ConfigError(err["msg"], source="environment", field=_variable(key)) from exc
+            raise config_error(exc, source="environment", field_name=_variable) from exc
 
 
 def _variable(key: str) -> str:
@@ -192,14 +195,16 @@ def deployment_config(settings: DeploymentSettings, policy: Policy) -> Config:
         "policy": policy,
         "offhours": _mapping(settings.offhours, source="RIGHTSIZER_OFFHOURS"),
         "webhook": {"token_secret": settings.webhook_token_secret},
-        "approval": {"topic_arn": settings.approval_topic_arn, "url": settings.approval_url},
+        "approval": {
+            "topic_arn": settings.approval_topic_arn,
+            "url": settings.approval_url,
+            "notify_actions": settings.notify_actions,
+        },
     }
     try:
         return Config.model_validate(document)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(part) for part in err["loc"]) or "<root>"
-        raise ConfigError(err["msg"], source="environment", field=field) from exc
+        raise config_error(exc, source="environment", model=Config) from exc
 
 
 def monotonic() -> float:
@@ -217,17 +222,28 @@ def config_from_settings(
         ConfigError: the policy or the off-hours text is invalid, or an SSM parameter is named and no
             ``fetch`` was given.
     """
-    if settings.policy_parameter:
-        if fetch is None:
-            raise ConfigError(
-                f"the policy is in SSM parameter {settings.policy_parameter}", field="PolicyParameterName"
+    errors: list[ConfigError] = []
+    policy = Policy()
+    try:
+        if settings.policy_parameter:
+            if fetch is None:
+                raise ConfigError(
+                    f"the policy is in SSM parameter {settings.policy_parameter}", field="PolicyParameterName"
+                )
+            policy = parse_policy_text(
+                fetch(settings.policy_parameter), source=f"ssm:{settings.policy_parameter}"
             )
-        policy = parse_policy_text(
-            fetch(settings.policy_parameter), source=f"ssm:{settings.policy_parameter}"
-        )
-    else:
-        policy = parse_policy_text(settings.policy_inline, source="RIGHTSIZER_POLICY_INLINE")
-    return deployment_config(settings, policy)
+        else:
+            policy = parse_policy_text(settings.policy_inline, source="RIGHTSIZER_POLICY_INLINE")
+    except ConfigError as exc:  # the timetable and settings are still checked: every mistake in one pass
+        errors.append(exc)
+    try:
+        config = deployment_config(settings, policy)
+    except ConfigError as exc:
+        errors.append(exc)
+    if errors:
+        raise combined(errors)
+    return config
 
 
 class PolicyProvider:

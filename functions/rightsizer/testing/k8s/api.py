@@ -95,7 +95,26 @@ _RESOURCES: dict[str, _Resource] = {
         _Resource("poddisruptionbudgets", "PodDisruptionBudget", "policy", True, _WRITE, frozenset(), True),
         _Resource("daemonsets", "DaemonSet", "apps", True, _READ, frozenset(), True),
         _Resource("replicasets", "ReplicaSet", "apps", True, _READ, frozenset(), True),
-        _Resource("statefulsets", "StatefulSet", "apps", True, _READ, frozenset(), True),
+        _Resource("statefulsets", "StatefulSet", "apps", True, _WRITE, frozenset(), True),
+        # Workload scale-to-zero (issue 32): owners, their scale subresource (SCALE_RESOURCES), autoscalers.
+        _Resource("deployments", "Deployment", "apps", True, _WRITE, frozenset(), True),
+        _Resource("notebooks", "Notebook", "kubeflow.org", True, _WRITE, frozenset(), True),
+        _Resource(
+            "inferenceservices", "InferenceService", "serving.kserve.io", True, _WRITE, frozenset(), True
+        ),
+        _Resource(
+            "leaderworkersets", "LeaderWorkerSet", "leaderworkerset.x-k8s.io", True, _WRITE, frozenset(), True
+        ),
+        _Resource(
+            "horizontalpodautoscalers",
+            "HorizontalPodAutoscaler",
+            "autoscaling",
+            True,
+            _WRITE,
+            frozenset(),
+            True,
+        ),
+        _Resource("scaledobjects", "ScaledObject", "keda.sh", True, _WRITE, frozenset(), True),
         _Resource("jobs", "Job", "batch", True, _READ, frozenset(), True),
         _Resource("replicationcontrollers", "ReplicationController", "", True, _READ, frozenset(), True),
         _Resource("persistentvolumeclaims", "PersistentVolumeClaim", "", True, _WRITE, frozenset(), True),
@@ -134,6 +153,18 @@ def controller_object(pod: JSON) -> tuple[str, JSON] | None:
             owner_meta["uid"] = ref["uid"]
         return plural, {"apiVersion": api_version, "kind": ref["kind"], "metadata": owner_meta, "spec": {}}
     return None
+
+
+#: Resources with a ``scale`` subresource (autoscaling/v1 Scale over ``spec.replicas``).
+SCALE_RESOURCES = frozenset({"deployments", "statefulsets", "replicasets", "leaderworkersets"})
+#: API groups and versions the double serves besides the built-in ones.
+WORKLOAD_GROUPS: dict[str, tuple[str, ...]] = {
+    "autoscaling": ("v2", "v1"),
+    "kubeflow.org": ("v1",),
+    "serving.kserve.io": ("v1beta1",),
+    "leaderworkerset.x-k8s.io": ("v1",),
+    "keda.sh": ("v1alpha1",),
+}
 
 
 # Status integers Go always serialises (no omitempty); the official client rejects objects without them.

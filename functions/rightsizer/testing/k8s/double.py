@@ -313,6 +313,15 @@ class KubernetesDouble(_Serving):
         """Store (or replace) a core/v1 Event."""
         return self._add("events", obj)
 
+    def add_object(self, plural: str, obj: JSON) -> JSON:
+        """Store (or replace) an object of any served resource (``deployments``, ``notebooks``,
+        ``scaledobjects``...); returns it as stored (uid, resourceVersion, creationTimestamp set)."""
+        return self._add(plural, obj)
+
+    def get_object(self, plural: str, namespace: str, name: str) -> JSON | None:
+        """The object ``namespace/name`` of ``plural``, or None."""
+        return self._get(plural, namespace, name)
+
     def _add(self, plural: str, obj: JSON) -> JSON:
         res = _RESOURCES[plural]
         with self._lock:

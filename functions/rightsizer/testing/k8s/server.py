@@ -21,6 +21,8 @@ from rightsizer.testing.k8s.api import (
     _STALE,
     DRA_GROUP,
     JSON,
+    SCALE_RESOURCES,
+    WORKLOAD_GROUPS,
     ApiError,
     RecordedRequest,
     _conflict,
@@ -128,6 +130,12 @@ class _Serving(_Controllers):
         self._authorize(verb, target)
         if target.subresource == "eviction" and request.method == "POST":
             return self._evict(target, request.body)
+        if (
+            target.subresource == "scale"
+            and target.res.plural in SCALE_RESOURCES
+            and verb in ("get", "patch")
+        ):
+            return self._scale(target, request, verb)
         if target.subresource is not None:
             raise ApiError(404, "the server could not find the requested resource", details={})
         if verb not in target.res.verbs:
@@ -136,6 +144,33 @@ class _Serving(_Controllers):
             )
         handler: Callable[[_Target, RecordedRequest], _Response] = getattr(self, f"_serve_{verb}")
         return handler(target, request)
+
+    def _scale(self, target: _Target, request: RecordedRequest, verb: str) -> _Response:
+        """The ``scale`` subresource: an autoscaling/v1 Scale read from and written to ``spec.replicas``
+        (JSON merge patch only, as :meth:`_serve_patch`)."""
+        key, current = self._lookup(target)
+        if verb == "patch":
+            content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+            if content_type != "application/merge-patch+json":
+                raise ApiError(
+                    415, f"the double accepts application/merge-patch+json only, not {content_type}"
+                )
+            replicas = ((request.body or {}).get("spec") or {}).get("replicas")
+            if not isinstance(replicas, int) or replicas < 0:
+                raise ApiError(422, "spec.replicas must be an integer >= 0")
+            new = copy.deepcopy(current)
+            new.setdefault("spec", {})["replicas"] = replicas
+            self._commit(target, key, current, new)
+            current = self._store[target.res.plural][key]
+        meta = current["metadata"]
+        body = {
+            "kind": "Scale",
+            "apiVersion": "autoscaling/v1",
+            "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion") if k in meta},
+            "spec": {"replicas": (current.get("spec") or {}).get("replicas", 1)},
+            "status": {"replicas": (current.get("status") or {}).get("replicas", 0)},
+        }
+        return _Response(200, body)
 
     def _served_groups(self) -> dict[str, tuple[str, ...]]:
         groups: dict[str, tuple[str, ...]] = {
@@ -146,7 +181,7 @@ class _Serving(_Controllers):
         }
         if self._dra_versions:
             groups[DRA_GROUP] = self._dra_versions
-        return groups
+        return {**groups, **WORKLOAD_GROUPS}
 
     def _api_group(self, name: str) -> JSON:
         versions = [{"groupVersion": f"{name}/{v}", "version": v} for v in self._served_groups()[name]]
