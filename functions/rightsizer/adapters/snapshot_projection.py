@@ -485,6 +485,8 @@ class PagedProjection:
             return _claim(obj)
         if path == "resourceslices.json":
             return _slice(obj)
+        if path == "workloads.json":
+            return obj  # projected by its reader (services.workload_reads.project)
         if path not in _MODELS or path == "nodes.json":
             raise ValueError(f"not a list document of items: {path}")
         own = _pod_own_keys(obj) if path == "pods.json" else set()

@@ -799,10 +799,11 @@ class ClusterSnapshot:
     signals: Any = None
     """Live path only: ``rightsizer.domain.usage.CollectedSignals`` computed by PromQL in the server for
     this snapshot's window; when set, ``plan`` uses it instead of interpreting ``metrics``."""
+    # Issue 32: ``workloads.json`` (owners of GPU-holding pods up their ownerReferences; HPAs and KEDA
+    # ScaledObjects); live only, ``signals`` over ``workloads.idle_window`` when the policy scales workloads.
     owners: tuple[KubeObject, ...] = ()
-    """Owners of GPU-holding pods, up their ``ownerReferences`` (``workloads.json``; workload verdicts)."""
     autoscalers: tuple[KubeObject, ...] = ()
-    """HorizontalPodAutoscalers and KEDA ScaledObjects of those pods' namespaces (``workloads.json``)."""
+    workload_signals: Any = None
     signal_set: frozenset[str] = ALL_SIGNALS
     """Signal families the source carries (``ALL_SIGNALS`` for DCGM). A source that carries activity only
     (a utilisation trace, ``rightsizer backtest --trace``) sets ``{"activity"}``: the framebuffer, power and

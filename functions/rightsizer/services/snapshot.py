@@ -485,7 +485,20 @@ def record(
     _stream(cluster, "persistentvolumeclaims", "persistentvolumeclaims.json", sink)
     _stream(cluster, "persistentvolumes", "persistentvolumes.json", sink)
     frozen = frozenset(gpu_nodes)
-    _stream(cluster, "pods", "pods.json", sink, lambda item: _lean_pod(item, frozen))
+    holders: set[str] = set()
+
+    def pod(item: JSON) -> JSON:
+        lean = _lean_pod(item, frozen)
+        if lean is item and (item.get("spec") or {}).get("nodeName") in frozen:
+            holders.update(holder_namespaces([Pod.model_validate(item)], frozen))
+        return lean
+
+    _stream(cluster, "pods", "pods.json", sink, pod)
+    if holders and isinstance(cluster, WorkloadWriter):  # as the live plan reads them (issue 32)
+        denied = set(cluster.preflight(list(WORKLOAD_READ_CHECKS.values())))
+        kinds = [k for k, check in WORKLOAD_READ_CHECKS.items() if check not in denied]
+        sink.begin("workloads.json")
+        workload_objects(cluster, sorted(holders), kinds, lambda item: sink.add("workloads.json", item))
     if dra:
         _stream(cluster, "resourceclaims", "resourceclaims.json", sink)
         _stream(cluster, "resourceslices", "resourceslices.json", sink)

@@ -327,7 +327,22 @@ def live_signals(
         # validate) keeps its failed metrics as problems: that node is then unknown and not drained
         fail_share=None if scope else 0.5,
     )
-    return dataclasses.replace(snapshot, signals=signals)
+    longer = None
+    if not scope and policy.workloads.scale_to_zero and policy.workloads.idle_window != policy.idle_window:
+        # Workload verdicts judge nodes over the workloads' own window (issue 32): one more read, only when
+        # the policy acts on workloads (docs/workloads.md).
+        longer = collect_live(
+            client,
+            joiner or NodeJoiner(snapshot.nodes, snapshot.pods, node_label, snapshot.pod_addresses),
+            Window.ending(snapshot.meta.taken_at, policy.workloads.idle_window, snapshot.meta.step_seconds),
+            policy,
+            node_label,
+            job=config.prometheus.job,
+            shards=shards,
+            deadline_seconds=float(config.prometheus.deadline),
+            fail_share=0.5,
+        )
+    return dataclasses.replace(snapshot, signals=signals, workload_signals=longer)
 
 
 def build_observers(config: Config, *, page_size: int = 500) -> Observers:
