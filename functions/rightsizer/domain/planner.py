@@ -43,7 +43,7 @@ from rightsizer.domain.model import (
     ResourceClaim,
 )
 from rightsizer.domain.periods import schedule_contains
-from rightsizer.domain.placement_cluster import ClusterPlacement, movers, placement_reasons
+from rightsizer.domain.placement_cluster import ClusterPlacement
 from rightsizer.domain.plan import (
     Action,
     NodeReport,
@@ -500,19 +500,6 @@ def _removable_unhealthy(d: NodeDecision) -> bool:
     return verdict_of(d.reasons) == "unhealthy" and verdict_of(rest) == "idle"
 
 
-def _fits(checker: ClusterPlacement, d: NodeDecision) -> bool:
-    """Whether the pods a drain of ``d`` sends elsewhere fit on the nodes left (kept when they do, as
-    Cluster Autoscaler's simulator commits each removal); else ``no_placement`` reasons on ``d``."""
-    moving = movers(d.pods)
-    placed = checker.trial([d.node.name], moving)
-    if placed.ok:
-        checker.keep()
-        return True
-    checker.undo()
-    d.reasons.extend(placement_reasons([c.pod for c in d.pods if c.ignored is None], placed))
-    return False
-
-
 def _drainable(d: NodeDecision, *, shrinking: bool) -> bool:
     """Whether the drain's eligibility (``domain.eligibility.drain_refusals``, the workflow's own) lets
     the node be drained and its instance scaled in; ``shrinking``: the plan shrinks its group anyway."""
@@ -582,7 +569,11 @@ def _choose(  # noqa: C901 (19): Karpenter-style budgets counted down while choo
             assert floor is not None
             d.reasons.append(warm_floor_reason(floor[0][1], floor[2], floor[3]))
             continue
-        if checker is not None and victim is not None and not _fits(checker, victim):
+        if (
+            checker is not None
+            and victim is not None
+            and not checker.removable(victim.node.name, victim.pods, victim.reasons)
+        ):
             broken[group.name].remove(victim)
             victim = None
             if not above_floor(d):
@@ -590,7 +581,7 @@ def _choose(  # noqa: C901 (19): Karpenter-style budgets counted down while choo
                 assert floor is not None
                 d.reasons.append(warm_floor_reason(floor[0][1], floor[2], floor[3]))
                 continue
-        if checker is not None and victim is None and not _fits(checker, d):
+        if checker is not None and victim is None and not checker.removable(d.node.name, d.pods, d.reasons):
             continue
         before = group.desired - chosen_group.get(group.name, 0)
         chosen_group[group.name] = chosen_group.get(group.name, 0) + 1
