@@ -35,7 +35,8 @@ from rightsizer.adapters.kubernetes import KubernetesCluster
 from rightsizer.domain.model import ANN_CORDONED_BY, TAG_ENABLED
 from rightsizer.state import WorkflowRecord
 from rightsizer.testing.k8s import RecordedRequest
-from rightsizer.testing.moto_eks import seed_instance
+from rightsizer.testing.moto_eks import ACCOUNT_ID, seed_instance
+from rightsizer.testing.moto_gaps import place_in_reservation
 from rightsizer.wiring import clear_lambda_runtime as clear_caches
 from tests.builders import claim_volume, gpu_node, pod, pv, pvc
 from tests.integration.test_handlers import (
@@ -115,10 +116,24 @@ def deployed(deployment: Deployment, tmp_path: Path, monkeypatch: pytest.MonkeyP
     endpoint_url = deployment.sfn.meta.endpoint_url
     session = boto3.session.Session(region_name="us-east-1")
     session.client("ssm", endpoint_url=endpoint_url).put_parameter(
-        Name=POLICY_PARAMETER, Type="SecureString", Value=POLICY + "dry_run: false\n"
+        Name=POLICY_PARAMETER,
+        Type="SecureString",
+        Value=POLICY + "dry_run: false\nrelease_reserved_capacity: true\n",
     )
     # One spot instance in the cluster: the inventory prices it (ec2:DescribeSpotPriceHistory).
     seed_instance(deployment.cluster.nodegroups["gpu-a10g"].instance_ids[1], lifecycle="spot")
+    # gpu-idle runs in an On-Demand Capacity Reservation (ec2:DescribeCapacityReservations); the policy
+    # releases reserved capacity so the flows still drain it.
+    ec2 = session.client("ec2", endpoint_url=endpoint_url)
+    odcr = ec2.create_capacity_reservation(
+        InstanceType="g5.2xlarge",
+        InstancePlatform="Linux/UNIX",
+        AvailabilityZone="us-east-1a",
+        InstanceCount=1,
+    )["CapacityReservation"]["CapacityReservationId"]
+    place_in_reservation(
+        ACCOUNT_ID, "us-east-1", deployment.cluster.nodegroups["gpu-a10g"].instance_ids[0], odcr
+    )
     deployment.double.set_resource_api_versions(("v1",))  # DRA served: its reads are part of the flows
     monkeypatch.setenv("RIGHTSIZER_DRY_RUN", "false")
     monkeypatch.setenv("RIGHTSIZER_POLICY_PARAMETER", POLICY_PARAMETER)
@@ -481,7 +496,9 @@ def approval_flow(deployed: Deployed, monkeypatch: pytest.MonkeyPatch) -> list[C
     monkeypatch.delenv("RIGHTSIZER_WEBHOOK_TOKEN", raising=False)
     monkeypatch.delenv("RIGHTSIZER_APPROVAL_KEY", raising=False)
     ssm = deployed.session.client("ssm", endpoint_url=endpoint)
-    asking = POLICY + "dry_run: false\napproval: required\napproval_timeout: 1\n"
+    asking = (
+        POLICY + "dry_run: false\napproval: required\napproval_timeout: 1\nrelease_reserved_capacity: true\n"
+    )
     ssm.put_parameter(Name=POLICY_PARAMETER, Type="SecureString", Value=asking, Overwrite=True)
     clear_caches()
     start = json.loads(json.dumps(event("drain-start")))
@@ -503,7 +520,10 @@ def approval_flow(deployed: Deployed, monkeypatch: pytest.MonkeyPatch) -> list[C
             done = drain({"action": "step", "execution_id": execution}, LambdaContext())
     finally:
         ssm.put_parameter(
-            Name=POLICY_PARAMETER, Type="SecureString", Value=POLICY + "dry_run: false\n", Overwrite=True
+            Name=POLICY_PARAMETER,
+            Type="SecureString",
+            Value=POLICY + "dry_run: false\nrelease_reserved_capacity: true\n",
+            Overwrite=True,
         )
         clear_caches()
     assert (done["status"], done["message"]) == ("abandoned", "approval_timeout"), done
@@ -554,6 +574,15 @@ def offhours_flow(deployed: Deployed, monkeypatch: pytest.MonkeyPatch) -> list[C
         "gpu-idle", instance_type="g6.xlarge", gpus=1, instance_id=group.instance_ids[0], nodegroup="gpu-l4"
     )
     deployed.base.double.add_node(node)
+    # in an On-Demand Capacity Reservation (released by the policy): the tick's assessment reads it
+    ec2 = deployed.session.client("ec2", endpoint_url=deployed.endpoint_url)
+    odcr = ec2.create_capacity_reservation(
+        InstanceType="g6.xlarge",
+        InstancePlatform="Linux/UNIX",
+        AvailabilityZone="us-east-1a",
+        InstanceCount=1,
+    )["CapacityReservation"]["CapacityReservationId"]
+    place_in_reservation(ACCOUNT_ID, "us-east-1", group.instance_ids[0], odcr)
     autoscaling = deployed.session.client("autoscaling", endpoint_url=deployed.endpoint_url)
     offhours: Callable[[dict[str, Any], Any], dict[str, Any]] = handler("offhours")
 
@@ -703,7 +732,8 @@ def resize_flow(deployed: Deployed, monkeypatch: pytest.MonkeyPatch) -> list[Cal
         Name=POLICY_PARAMETER,
         Type="SecureString",
         Overwrite=True,
-        Value=POLICY + "dry_run: false\nallow_resize: true\nresize_allow_instance_store_loss: true\n",
+        Value=POLICY
+        + "dry_run: false\nallow_resize: true\nresize_allow_instance_store_loss: true\nrelease_reserved_capacity: true\n",
     )
     clear_caches()
     clients = make_clients("us-east-1", deployed.endpoint_url, session=deployed.session)

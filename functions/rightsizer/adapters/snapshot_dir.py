@@ -20,6 +20,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, PositiveFloat,
 from rightsizer.adapters.prometheus_answers import answer_problem
 from rightsizer.adapters.snapshot_files import read_snapshot_file
 from rightsizer.domain.errors import SnapshotError
+from rightsizer.domain.health import XID_DOCUMENT
 from rightsizer.domain.model import (
     AsgInfo,
     CapacityReservation,
@@ -97,6 +98,14 @@ def _typed_list(path: Path, data: Any, model: type[M]) -> list[M]:
         except ValidationError as exc:
             raise _validation_error(path, f"items[{i}]", exc) from exc
     return out
+
+
+def decode_xid_document(doc: Any) -> dict[str, MetricData]:
+    """The ``xid.json`` answers by key (``count``, ``last``: ``domain.health.xid_queries``); an unusable
+    answer is a ``problem`` (no evidence), an absent document none at all (older snapshots)."""
+    if not isinstance(doc, Mapping):
+        return {}
+    return {str(key): _parse_matrix(f"xid.{key}", answer) for key, answer in doc.items()}
 
 
 def _parse_matrix(name: str, data: Any) -> MetricData:
@@ -448,6 +457,7 @@ OPTIONAL_FILES = (
     "resourceslices.json",
     "nodegroups.json",
     "instances.json",
+    XID_DOCUMENT,
     "workloads.json",
 )
 #: Kinds of ``workloads.json`` that scale others (the rest are owners of pods, ``domain.workloads``).
@@ -517,6 +527,7 @@ def snapshot_from_documents(
             kind, stem = file_kind(path.removeprefix("metrics/").removesuffix(".json"))
             metric_files.setdefault(kind, {})[stem] = _parse_matrix(stem, docs[path])
     recorded = docs["snapshot.json"].get("node_label") if isinstance(docs["snapshot.json"], dict) else None
+
     return ClusterSnapshot(
         meta=SnapshotMeta(
             taken_at=meta.taken_at,
@@ -540,6 +551,7 @@ def snapshot_from_documents(
         metric_extras={k: v for k, v in metric_files.items() if k not in ("step", "timestamp")},
         node_label=node_label or (str(recorded) if recorded else None),
         pod_addresses=tuple(addresses),
+        xid_answers=decode_xid_document(docs.get(XID_DOCUMENT)),
         owners=tuple(o for o in workload_objects if o.kind not in AUTOSCALER_KINDS),
         autoscalers=tuple(o for o in workload_objects if o.kind in AUTOSCALER_KINDS),
     )

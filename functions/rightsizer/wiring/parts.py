@@ -513,7 +513,20 @@ def observe_live(
     request = observe_request(config, policy, at)
     # Page by page, keeping only what the plan reads (issue 11 item 7): nothing here is written to disk.
     observation = observe(observers.cluster, observers.inventory, None, request, project=True)
-    return live_signals(config, policy, snapshot_from_observation(observation), observers.metrics)
+    snapshot = snapshot_from_observation(observation)
+    return live_signals(config, policy, _with_xids(snapshot, observers.metrics, request), observers.metrics)
+
+
+def _with_xids(
+    snapshot: ClusterSnapshot, metrics: PrometheusClient, request: ObserveRequest, scope: tuple[str, ...] = ()
+) -> ClusterSnapshot:
+    """``snapshot`` with the XID answers read live (``services.snapshot.xid_document``, issue 28): the same
+    two queries and the same decoding as a written snapshot's ``xid.json``."""
+    from rightsizer.adapters.snapshot_dir import decode_xid_document
+    from rightsizer.services.snapshot import xid_document
+
+    answers = decode_xid_document(xid_document(metrics, request, scope))
+    return dataclasses.replace(snapshot, xid_answers=answers)
 
 
 def observe_node_live(
@@ -561,6 +574,7 @@ def observe_node_live(
         signals = signals_from_observation(files, joiner, window, float(policy.gpu_activity_max_pct))
         return dataclasses.replace(snapshot, signals=signals)
     scope = node_series_matchers(here, snapshot.pods, node_label)
+    snapshot = _with_xids(snapshot, observers.metrics, request, scope)
     return live_signals(config, policy, snapshot, observers.metrics, joiner=joiner, scope=scope)
 
 
