@@ -524,7 +524,7 @@ class NodeGroupSizer(Protocol):
 class ManagedNodeGroup(NamedTuple):
     """A managed node group as EKS ``DescribeNodegroup`` describes it, reduced to what a replacement copies.
 
-    ``scaling`` is ``(minSize, desiredSize, maxSize)`` in instances; ``taints`` are EKS taint objects
+    ``scaling`` is its ``scalingConfig`` (``minSize``, ``desiredSize``, ``maxSize``) in instances; ``taints`` are EKS taint objects
     (``{"key", "value", "effect": "NO_SCHEDULE"|...}``); ``launch_template`` is ``{"id", "name",
     "version"}`` or None; ``health_issues`` the codes of ``health.issues[]``; ``asg_name`` the node group's
     Auto Scaling group (None while EKS has not created it).
@@ -533,7 +533,7 @@ class ManagedNodeGroup(NamedTuple):
     name: str
     status: str
     instance_types: tuple[str, ...]
-    scaling: tuple[int, int, int]
+    scaling: GroupSizes
     labels: dict[str, str]
     taints: tuple[dict[str, str], ...]
     subnets: tuple[str, ...]
@@ -622,9 +622,12 @@ class WorkloadWriter(Protocol):
         """Apply one JSON merge patch (``application/merge-patch+json``); the object after it, None on 404."""
         ...
 
-    def list_objects(self, group: str, kind: str, namespace: str) -> list[JSON]:
+    def list_objects(
+        self, group: str, kind: str, namespace: str, visit: Callable[[JSON], None] | None = None
+    ) -> list[JSON]:
         """Every object of (group, kind) in ``namespace``; empty when the API server does not serve the kind
-        (a CRD that is not installed)."""
+        (a CRD that is not installed). With ``visit``, each object is handed to it page by page instead
+        and the answer is empty."""
         ...
 
 

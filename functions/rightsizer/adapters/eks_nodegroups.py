@@ -92,7 +92,7 @@ def _managed(ng: Any) -> ManagedNodeGroup:
         name=str(ng["nodegroupName"]),
         status=str(ng.get("status", "")),
         instance_types=tuple(str(t) for t in ng.get("instanceTypes") or ()),
-        scaling=(
+        scaling=GroupSizes(
             int(config.get("minSize", 0)),
             int(config.get("desiredSize", 0)),
             int(config.get("maxSize", 0)),
@@ -265,7 +265,7 @@ class EksNodeGroups:
         Raises:
             PermanentError: ``nodegroup_name_taken`` when a group of that name is not ours; AWS refusals.
         """
-        minimum, desired, maximum = spec.scaling
+        minimum, desired, maximum = spec.scaling.min, spec.scaling.desired, spec.scaling.max
         params: dict[str, Any] = {
             "clusterName": cluster,
             "nodegroupName": spec.name,

@@ -395,10 +395,14 @@ class ReplaceWorkflow(ResizeWorkflow):
             "node_group": old,
             "asg": group.asg_name,
             "old_type": current,
-            "old_scaling": list(group.scaling),
+            "old_scaling": [group.scaling.min, group.scaling.desired, group.scaling.max],
             "old_nodes": sorted(old_nodes),
             "new_nodegroup": spec.name,
-            "new_spec": spec._asdict(),
+            # Stored as JSON: the sizes as [min, desired, max], as records in flight hold them.
+            "new_spec": {
+                **spec._asdict(),
+                "scaling": [spec.scaling.min, spec.scaling.desired, spec.scaling.max],
+            },
             "per_node_savings_usd": per_node,
             "hourly_savings_usd": None if per_node is None else per_node * len(old_nodes),
         }
@@ -406,7 +410,7 @@ class ReplaceWorkflow(ResizeWorkflow):
         if record.details.get("dry_run"):
             message = (
                 f"dry run: would create node group {spec.name} ({target}, {template_note}, sizes "
-                f"{'/'.join(map(str, group.scaling))}), wait for its GPUs, drain {len(old_nodes)} node(s) of {old} "
+                f"{group.scaling.min}/{group.scaling.desired}/{group.scaling.max}), wait for its GPUs, drain {len(old_nodes)} node(s) of {old} "
                 f"one disruption budget at a time and scale {old} to 0"
             )
             return self._end(record, "dry_run", message, step="ng_validate")
@@ -425,7 +429,7 @@ class ReplaceWorkflow(ResizeWorkflow):
         row = self.catalog.get(target)
         if row is None or row.gpu_count < 1:
             return f"unknown_target_type:{target}"
-        if group.scaling[1] < 1 or group.asg_name is None:
+        if group.scaling.desired < 1 or group.asg_name is None:
             return "node_group_empty"
         return None
 
@@ -485,7 +489,7 @@ class ReplaceWorkflow(ResizeWorkflow):
         self._renew(record)
         stored = dict(record.details["new_spec"])
         minimum, desired, maximum = (int(v) for v in stored.pop("scaling"))
-        spec = ManagedNodeGroup(**stored, scaling=(minimum, desired, maximum))
+        spec = ManagedNodeGroup(**stored, scaling=GroupSizes(minimum, desired, maximum))
         # Persisted before the call: from here on a rollback deletes the new group.
         record = self._save(record, details={**record.details, "creating": True})
         self._replacer().create_nodegroup(self.deps.state.cluster, spec, record.execution_id[-64:])
