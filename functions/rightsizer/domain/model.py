@@ -791,7 +791,10 @@ class ClusterSnapshot:
     holds the others); a snapshot directory keeps every pod in ``pods``."""
     xids: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]] = field(default_factory=dict)
     """Node → (XID codes whose ``DCGM_EXP_XID_ERRORS_COUNT`` rose in the window, codes the stale-prone
-    ``DCGM_FI_DEV_XID_ERRORS`` gauge shows): ``domain.health``."""
+    ``DCGM_FI_DEV_XID_ERRORS`` gauge shows): ``domain.health``; when empty, ``plan`` joins ``xid_answers``."""
+    xid_answers: Mapping[str, MetricData] = field(default_factory=dict)
+    """The ``xid.json`` answers (``count``, ``last``; ``domain.health.xid_queries``), None of them in older
+    snapshots."""
     source: Literal["snapshot", "live"] = "snapshot"
     signals: Any = None
     """Live path only: ``rightsizer.domain.usage.CollectedSignals`` computed by PromQL in the server for

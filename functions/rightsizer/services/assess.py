@@ -187,6 +187,8 @@ class AssessmentSummary:
     records: list[DecisionRecord] = field(default_factory=list)
     backed_off: dict[str, str] = field(default_factory=dict)
     events: int = 0
+    reservations: list[dict[str, Any]] = field(default_factory=list)
+    """The plan's capacity reservations and their unused cost (``Plan.reservations``, issue 28)."""
     workloads: dict[str, str] = field(default_factory=dict)
     """Workload → what scale-to-zero did (``scaled_to_zero``, ``would_scale``, ``already_zero``...)."""
     showback: Showback | None = None
@@ -329,6 +331,7 @@ def run_assessment(
         dry_run=result.dry_run,
         records=records,
         backed_off=backed_off,
+        reservations=[r.model_dump(mode="json") for r in result.reservations],
         showback=result.showback,
     )
     # Decisions are published before the drains start: the verdict's Event precedes the drain's own
