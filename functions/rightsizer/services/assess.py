@@ -20,6 +20,7 @@ from rightsizer.domain.decisions import (
     plan_document,
     verdict_changes,
 )
+from rightsizer.domain.eligibility import WorkloadFacts, workload_refusals
 from rightsizer.domain.model import ClusterSnapshot
 from rightsizer.domain.plan import Action, NodeReport
 from rightsizer.domain.planner import plan
@@ -340,8 +341,9 @@ def run_assessment(
     for request in requests:
         deps.starter.start(request)  # returns request.execution_id (WorkflowStarter contract)
     scaled: dict[str, str] = {}
-    if deps.workloads is not None and deps.policy.workloads.scale_to_zero:
+    scaler, allowed = deps.workloads, deps.policy.workloads.scale_to_zero
+    if scaler is not None:
         for verdict in result.workloads:
-            if verdict.verdict == "scale_to_zero":
-                scaled[verdict.workload.text] = deps.workloads.scale_to_zero(verdict).result
+            if not workload_refusals(WorkloadFacts(verdict, allowed)):  # the action model's guards (issue 25)
+                scaled[verdict.workload.text] = scaler.scale_to_zero(verdict).result
     return dataclasses.replace(summary, events=events, duration_s=clock() - began, workloads=scaled)
