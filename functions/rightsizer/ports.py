@@ -622,9 +622,12 @@ class WorkloadWriter(Protocol):
         """Apply one JSON merge patch (``application/merge-patch+json``); the object after it, None on 404."""
         ...
 
-    def list_objects(self, group: str, kind: str, namespace: str) -> list[JSON]:
+    def list_objects(
+        self, group: str, kind: str, namespace: str, visit: Callable[[JSON], None] | None = None
+    ) -> list[JSON]:
         """Every object of (group, kind) in ``namespace``; empty when the API server does not serve the kind
-        (a CRD that is not installed)."""
+        (a CRD that is not installed). With ``visit``, each object is handed to it page by page instead
+        and the answer is empty."""
         ...
 
 

@@ -48,7 +48,16 @@ def function_url_handler(intake: Callable[[], WebhookIntake]) -> LambdaHandler:
                 400, {"error": "invalid_event", "detail": "not a Function URL event"}
             ).to_function_url()
         body = url.body if isinstance(url.body, str) else None
-        request = WebhookRequest(url.headers, body, bool(url.isBase64Encoded), url.requestContext.requestId)
+        context_ = url.requestContext
+        # Powertools parses sourceIp as a network (``203.0.113.9/32``): the address is its only member.
+        source = context_.http.sourceIp
+        request = WebhookRequest(
+            url.headers,
+            body,
+            bool(url.isBase64Encoded),
+            context_.requestId,
+            str(getattr(source, "network_address", source)),
+        )
         if url.rawPath.rstrip("/") == APPROVAL_PATH:
             method = url.requestContext.http.method.upper()
             return intake().handle_approval(method, url.rawQueryString or "", request).to_function_url()

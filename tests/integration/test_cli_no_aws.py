@@ -71,6 +71,8 @@ CASES: list[tuple[list[str], int, str]] = [
         "set webhook.token_secret or RIGHTSIZER_WEBHOOK_TOKEN",
     ),
     (["validate"], 2, "give --config FILE, --policy FILE and/or --samconfig FILE"),
+    (["fleet", "status", *STACK], 2, "no AWS region: give --region REGION or the stack's ARN"),
+    (["fleet", "status", *STACK, "--region", "eu-west-1"], 2, "no AWS credentials found"),
 ]
 #: ``demo`` needs no AWS configuration: it starts its own moto server (tests/integration/test_demo.py).
 NEEDS_NO_AWS = {"demo"}

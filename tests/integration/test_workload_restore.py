@@ -275,3 +275,90 @@ def test_the_workloads_cluster_role_grants_exactly_what_scale_restore_and_the_re
     # THEN nothing was refused and every verb the role grants was used
     assert [r.path for r in double.requests if r.status == 403] == []
     assert unused(role, double.requests) == []
+
+
+def test_the_written_snapshot_reads_the_same_workloads_as_the_live_plan(
+    double: KubernetesDouble, tmp_path: Any
+) -> None:
+    from rightsizer.adapters.snapshot_dir import load_snapshot
+    from rightsizer.adapters.snapshot_writer import SnapshotDirectoryWriter
+    from rightsizer.domain.planner import plan
+    from rightsizer.domain.policy import Policy
+    from rightsizer.services.snapshot import ObserveRequest, observe, record
+    from rightsizer.wiring.parts import snapshot_from_observation
+    from tests.builders import AT as T
+    from tests.builders import gpu_node, pod
+
+    # GIVEN a GPU node whose pod belongs to a Deployment (through its ReplicaSet) tracked by Argo CD
+    double.add_node(gpu_node("gpu-1", instance_type="g5.xlarge", gpus=1))
+    holder = pod("srv-5c7d-x1", "gpu-1", namespace=NS, gpus=1)
+    holder["metadata"]["ownerReferences"][0]["name"] = "srv-5c7d"
+    double.add_pod(holder)
+    rs = obj("apps/v1", "ReplicaSet", "srv-5c7d", {"replicas": 1})
+    rs["metadata"]["ownerReferences"] = [
+        {"apiVersion": "apps/v1", "kind": "Deployment", "name": "srv", "controller": True}
+    ]
+    double.add_object("replicasets", rs)
+    secret = {"kubectl.kubernetes.io/last-applied-configuration": '{"env": "SECRET"}'}
+    deploy = obj("apps/v1", "Deployment", "srv", {"replicas": 1}, annotations=secret)
+    deploy["metadata"]["labels"] = {"app.kubernetes.io/instance": "srv", "other": "x"}
+    double.add_object("deployments", deploy)
+    request = ObserveRequest(at=T, window_seconds=1800, step_seconds=60, cluster="prod", region="us-east-1")
+
+    # WHEN the live plan reads it, and `rightsizer snapshot` writes it
+    live = snapshot_from_observation(observe(cluster(double), None, None, request, project=True))
+    out = tmp_path / "snap"
+    with SnapshotDirectoryWriter(out) as writer:
+        record(cluster(double), None, None, request, writer)
+        writer.commit()
+    written = load_snapshot(out)
+
+    # THEN both name the Deployment, kept for Argo CD, and the file keeps no unread annotation
+    expected = plan(live, Policy(), T).workloads
+    assert [(w.workload.text, w.reasons[0]) for w in expected] == [
+        ("Deployment/ml/srv", "gitops_managed:argocd")
+    ]
+    assert plan(written, Policy(), T).workloads == expected
+    text = (out / "workloads.json").read_text()
+    assert "SECRET" not in text and '"other"' not in text
+
+
+def test_the_assessment_scales_an_idle_workload_when_the_policy_acts_and_restore_undoes_it(
+    double: KubernetesDouble,
+) -> None:
+    from rightsizer.adapters.memory_state import MemoryPlans, MemoryState
+    from rightsizer.domain.policy import Policy, WorkloadPolicy
+    from rightsizer.services.assess import AssessmentDeps, run_assessment
+    from rightsizer.testing.fakes import FakeClock, FakeClusterWriter
+    from tests.builders import AT as T
+    from tests.unit.test_workload_verdicts import _plan_snapshot
+
+    class Starter:
+        def start(self, request: Any) -> str:
+            return str(request.execution_id)
+
+    # GIVEN the Deployment behind an idle GPU holder (idle for the whole 2 h workload window)
+    double.add_object("deployments", obj("apps/v1", "Deployment", "srv", {"replicas": 2}))
+    saves = MemoryWorkloadSaves()
+    policy = Policy(dry_run=False, workloads=WorkloadPolicy(scale_to_zero=True))
+    deps = AssessmentDeps(
+        cluster_name="prod",
+        observe=lambda at: _plan_snapshot(7200),
+        policy=policy,
+        cluster=FakeClusterWriter(clock=FakeClock(T)),
+        state=MemoryState("prod"),
+        starter=Starter(),
+        plans=MemoryPlans(),
+        workloads=WorkloadScaler(cluster(double), saves, dry_run=False, clock=lambda: AT),
+    )
+
+    # WHEN the assessment runs (rightsizer apply --execute)
+    summary = run_assessment(deps, T, "apply-1")
+
+    # THEN it scaled the workload to zero, and restore brings its 2 replicas back
+    assert summary.workloads == {"Deployment/ml/srv": "scaled_to_zero"}
+    assert (double.get_object("deployments", NS, "srv") or {})["spec"]["replicas"] == 0
+    assert summary.to_json()["workloads"] == {"Deployment/ml/srv": "scaled_to_zero"}
+    scaler = WorkloadScaler(cluster(double), saves, dry_run=False)
+    assert scaler.restore("Deployment/ml/srv").result == "restored"
+    assert (double.get_object("deployments", NS, "srv") or {})["spec"]["replicas"] == 2

@@ -168,10 +168,13 @@ def test_mig_single_strategy_all_instances_idle_by_prof_is_idle_and_busy_by_prof
                                            fb_used=None, power=None, energy=None))  # fmt: skip
         return merge_metrics(*parts)
 
-    idle = plan(snapshot([node], [], metrics(0.0)), Policy()).node("mig-s")
+    # The p4d family's default warm floor would keep the only node whatever its evidence: off here, where
+    # the question is how MIG instances are read.
+    policy = Policy(warm_floor={"p4d": 0})
+    idle = plan(snapshot([node], [], metrics(0.0)), policy).node("mig-s")
     assert idle.verdict == "idle", idle.reasons
     # 0.06 is 6 %: above the 5 % threshold (a ratio compared as percent would read 0.06 % = idle).
-    busy = plan(snapshot([node], [], metrics(0.06)), Policy()).node("mig-s")
+    busy = plan(snapshot([node], [], metrics(0.06)), policy).node("mig-s")
     assert busy.verdict in ("busy", "underutilized")
     assert busy.gpu_activity_max_pct == pytest.approx(6.0)
 

@@ -10,6 +10,7 @@ refresh and error translation (403 ⇒ ``KubernetesAccessError`` naming the verb
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Final
 
 from rightsizer.adapters.kubernetes_transport import KubernetesTransport, client_module
@@ -90,7 +91,9 @@ class KubernetesWorkloadWrites(KubernetesTransport):
         )
         return None if answer.status == 404 else answer.body
 
-    def list_objects(self, group: str, kind: str, namespace: str) -> list[JSON]:
+    def list_objects(
+        self, group: str, kind: str, namespace: str, visit: Callable[[JSON], None] | None = None
+    ) -> list[JSON]:
         """Every object of (group, kind) in ``namespace`` (one page of up to ``page_size``… each page
         followed); empty on 404 (the kind is not served: a CRD not installed)."""
         version, plural = _resource(group, kind)
@@ -114,7 +117,12 @@ class KubernetesWorkloadWrites(KubernetesTransport):
             answer = self._call(AccessCheck("list", plural, "", group), page, answered=frozenset({404}))
             if answer.status == 404:
                 return []
-            items += list(answer.body.get("items") or [])
+            page_items = list(answer.body.get("items") or [])
+            if visit is None:
+                items += page_items
+            else:  # page by page: nothing is held beyond one page (rightsizer snapshot)
+                for item in page_items:
+                    visit(item)
             token = (answer.body.get("metadata") or {}).get("continue")
             if not token:
                 return items

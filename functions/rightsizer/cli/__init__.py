@@ -72,7 +72,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.func(args)
     except ConfigError as exc:
-        print(f"rightsizer: error: {exc}", file=sys.stderr)
+        # a missing AWS region/credentials under it names its own fix, not the caller's guess at a cause
+        print(f"rightsizer: error: {_aws_setup_error(exc) or exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except Exception as exc:  # one line naming the fix, never a traceback (-v logs it)
         setup = _aws_setup_error(exc)

@@ -215,6 +215,8 @@ def cmd_apply(args: argparse.Namespace) -> int:
         )
         for eid, r in finals.items():
             print(f"  {eid}: {r.status if r else 'not run'} {r.message if r else ''}")
+        for workload, result in summary.workloads.items():  # workloads.scale_to_zero (docs/workloads.md)
+            print(f"  {workload}: {result}")
         if pools is not None:
             print("\n".join(render_warm_pools(pools)))
     failed = [r for r in finals.values() if r is None or r.status in ("failed", "rolled_back")]

@@ -791,15 +791,19 @@ class ClusterSnapshot:
     holds the others); a snapshot directory keeps every pod in ``pods``."""
     xids: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]] = field(default_factory=dict)
     """Node → (XID codes whose ``DCGM_EXP_XID_ERRORS_COUNT`` rose in the window, codes the stale-prone
-    ``DCGM_FI_DEV_XID_ERRORS`` gauge shows): ``domain.health``."""
+    ``DCGM_FI_DEV_XID_ERRORS`` gauge shows): ``domain.health``; when empty, ``plan`` joins ``xid_answers``."""
+    xid_answers: Mapping[str, MetricData] = field(default_factory=dict)
+    """The ``xid.json`` answers (``count``, ``last``; ``domain.health.xid_queries``), None of them in older
+    snapshots."""
     source: Literal["snapshot", "live"] = "snapshot"
     signals: Any = None
     """Live path only: ``rightsizer.domain.usage.CollectedSignals`` computed by PromQL in the server for
     this snapshot's window; when set, ``plan`` uses it instead of interpreting ``metrics``."""
+    # Issue 32: ``workloads.json`` (owners of GPU-holding pods up their ownerReferences; HPAs and KEDA
+    # ScaledObjects); live only, ``signals`` over ``workloads.idle_window`` when the policy scales workloads.
     owners: tuple[KubeObject, ...] = ()
-    """Owners of GPU-holding pods, up their ``ownerReferences`` (``workloads.json``; workload verdicts)."""
     autoscalers: tuple[KubeObject, ...] = ()
-    """HorizontalPodAutoscalers and KEDA ScaledObjects of those pods' namespaces (``workloads.json``)."""
+    workload_signals: Any = None
     signal_set: frozenset[str] = ALL_SIGNALS
     """Signal families the source carries (``ALL_SIGNALS`` for DCGM). A source that carries activity only
     (a utilisation trace, ``rightsizer backtest --trace``) sets ``{"activity"}``: the framebuffer, power and

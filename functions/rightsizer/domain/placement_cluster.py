@@ -110,6 +110,18 @@ class ClusterPlacement:
         self._last = (moving, placed)
         return placed
 
+    def removable(self, node: str, pods: Sequence[PodClassification], reasons: list[str]) -> bool:
+        """Whether the pods a drain of ``node`` sends elsewhere (:func:`movers` of its classified
+        ``pods``) fit on the nodes left: kept when they do, as Cluster Autoscaler's simulator commits each
+        removal; else undone, and ``reasons`` gets :func:`placement_reasons`."""
+        placed = self.trial([node], movers(pods))
+        if placed.ok:
+            self.keep()
+            return True
+        self.undo()
+        reasons.extend(placement_reasons([c.pod for c in pods if c.ignored is None], placed))
+        return False
+
     def keep(self) -> None:
         """Make the last trial's removals and placements part of the state (later trials see them)."""
         self._mark = None

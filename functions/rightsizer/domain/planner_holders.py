@@ -25,10 +25,20 @@ def signals_over(
     snapshot: ClusterSnapshot, joiner: NodeJoiner, window: Window, policy: Policy
 ) -> CollectedSignals | None:
     """Device signals over ``window``; None when the snapshot's signals were collected live for another
-    window (the live path computes them in Prometheus for the decision window only)."""
+    window (the live path computes them in Prometheus for the decision window only) or are format-2 facts
+    over a shorter window than ``window`` (format 1 holds raw samples and is re-windowed)."""
     if isinstance(snapshot.signals, CollectedSignals):
-        return snapshot.signals if window.seconds == policy.idle_window else None
+        if window.seconds == policy.idle_window:
+            return snapshot.signals
+        longer = snapshot.workload_signals
+        return (
+            longer
+            if isinstance(longer, CollectedSignals) and window.seconds == policy.workloads.idle_window
+            else None
+        )
     if snapshot.meta.metrics_format >= 2:
+        if window.seconds > snapshot.meta.window_seconds:
+            return None  # format-2 facts cover their own window only (a replay decides as the live path)
         files = {"step": snapshot.metrics, "timestamp": snapshot.timestamps, **snapshot.metric_extras}
         return signals_from_observation(files, joiner, window, policy.gpu_activity_max_pct)
     return collect_signals(snapshot.metrics, snapshot.timestamps, joiner, window, policy.gpu_activity_max_pct)

@@ -43,6 +43,7 @@ __all__ = [
     "ARGOCD_MARKS",
     "FLUX_MARKS",
     "KEEP_CODES",
+    "READ_KEYS",
     "Activity",
     "Holder",
     "WorkloadVerdict",
@@ -76,6 +77,17 @@ FLUX_MARKS: Final = (
 _DO_NOT_DISRUPT: Final = (
     ("rightsizer.io/do-not-disrupt", "true"),
     ("karpenter.sh/do-not-disrupt", "true"),
+)
+#: The label and annotation keys the verdicts read of an owner or autoscaler: what a snapshot keeps of them
+#: (``services.workload_reads.project``; every other key may hold anything, e.g. a last-applied spec).
+READ_KEYS: Final = frozenset(
+    {
+        ANN_SCALE_TO_ZERO,
+        ANN_KEDA_PAUSED_REPLICAS,
+        *ARGOCD_MARKS,
+        *FLUX_MARKS,
+        *(k for k, _v in _DO_NOT_DISRUPT),
+    }
 )
 
 

@@ -26,6 +26,7 @@ from rightsizer.domain.catalog import load_catalog
 from rightsizer.domain.dra_fields import claim_fields, slice_fields
 from rightsizer.domain.errors import PermanentError
 from rightsizer.domain.gpu import is_gpu_node
+from rightsizer.domain.health import XID_DOCUMENT, xid_queries
 from rightsizer.domain.model import (
     Node,
     PersistentVolume,
@@ -290,6 +291,20 @@ def _uncounted_targets(documents: Mapping[str, Any], counted: str) -> set[tuple[
     return named - have
 
 
+def xid_document(metrics: MetricsRangeReader, request: ObserveRequest, scope: tuple[str, ...] = ()) -> JSON:
+    """The ``xid.json`` document (issue 28): ``{"count": …, "last": …}``, the answers of
+    ``domain.health.xid_queries`` over (at − W, at] (dcgm-exporter ``DCGM_EXP_XID_ERRORS_COUNT`` per step,
+    ``DCGM_FI_DEV_XID_ERRORS`` window maximum); ``scope`` as in :func:`metric_documents`."""
+    end = float(int(request.at.timestamp()))
+    document: JSON = {}
+    for key, query in xid_queries(request.job, scope).items():
+        start, stop = query.span(end, request.window_seconds, request.step_seconds)
+        expr = query.expr(request.step_seconds, request.window_seconds)
+        answer = metrics.query_range_raw(expr, start, stop, float(request.step_seconds))
+        document[key] = json.loads(answer) if isinstance(answer, bytes | bytearray) else answer
+    return document
+
+
 def observe(
     cluster: ClusterReader,
     inventory: NodeGroupInventory | None,
@@ -354,6 +369,7 @@ def observe(
         documents["instances.json"] = inventory.describe_instances(ids)
     if metrics is not None:
         documents.update(metric_documents(metrics, request))
+        documents[XID_DOCUMENT] = xid_document(metrics, request)
     return Observation(documents)
 
 
@@ -469,7 +485,20 @@ def record(
     _stream(cluster, "persistentvolumeclaims", "persistentvolumeclaims.json", sink)
     _stream(cluster, "persistentvolumes", "persistentvolumes.json", sink)
     frozen = frozenset(gpu_nodes)
-    _stream(cluster, "pods", "pods.json", sink, lambda item: _lean_pod(item, frozen))
+    holders: set[str] = set()
+
+    def pod(item: JSON) -> JSON:
+        lean = _lean_pod(item, frozen)
+        if lean is item and (item.get("spec") or {}).get("nodeName") in frozen:
+            holders.update(holder_namespaces([Pod.model_validate(item)], frozen))
+        return lean
+
+    _stream(cluster, "pods", "pods.json", sink, pod)
+    if holders and isinstance(cluster, WorkloadWriter):  # as the live plan reads them (issue 32)
+        denied = set(cluster.preflight(list(WORKLOAD_READ_CHECKS.values())))
+        kinds = [k for k, check in WORKLOAD_READ_CHECKS.items() if check not in denied]
+        sink.begin("workloads.json")
+        workload_objects(cluster, sorted(holders), kinds, lambda item: sink.add("workloads.json", item))
     if dra:
         _stream(cluster, "resourceclaims", "resourceclaims.json", sink)
         _stream(cluster, "resourceslices", "resourceslices.json", sink)
@@ -483,4 +512,5 @@ def record(
             expr = query.expr(request.step_seconds, request.window_seconds)
             answer = metrics.query_range_raw(expr, start, stop, float(request.step_seconds))
             sink.put(query.path, bytes(answer) if isinstance(answer, bytes | bytearray) else answer)
+        sink.put(XID_DOCUMENT, xid_document(metrics, request))
     sink.put("snapshot.json", snapshot_meta(request))

@@ -5,15 +5,16 @@ running pod names them."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Final
 
 from rightsizer.domain.model import Pod
 from rightsizer.domain.pods import gpu_holding
-from rightsizer.domain.workload_model import RESOURCES
+from rightsizer.domain.workload_model import RESOURCES, KubeObject
+from rightsizer.domain.workloads import READ_KEYS
 from rightsizer.ports import JSON, AccessCheck, WorkloadWriter
 
-__all__ = ["WORKLOAD_READ_CHECKS", "holder_namespaces", "workload_objects"]
+__all__ = ["WORKLOAD_READ_CHECKS", "holder_namespaces", "project", "workload_objects"]
 
 #: One ``list`` permission per kind of ``RESOURCES``, asked by SelfSubjectAccessReview before reading: a
 #: kind the identity may not list is not read (its workloads read ``unknown_owner:not_read:…``, kept), so
@@ -36,17 +37,39 @@ def holder_namespaces(pods: Iterable[Pod], gpu_nodes: frozenset[str]) -> list[st
 
 
 def workload_objects(
-    cluster: WorkloadWriter, namespaces: Iterable[str], kinds: Sequence[tuple[str, str]]
+    cluster: WorkloadWriter,
+    namespaces: Iterable[str],
+    kinds: Sequence[tuple[str, str]],
+    visit: Callable[[JSON], None] | None = None,
 ) -> list[JSON]:
-    """Every object of the (group, kind)s ``kinds`` of ``RESOURCES`` in ``namespaces`` (one list per kind
-    and namespace; a kind the API server does not serve contributes nothing)."""
+    """Every object of the (group, kind)s ``kinds`` of ``RESOURCES`` in ``namespaces``, projected
+    (:func:`project`; one list per kind and namespace; a kind the API server does not serve contributes
+    nothing). With ``visit`` each is handed to it page by page and the answer is empty."""
     out: list[JSON] = []
+    keep = visit or out.append
     for namespace in namespaces:
         for group, kind in kinds:
-            for item in cluster.list_objects(group, kind, namespace):
+
+            def each(item: JSON, group: str = group, kind: str = kind) -> None:
                 if kind == "ReplicaSet" and (item.get("spec") or {}).get("replicas") == 0:
-                    continue
+                    return
                 item.setdefault("kind", kind)
                 item.setdefault("apiVersion", f"{group}/{RESOURCES[(group, kind)][0]}")
-                out.append(item)
+                keep(project(item))
+
+            cluster.list_objects(group, kind, namespace, each)
     return out
+
+
+def project(item: JSON) -> JSON:
+    """What the verdicts read of an object (``KubeObject``'s fields; labels and annotations cut to
+    ``domain.workloads.READ_KEYS``): a snapshot keeps no pod template, env value or last-applied spec."""
+    obj = KubeObject.model_validate(item)
+    meta = obj.metadata
+    kept = meta.model_copy(
+        update={
+            "labels": {k: v for k, v in meta.labels.items() if k in READ_KEYS},
+            "annotations": {k: v for k, v in meta.annotations.items() if k in READ_KEYS},
+        }
+    )
+    return obj.model_copy(update={"metadata": kept}).model_dump(mode="json", exclude_none=True)

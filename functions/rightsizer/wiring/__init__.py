@@ -12,8 +12,10 @@ contract in pyproject.toml).
 """
 
 from rightsizer.wiring.parts import (
+    APPROVAL_KEY_ENV,
     TOKEN_ENV,
     Observers,
+    approval_key_source,
     build_intake,
     build_metrics_reader,
     build_observers,
@@ -21,6 +23,7 @@ from rightsizer.wiring.parts import (
     observe_request,
     snapshot_from_observation,
     webhook_token,
+    webhook_token_source,
 )
 from rightsizer.wiring.runtime import (
     CONFIG_ENV,
@@ -39,6 +42,7 @@ from rightsizer.wiring.settings import (
 from rightsizer.wiring.stack import config_from_stack, stack_region
 
 __all__ = [
+    "APPROVAL_KEY_ENV",
     "CONFIG_ENV",
     "POLICY_MAX_AGE_S",
     "STATE_MACHINE_TIMEOUT_S",
@@ -48,6 +52,7 @@ __all__ = [
     "Observers",
     "PolicyProvider",
     "Runtime",
+    "approval_key_source",
     "build_intake",
     "build_metrics_reader",
     "build_observers",
@@ -60,4 +65,5 @@ __all__ = [
     "stack_region",
     "webhook_intake_from_env",
     "webhook_token",
+    "webhook_token_source",
 ]

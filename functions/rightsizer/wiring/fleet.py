@@ -227,7 +227,9 @@ def report_of_stack(stack: str, region: str | None = None) -> FleetReport:
     import boto3
     from botocore.exceptions import BotoCoreError, ClientError
 
-    session = boto3.session.Session(region_name=region)
+    from rightsizer.wiring.stack import stack_region
+
+    session = boto3.session.Session(region_name=stack_region(stack, region))  # ARN, --region or AWS config
     try:
         stacks = session.client("cloudformation").describe_stacks(StackName=stack)["Stacks"]
     except (ClientError, BotoCoreError) as exc:

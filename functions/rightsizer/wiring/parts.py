@@ -10,12 +10,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import secrets
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from rightsizer.config import Config
 from rightsizer.domain.errors import ConfigError
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
     from rightsizer.adapters.pricing import PriceListPrices
     from rightsizer.adapters.prometheus import PrometheusClient
     from rightsizer.domain.join import NodeJoiner
-    from rightsizer.services.approval import ApprovalDesk, ApprovalNotifier, TaskCallback
+    from rightsizer.services.approval import ApprovalDesk, ApprovalNotifier, LinkKey, TaskCallback
     from rightsizer.services.assess import PlanningAssessor
     from rightsizer.services.warm_pools import WarmPoolPort
     from rightsizer.services.webhook import DuplicateGuard, WebhookIntake
@@ -327,7 +328,22 @@ def live_signals(
         # validate) keeps its failed metrics as problems: that node is then unknown and not drained
         fail_share=None if scope else 0.5,
     )
-    return dataclasses.replace(snapshot, signals=signals)
+    longer = None
+    if not scope and policy.workloads.scale_to_zero and policy.workloads.idle_window != policy.idle_window:
+        # Workload verdicts judge nodes over the workloads' own window (issue 32): one more read, only when
+        # the policy acts on workloads (docs/workloads.md).
+        longer = collect_live(
+            client,
+            joiner or NodeJoiner(snapshot.nodes, snapshot.pods, node_label, snapshot.pod_addresses),
+            Window.ending(snapshot.meta.taken_at, policy.workloads.idle_window, snapshot.meta.step_seconds),
+            policy,
+            node_label,
+            job=config.prometheus.job,
+            shards=shards,
+            deadline_seconds=float(config.prometheus.deadline),
+            fail_share=0.5,
+        )
+    return dataclasses.replace(snapshot, signals=signals, workload_signals=longer)
 
 
 def build_observers(config: Config, *, page_size: int = 500) -> Observers:
@@ -458,6 +474,13 @@ def build_task_callback(config: Config) -> TaskCallback:
     return StepFunctionsCallback(_aws_client(config, "stepfunctions"))
 
 
+def caller_arn(config: Config) -> str:
+    """The caller's principal ARN from its own credentials (``rightsizer.adapters.caller``)."""
+    from rightsizer.adapters.caller import caller_arn as ask
+
+    return ask(_aws_client(config, "sts"))
+
+
 def build_approval_notifier(config: Config) -> ApprovalNotifier | None:
     """The SNS topic ``approval.topic_arn`` (``rightsizer.adapters.sns``), or None (requests are logged)."""
     if not config.approval.topic_arn:
@@ -490,7 +513,20 @@ def observe_live(
     request = observe_request(config, policy, at)
     # Page by page, keeping only what the plan reads (issue 11 item 7): nothing here is written to disk.
     observation = observe(observers.cluster, observers.inventory, None, request, project=True)
-    return live_signals(config, policy, snapshot_from_observation(observation), observers.metrics)
+    snapshot = snapshot_from_observation(observation)
+    return live_signals(config, policy, _with_xids(snapshot, observers.metrics, request), observers.metrics)
+
+
+def _with_xids(
+    snapshot: ClusterSnapshot, metrics: PrometheusClient, request: ObserveRequest, scope: tuple[str, ...] = ()
+) -> ClusterSnapshot:
+    """``snapshot`` with the XID answers read live (``services.snapshot.xid_document``, issue 28): the same
+    two queries and the same decoding as a written snapshot's ``xid.json``."""
+    from rightsizer.adapters.snapshot_dir import decode_xid_document
+    from rightsizer.services.snapshot import xid_document
+
+    answers = decode_xid_document(xid_document(metrics, request, scope))
+    return dataclasses.replace(snapshot, xid_answers=answers)
 
 
 def observe_node_live(
@@ -538,6 +574,7 @@ def observe_node_live(
         signals = signals_from_observation(files, joiner, window, float(policy.gpu_activity_max_pct))
         return dataclasses.replace(snapshot, signals=signals)
     scope = node_series_matchers(here, snapshot.pods, node_label)
+    snapshot = _with_xids(snapshot, observers.metrics, request, scope)
     return live_signals(config, policy, snapshot, observers.metrics, joiner=joiner, scope=scope)
 
 
@@ -643,6 +680,65 @@ def _secret_reference(name: str) -> str:
     return f"secretsmanager:{name}"
 
 
+#: Overrides ``approval.key_secret`` (``rightsizer serve``, tests): the approval links' key material.
+APPROVAL_KEY_ENV = "RIGHTSIZER_APPROVAL_KEY"
+#: The link key of a process that both signs and verifies its links (``rightsizer serve``, the demo)
+#: when none is configured: random per process, so links die with it and nothing else can mint them.
+_PROCESS_LINK_KEY: Final = secrets.token_bytes(32)
+
+
+def webhook_token_source(config: Config, environ: Mapping[str, str] | None = None) -> Callable[[], str]:
+    """The bearer token as a provider: ``RIGHTSIZER_WEBHOOK_TOKEN`` (fixed) when set, else
+    ``webhook.token_secret`` re-read every ``SECRET_MAX_AGE_S`` (``adapters.secrets.CachedSecret``), so a
+    rotated token is accepted by a warm webhook within minutes. Read once here (fail closed).
+
+    Raises:
+        ConfigError / PermanentError / TransientError: as :func:`webhook_token`.
+    """
+    from rightsizer.adapters.secrets import CachedSecret
+
+    env = os.environ if environ is None else environ
+    first = webhook_token(config, env)
+    if env.get(TOKEN_ENV):
+        return lambda: first
+    reference = _secret_reference(str(config.webhook.token_secret))
+    source = CachedSecret(
+        lambda: resolve_config_secret(config, reference, field="webhook.token_secret", environ=env)
+    )
+    source()  # the first read, from the cache: no second GetSecretValue
+    return source
+
+
+def approval_key_source(
+    config: Config, environ: Mapping[str, str] | None = None, *, process_key: bool = False
+) -> Callable[[], bytes] | None:
+    """The approval links' HMAC key as a provider (``domain.approval.derive_key`` of its own secret, never
+    of the webhook token): ``RIGHTSIZER_APPROVAL_KEY`` when set; else ``approval.key_secret`` re-read every
+    ``SECRET_MAX_AGE_S`` (a rotation signs and verifies with the new key within minutes; links signed
+    with the old one stop working, the CLI still decides); else, with ``process_key`` (a process that
+    verifies its own links: ``serve``, the demo), a random key of this process; else None (no links).
+
+    Raises:
+        ConfigError / PermanentError / TransientError: the configured secret cannot be read.
+    """
+    from rightsizer.adapters.secrets import CachedSecret
+    from rightsizer.domain.approval import derive_key
+
+    env = os.environ if environ is None else environ
+    if env.get(APPROVAL_KEY_ENV):
+        register_secret(env[APPROVAL_KEY_ENV])
+        fixed = derive_key(env[APPROVAL_KEY_ENV])
+        return lambda: fixed
+    if config.approval.key_secret:
+        reference = _secret_reference(config.approval.key_secret)
+        source = CachedSecret(
+            lambda: resolve_config_secret(config, reference, field="approval.key_secret", environ=env)
+        )
+        source()  # fail closed now, not at the first link
+        return lambda: derive_key(source())
+    return (lambda: _PROCESS_LINK_KEY) if process_key else None
+
+
 def webhook_token(config: Config, environ: Mapping[str, str] | None = None) -> str:
     """The bearer token: ``RIGHTSIZER_WEBHOOK_TOKEN`` when set, else ``webhook.token_secret`` resolved
     (Secrets Manager secret name/ARN, SSM SecureString ``/name``, or an ``env:``/``file:`` reference).
@@ -670,9 +766,11 @@ def build_intake(
     guard: DuplicateGuard | None = None,
     environ: Mapping[str, str] | None = None,
     approval_store: ApprovalStore | None = None,
+    link_key: LinkKey | None = None,
 ) -> WebhookIntake:
     """The intake for ``config``: token, leases and de-duplication on the state table (``aws.table``)
-    unless ``leases``/``guard`` are given, node labels from the policy, the Powertools logger.
+    unless ``leases``/``guard`` are given, node labels from the policy, the Powertools logger; approval
+    links verified with ``link_key`` (default: :func:`approval_key_source`, no links without one).
 
     Idempotency items go to the state table under ``pk`` = ``idempotency#<AWS_LAMBDA_FUNCTION_NAME or
     alert_webhook>`` (the prefix ``rightsizer.adapters.dynamodb_state`` reserves for them).
@@ -683,7 +781,9 @@ def build_intake(
     from rightsizer.services.webhook import PowertoolsDuplicateGuard, WebhookIntake
     from rightsizer.webhook_log import FUNCTION_NAME, logger
 
-    token = webhook_token(config, environ)
+    token = webhook_token_source(config, environ)
+    if link_key is None:
+        link_key = approval_key_source(config, environ)
     if leases is None or guard is None:
         if not config.aws.table:
             raise ConfigError("the webhook needs the state table", field="aws.table")
@@ -716,19 +816,19 @@ def build_intake(
         guard=guard,
         node_labels=config.policy.alert_node_labels,
         logger=logger,
-        approvals=approval_desk(config, token, store=approval_store),
+        approvals=approval_desk(config, link_key, store=approval_store),
     )
 
 
-def approval_desk(config: Config, secret: str, *, store: ApprovalStore | None = None) -> ApprovalDesk:
-    """The desk deciding approval requests: links signed with a key derived from ``secret`` (the webhook
-    token), the cluster's approval store, Step Functions callbacks. Builds clients, calls nothing."""
-    from rightsizer.domain.approval import derive_key
+def approval_desk(config: Config, key: LinkKey | None, *, store: ApprovalStore | None = None) -> ApprovalDesk:
+    """The desk deciding approval requests: links verified with ``key`` (the approval-link key, or its
+    provider; None refuses every link), the cluster's approval store, Step Functions callbacks. Builds
+    clients, calls nothing."""
     from rightsizer.services.approval import ApprovalDesk
 
     return ApprovalDesk(
         cluster=str(config.cluster.name or config.cluster.context or "local"),
         store=store if store is not None else build_approvals(config),
         callback=build_task_callback(config) if config.aws.table else None,
-        key=derive_key(secret),
+        key=key,
     )
