@@ -5,25 +5,28 @@
   mode; :func:`lambda_runtime` is the warm Lambda's.
 - ``settings`` — the deployment environment (one pydantic-settings model) and the policy provider
   (``max_age``, default 60 s).
-- ``parts`` — the builders of single adapters and clients the runtime assembles.
+- ``parts`` — the builders of single adapters and clients the runtime assembles; ``intake`` — the webhook
+  intake's (token and link-key sources, intake, approval desk).
 
 Only this package and ``rightsizer.adapters`` import boto3, botocore, kubernetes or httpx (an import
 contract in pyproject.toml).
 """
 
-from rightsizer.wiring.parts import (
+from rightsizer.wiring.intake import (
     APPROVAL_KEY_ENV,
     TOKEN_ENV,
-    Observers,
     approval_key_source,
     build_intake,
+    webhook_token,
+    webhook_token_source,
+)
+from rightsizer.wiring.parts import (
+    Observers,
     build_metrics_reader,
     build_observers,
     live_signals,
     observe_request,
     snapshot_from_observation,
-    webhook_token,
-    webhook_token_source,
 )
 from rightsizer.wiring.runtime import (
     CONFIG_ENV,

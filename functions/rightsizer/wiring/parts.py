@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
-import secrets
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from rightsizer.config import Config
 from rightsizer.domain.errors import ConfigError
@@ -45,10 +43,9 @@ if TYPE_CHECKING:
     from rightsizer.adapters.pricing import PriceListPrices
     from rightsizer.adapters.prometheus import PrometheusClient
     from rightsizer.domain.join import NodeJoiner
-    from rightsizer.services.approval import ApprovalDesk, ApprovalNotifier, LinkKey, TaskCallback
+    from rightsizer.services.approval import ApprovalNotifier, TaskCallback
     from rightsizer.services.assess import PlanningAssessor
     from rightsizer.services.warm_pools import WarmPoolPort
-    from rightsizer.services.webhook import DuplicateGuard, WebhookIntake
 
 __all__ = [
     "Observers",
@@ -56,7 +53,6 @@ __all__ = [
     "build_cluster_reader",
     "build_cluster_writer",
     "build_instance_reader",
-    "build_intake",
     "build_inventory",
     "build_local_state",
     "build_metrics_reader",
@@ -73,7 +69,6 @@ __all__ = [
     "observe_node_live",
     "observe_request",
     "snapshot_from_observation",
-    "webhook_token",
 ]
 
 log = logging.getLogger(__name__)
@@ -660,175 +655,3 @@ def build_nodegroup_sizer(config: Config) -> NodeGroupSizer:
     from rightsizer.adapters.eks_nodegroups import EksNodeGroups
 
     return EksNodeGroups(_aws_client(config, "eks"))
-
-
-# --------------------------------------------------------------------------------------------------
-# Webhook intake (the alert_webhook Lambda and ``rightsizer serve``)
-# --------------------------------------------------------------------------------------------------
-
-#: Overrides ``webhook.token_secret`` (``rightsizer serve``, tests).
-TOKEN_ENV = "RIGHTSIZER_WEBHOOK_TOKEN"  # noqa: S105 (a variable name, not a secret)
-
-
-def _secret_reference(name: str) -> str:
-    # ``webhook.token_secret`` is a bare Secrets Manager / SSM name (docs/architecture.md §5) or a full reference.
-    scheme = name.partition(":")[0]
-    if scheme in ("env", "file", "ssm", "secretsmanager"):
-        return name
-    if name.startswith("/") or name.startswith("arn:aws:ssm:"):
-        return f"ssm:{name}"
-    return f"secretsmanager:{name}"
-
-
-#: Overrides ``approval.key_secret`` (``rightsizer serve``, tests): the approval links' key material.
-APPROVAL_KEY_ENV = "RIGHTSIZER_APPROVAL_KEY"
-#: The link key of a process that both signs and verifies its links (``rightsizer serve``, the demo)
-#: when none is configured: random per process, so links die with it and nothing else can mint them.
-_PROCESS_LINK_KEY: Final = secrets.token_bytes(32)
-
-
-def webhook_token_source(config: Config, environ: Mapping[str, str] | None = None) -> Callable[[], str]:
-    """The bearer token as a provider: ``RIGHTSIZER_WEBHOOK_TOKEN`` (fixed) when set, else
-    ``webhook.token_secret`` re-read every ``SECRET_MAX_AGE_S`` (``adapters.secrets.CachedSecret``), so a
-    rotated token is accepted by a warm webhook within minutes. Read once here (fail closed).
-
-    Raises:
-        ConfigError / PermanentError / TransientError: as :func:`webhook_token`.
-    """
-    from rightsizer.adapters.secrets import CachedSecret
-
-    env = os.environ if environ is None else environ
-    first = webhook_token(config, env)
-    if env.get(TOKEN_ENV):
-        return lambda: first
-    reference = _secret_reference(str(config.webhook.token_secret))
-    source = CachedSecret(
-        lambda: resolve_config_secret(config, reference, field="webhook.token_secret", environ=env)
-    )
-    source()  # the first read, from the cache: no second GetSecretValue
-    return source
-
-
-def approval_key_source(
-    config: Config, environ: Mapping[str, str] | None = None, *, process_key: bool = False
-) -> Callable[[], bytes] | None:
-    """The approval links' HMAC key as a provider (``domain.approval.derive_key`` of its own secret, never
-    of the webhook token): ``RIGHTSIZER_APPROVAL_KEY`` when set; else ``approval.key_secret`` re-read every
-    ``SECRET_MAX_AGE_S`` (a rotation signs and verifies with the new key within minutes; links signed
-    with the old one stop working, the CLI still decides); else, with ``process_key`` (a process that
-    verifies its own links: ``serve``, the demo), a random key of this process; else None (no links).
-
-    Raises:
-        ConfigError / PermanentError / TransientError: the configured secret cannot be read.
-    """
-    from rightsizer.adapters.secrets import CachedSecret
-    from rightsizer.domain.approval import derive_key
-
-    env = os.environ if environ is None else environ
-    if env.get(APPROVAL_KEY_ENV):
-        register_secret(env[APPROVAL_KEY_ENV])
-        fixed = derive_key(env[APPROVAL_KEY_ENV])
-        return lambda: fixed
-    if config.approval.key_secret:
-        reference = _secret_reference(config.approval.key_secret)
-        source = CachedSecret(
-            lambda: resolve_config_secret(config, reference, field="approval.key_secret", environ=env)
-        )
-        source()  # fail closed now, not at the first link
-        return lambda: derive_key(source())
-    return (lambda: _PROCESS_LINK_KEY) if process_key else None
-
-
-def webhook_token(config: Config, environ: Mapping[str, str] | None = None) -> str:
-    """The bearer token: ``RIGHTSIZER_WEBHOOK_TOKEN`` when set, else ``webhook.token_secret`` resolved
-    (Secrets Manager secret name/ARN, SSM SecureString ``/name``, or an ``env:``/``file:`` reference).
-
-    Raises:
-        ConfigError: neither is set, or the secret does not exist (fail closed: no token, no intake).
-        PermanentError / TransientError: AWS refused or failed (``rightsizer.adapters.secrets``).
-    """
-    env = os.environ if environ is None else environ
-    if env.get(TOKEN_ENV):
-        register_secret(env[TOKEN_ENV])
-        return env[TOKEN_ENV]
-    if not config.webhook.token_secret:
-        raise ConfigError(f"set webhook.token_secret or {TOKEN_ENV}", field="webhook.token_secret")
-    return resolve_config_secret(
-        config, _secret_reference(config.webhook.token_secret), field="webhook.token_secret", environ=env
-    )
-
-
-def build_intake(
-    config: Config,
-    *,
-    starter: WorkflowStarter,
-    leases: LeaseStore | None = None,
-    guard: DuplicateGuard | None = None,
-    environ: Mapping[str, str] | None = None,
-    approval_store: ApprovalStore | None = None,
-    link_key: LinkKey | None = None,
-) -> WebhookIntake:
-    """The intake for ``config``: token, leases and de-duplication on the state table (``aws.table``)
-    unless ``leases``/``guard`` are given, node labels from the policy, the Powertools logger; approval
-    links verified with ``link_key`` (default: :func:`approval_key_source`, no links without one).
-
-    Idempotency items go to the state table under ``pk`` = ``idempotency#<AWS_LAMBDA_FUNCTION_NAME or
-    alert_webhook>`` (the prefix ``rightsizer.adapters.dynamodb_state`` reserves for them).
-
-    Raises:
-        ConfigError: no token, or no ``aws.table`` when leases or guard must be built.
-    """
-    from rightsizer.services.webhook import PowertoolsDuplicateGuard, WebhookIntake
-    from rightsizer.webhook_log import FUNCTION_NAME, logger
-
-    token = webhook_token_source(config, environ)
-    if link_key is None:
-        link_key = approval_key_source(config, environ)
-    if leases is None or guard is None:
-        if not config.aws.table:
-            raise ConfigError("the webhook needs the state table", field="aws.table")
-        import boto3
-        from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
-
-        from rightsizer.adapters.dynamodb_state import DynamoDbState
-
-        env = os.environ if environ is None else environ
-        client = boto3.session.Session(region_name=config.aws.region).client(
-            "dynamodb", endpoint_url=config.aws.endpoint_url
-        )
-        cluster = config.cluster.name or config.cluster.context or ""
-        leases = leases if leases is not None else DynamoDbState(client, config.aws.table, cluster)
-        if guard is None:
-            function = env.get("AWS_LAMBDA_FUNCTION_NAME") or FUNCTION_NAME
-            store = DynamoDBPersistenceLayer(
-                table_name=config.aws.table,
-                key_attr="pk",
-                sort_key_attr="sk",
-                expiry_attr="ttl",
-                static_pk_value=f"idempotency#{function}",
-                boto3_client=client,
-            )
-            guard = PowertoolsDuplicateGuard(store)
-    return WebhookIntake(
-        token=token,
-        starter=starter,
-        leases=leases,
-        guard=guard,
-        node_labels=config.policy.alert_node_labels,
-        logger=logger,
-        approvals=approval_desk(config, link_key, store=approval_store),
-    )
-
-
-def approval_desk(config: Config, key: LinkKey | None, *, store: ApprovalStore | None = None) -> ApprovalDesk:
-    """The desk deciding approval requests: links verified with ``key`` (the approval-link key, or its
-    provider; None refuses every link), the cluster's approval store, Step Functions callbacks. Builds
-    clients, calls nothing."""
-    from rightsizer.services.approval import ApprovalDesk
-
-    return ApprovalDesk(
-        cluster=str(config.cluster.name or config.cluster.context or "local"),
-        store=store if store is not None else build_approvals(config),
-        callback=build_task_callback(config) if config.aws.table else None,
-        key=key,
-    )

@@ -38,7 +38,7 @@ from rightsizer.ports import (
     WorkloadWriter,
 )
 from rightsizer.state import ApprovalStore, LeaseStore, PlanHistory, StateStore
-from rightsizer.wiring import parts
+from rightsizer.wiring import intake, parts
 from rightsizer.wiring.settings import (
     DeploymentSettings,
     PolicyProvider,
@@ -223,7 +223,7 @@ class Runtime:
         from rightsizer.services.approval import ApprovalGate
 
         try:
-            key = parts.approval_key_source(self._config, process_key=self._verifies_own_links)
+            key = intake.approval_key_source(self._config, process_key=self._verifies_own_links)
         except ConfigError as exc:
             log.warning("approval requests carry no links: %s", exc)
             key = None
@@ -465,18 +465,18 @@ class Runtime:
         if self.mode == "serve":
             from rightsizer.services.webhook import MemoryDuplicateGuard
 
-            parts.webhook_token(self._config, environ)  # fail closed before building anything else
+            intake.webhook_token(self._config, environ)  # fail closed before building anything else
             leases = leases if leases is not None else self.state
             if guard is None and not self._config.aws.table:
                 guard = MemoryDuplicateGuard()
-        return parts.build_intake(
+        return intake.build_intake(
             self.config,
             starter=starter or self.starter(),
             leases=leases,
             guard=guard,
             environ=environ,
             approval_store=self.approvals,
-            link_key=parts.approval_key_source(self._config, environ, process_key=self._verifies_own_links),
+            link_key=intake.approval_key_source(self._config, environ, process_key=self._verifies_own_links),
         )
 
     @property
