@@ -8,6 +8,7 @@ issue 31, docs/fleet.md), one handler each, one function and role each in ``temp
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime
 from typing import Any
 
@@ -24,6 +25,8 @@ from rightsizer.wiring.runtime import policy_provider
 
 logger = Logger(service="fleet")
 logsafety.install([logger.registered_handler])
+# One provider per warm container: the policy (SSM or inline) is re-read after its max_age, not per cluster.
+_policy = functools.lru_cache(maxsize=2)(policy_provider)
 
 
 class _Event(BaseModel):
@@ -66,7 +69,7 @@ def member(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     parsed = MemberEvent.model_validate(event)
     fleet = FleetSettings()  # type: ignore[call-arg]
     deployment = DeploymentSettings.from_env()
-    policy = policy_provider(deployment).get()
+    policy = _policy(deployment).get()
 
     def config_for(target: FleetTarget) -> Any:
         return member_config(

@@ -159,6 +159,11 @@ class ApprovalConfig(_Section):
     url: str | None = Field(
         None, description="The webhook's public base URL (Function URL) the approve/reject/snooze links use."
     )
+    key_secret: str | None = Field(
+        None,
+        description="The approval links' signing key: a Secrets Manager secret or SSM SecureString name, "
+        "its own secret (never the webhook token); RIGHTSIZER_APPROVAL_KEY wins when set.",
+    )
     notify_actions: bool = Field(
         False,
         description="Also publish every completed or rolled-back removal, resize, replacement and off-hours "

@@ -8,18 +8,21 @@ Bounded whatever the clients do (issue 14): connections are served by a fixed po
 ``SERVE_WORKERS`` threads with at most ``SERVE_BACKLOG`` more waiting (beyond that a connection is answered
 503 and closed at once); every socket read times out after ``READ_TIMEOUT_S`` and a request must arrive
 whole within ``REQUEST_TIMEOUT_S``, so a stalled or trickling connection is closed; a request with more
-than one ``Authorization`` header is answered 400 ``duplicate_authorization`` before anything else.
+than one ``Authorization`` header is answered 400 ``duplicate_authorization`` before anything else, and a
+POST without the bearer token is answered 401 before its body is read (issue 26), so senders without the
+token cannot hold the workers while they stall in a body.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import logging
 import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -27,6 +30,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import TYPE_CHECKING, Any, Final
 
 from rightsizer.config import Config
+from rightsizer.logsafety import redact_url
 from rightsizer.services.approval import APPROVAL_PATH
 from rightsizer.webhook_handler import LambdaHandler
 
@@ -56,6 +60,7 @@ SERVE_BACKLOG: Final = 32
 READ_TIMEOUT_S: Final = 10.0
 #: Seconds from the first byte of a request's body to its last: a trickling sender is cut off.
 REQUEST_TIMEOUT_S: Final = 30.0
+_UNAUTHORIZED: Final = b'{"error":"unauthorized","detail":"missing or wrong bearer token"}'
 _BUSY_BODY: Final = b'{"error":"server_busy","detail":"all workers busy; retry"}'
 _BUSY: Final = (
     b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\n"
@@ -158,6 +163,9 @@ class WebhookHTTPServer(HTTPServer):
         backlog: accepted connections allowed to wait for a worker (``SERVE_BACKLOG``); more get 503.
         read_timeout_s: seconds one socket read may block (``READ_TIMEOUT_S``).
         request_timeout_s: seconds a request body may take to arrive (``REQUEST_TIMEOUT_S``).
+        authenticate: asked with a POST's headers before its body is read (the intake's bearer check);
+            ``False`` is answered 401 and the connection closed, body unread. Approval links (authenticated
+            by the signed token in their body) are not asked. ``None``: every body is read.
     """
 
     def __init__(
@@ -170,14 +178,47 @@ class WebhookHTTPServer(HTTPServer):
         backlog: int = SERVE_BACKLOG,
         read_timeout_s: float = READ_TIMEOUT_S,
         request_timeout_s: float = REQUEST_TIMEOUT_S,
+        authenticate: Callable[[Mapping[str, str]], bool] | None = None,
     ) -> None:
         self.lambda_handler = handler
+        self.authenticate = authenticate
         self.max_body_bytes = max_body_bytes
         self.read_timeout_s = read_timeout_s
         self.request_timeout_s = request_timeout_s
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="serve")
         self._slots = threading.BoundedSemaphore(workers + backlog)
+        # Request heads in progress (socket -> deadline), cut by one reaper thread when late.
+        self._heads: dict[socket.socket, float] = {}
+        self._heads_lock = threading.Lock()
+        self._closing = threading.Event()
         super().__init__(address, _WebhookRequestHandler)
+        self._reaper = threading.Thread(target=self._reap, name="serve-heads", daemon=True)
+        self._reaper.start()
+
+    def head_started(self, connection: socket.socket) -> None:
+        """A request head begins on ``connection``: it must be whole within ``request_timeout_s``."""
+        with self._heads_lock:
+            self._heads[connection] = time.monotonic() + self.request_timeout_s
+
+    def head_done(self, connection: socket.socket) -> None:
+        """The head of ``connection``'s request arrived (or the request ended)."""
+        with self._heads_lock:
+            self._heads.pop(connection, None)
+
+    def _reap(self) -> None:
+        # A head trickled in a byte at a time (each read within the read timeout) would hold a worker for
+        # ever: past its deadline the socket is shut down, and the worker's blocked read ends.
+        tick = max(0.05, min(0.5, self.request_timeout_s / 4))
+        while not self._closing.wait(tick):
+            now = time.monotonic()
+            with self._heads_lock:
+                late = [c for c, deadline in self._heads.items() if deadline < now]
+                for connection in late:
+                    del self._heads[connection]
+            for connection in late:
+                log.warning("serve: a request head arrived too slowly; connection closed")
+                with contextlib.suppress(OSError):
+                    connection.shutdown(socket.SHUT_RDWR)
 
     @property
     def url(self) -> str:
@@ -225,6 +266,7 @@ class WebhookHTTPServer(HTTPServer):
 
     def server_close(self) -> None:
         """Stop accepting, then stop the workers (connections in progress are cut at their next read)."""
+        self._closing.set()
         super().server_close()
         self._pool.shutdown(wait=False, cancel_futures=True)
 
@@ -240,6 +282,20 @@ class _WebhookRequestHandler(BaseHTTPRequestHandler):
         super().setup()
         # Every read and write of this connection is bounded: a stalled peer is closed, never waited on.
         self.connection.settimeout(self.server.read_timeout_s)
+
+    def handle_one_request(self) -> None:
+        # The request line and headers must arrive whole within request_timeout_s (the server's reaper
+        # cuts a late head); the body has its own deadline (_read_body).
+        self.server.head_started(self.connection)
+        try:
+            super().handle_one_request()
+        finally:
+            self.server.head_done(self.connection)
+
+    def parse_request(self) -> bool:
+        parsed = super().parse_request()  # reads the headers
+        self.server.head_done(self.connection)
+        return parsed
 
     def _read_body(self, length: int) -> bytes | None:
         """Up to ``length`` bytes of body within ``request_timeout_s``; None when the sender stalled."""
@@ -269,6 +325,15 @@ class _WebhookRequestHandler(BaseHTTPRequestHandler):
                 close=True,
             )
             return
+        if (
+            self.server.authenticate is not None
+            and self.path.partition("?")[0].rstrip("/") != APPROVAL_PATH
+            and not self.server.authenticate({k.lower(): v for k, v in self.headers.items()})
+        ):
+            # Before the body: a sender without the token never holds a worker while it trickles one in.
+            self._reply(401, {"content-type": "application/json"}, _UNAUTHORIZED, close=True)
+            self._discard_sent()
+            return
         length_header = self.headers.get("Content-Length")
         if length_header is None or not length_header.isdigit():
             self._reply(411, {"content-type": "application/json"}, b'{"error":"length_required"}', close=True)
@@ -286,6 +351,18 @@ class _WebhookRequestHandler(BaseHTTPRequestHandler):
             self.close_connection = True
             return
         self._forward("POST", body, close)
+
+    def _discard_sent(self) -> None:
+        """Read what the client already sent (at most 64 KiB, never waiting for more), so closing does not
+        send a TCP reset that could destroy the answer before the client reads it."""
+        try:
+            self.wfile.flush()
+            self.connection.setblocking(False)
+            for _ in range(16):
+                if not self.rfile.read1(4096):
+                    break
+        except (OSError, ValueError, TypeError):  # nothing more buffered (BlockingIOError), or closed
+            pass
 
     def _forward(self, method: str, body: bytes, close: bool) -> None:
         path, _, query = self.path.partition("?")
@@ -334,7 +411,8 @@ class _WebhookRequestHandler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def log_message(self, format: str, *args: Any) -> None:
-        log.debug("serve: %s - %s", self.address_string(), format % args)
+        # The access line names the request line: an approval link's ?token= is a credential (issue 26).
+        log.debug("serve: %s - %s", self.address_string(), redact_url(format % args))
 
 
 def build_serve_starter(config: Config, state: StateStore, *, execute: bool) -> WorkflowStarter:
@@ -380,4 +458,6 @@ def build_webhook_server(
     runtime = Runtime(config, "serve", dry_run=not execute, state=state)
     intake = runtime.webhook_intake(starter=starter, guard=guard, environ=environ)
     handler = function_url_handler(lambda: intake)
-    return WebhookHTTPServer(("127.0.0.1", port), handler, max_body_bytes=MAX_BODY_BYTES)
+    return WebhookHTTPServer(
+        ("127.0.0.1", port), handler, max_body_bytes=MAX_BODY_BYTES, authenticate=intake.authenticates
+    )

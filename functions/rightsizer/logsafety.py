@@ -30,8 +30,8 @@ import logging
 import os
 import re
 import threading
-from collections.abc import Iterable
-from typing import Final
+from collections.abc import Callable, Iterable
+from typing import Any, Final
 
 __all__ = [
     "CREDENTIAL_ENV",
@@ -39,7 +39,9 @@ __all__ = [
     "SDK_LOGGERS",
     "RedactingFilter",
     "install",
+    "is_credential_name",
     "redact",
+    "redact_url",
     "register_secret",
 ]
 
@@ -59,6 +61,16 @@ SDK_LOGGERS: Final = (
 #: patterns still apply. Real tokens and keys are far longer.
 MIN_SECRET_LEN: Final = 8
 
+# A URL's userinfo (``https://user:password@host``), whoever prints the URL (issue 26).
+_URL_USERINFO: Final = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^/\s@'\"<>]+@")
+# Credential-bearing query parameters (``?token=``, ``access_token``, ``api_key``, ``X-Amz-Signature``,
+# ``sig``, ``password``…), in a URL or a request line.
+_CREDENTIAL_WORD: Final = r"(?:token|key|secret|passw(?:or)?d|pwd|auth|sig|signature|credential|session)"
+_URL_CREDENTIAL_PARAM: Final = re.compile(
+    rf"(?i)([?&;][a-z0-9_.\-]*{_CREDENTIAL_WORD}[a-z0-9_.\-]*=)[^&\s'\"#<>]+"
+)
+_CREDENTIAL_NAME: Final = re.compile(rf"(?i){_CREDENTIAL_WORD}")
+
 _PATTERNS: Final = (
     # A short lower-case word after "bearer"/"basic" is prose ("wrong bearer token"), never a credential.
     (
@@ -68,6 +80,8 @@ _PATTERNS: Final = (
         r"\1\2" + REDACTED,
     ),
     (re.compile(r"k8s-aws-v1\.[A-Za-z0-9_\-]+"), "k8s-aws-v1." + REDACTED),
+    (_URL_USERINFO, r"\1" + REDACTED + "@"),
+    (_URL_CREDENTIAL_PARAM, r"\1" + REDACTED),
     (
         re.compile(
             r"(?i)(x-amz-(?:security-token|credential|signature)['\"]?\s*[:=]\s*b?['\"]?)[^'\"&\s,;}]+"
@@ -94,6 +108,18 @@ def register_secret(value: str | None) -> None:
     if value and len(value) >= MIN_SECRET_LEN and value not in _secrets:
         with _lock:
             _secrets = _secrets | {value}
+
+
+def is_credential_name(name: str) -> bool:
+    """True for a query parameter or field name that carries a credential (``token``, ``api_key``,
+    ``X-Amz-Signature``, ``password``…): its value is redacted from every URL logged."""
+    return bool(_CREDENTIAL_NAME.search(name))
+
+
+def redact_url(url: str) -> str:
+    """``url`` without its userinfo and with every credential-bearing query value replaced by
+    ``<redacted>`` (the form every log line and error message shows a URL in)."""
+    return _URL_CREDENTIAL_PARAM.sub(r"\1" + REDACTED, _URL_USERINFO.sub(r"\1" + REDACTED + "@", url))
 
 
 def redact(text: str) -> str:
@@ -136,13 +162,32 @@ CREDENTIAL_ENV: Final = (
     "AWS_SESSION_TOKEN",
     "AWS_SECURITY_TOKEN",
     "RIGHTSIZER_WEBHOOK_TOKEN",
+    "RIGHTSIZER_APPROVAL_KEY",
 )
 
 
+def _redacting_factory(factory: Callable[..., logging.LogRecord]) -> Callable[..., logging.LogRecord]:
+    def make(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = factory(*args, **kwargs)
+        _FILTER.filter(record)
+        return record
+
+    make.redacting = True  # type: ignore[attr-defined]
+    return make
+
+
 def install(handlers: Iterable[logging.Handler] = ()) -> None:
-    """Floor the SDK loggers at INFO and put the redacting filter on the root logger's handlers and on
-    ``handlers`` (a Powertools ``Logger``'s, which do not propagate to the root); register the
-    credentials of ``CREDENTIAL_ENV`` present in the environment. Idempotent."""
+    """Redact every log record as it is made, floor the SDK loggers at INFO, and put the redacting
+    filter on the root logger's handlers and on ``handlers`` (a Powertools ``Logger``'s, which do not
+    propagate to the root); register the credentials of ``CREDENTIAL_ENV`` present in the environment.
+    Idempotent.
+
+    The record factory (``logging.setLogRecordFactory``) redacts each record where it is created, before
+    any logger's filters or any handler — ours, httpx's INFO request lines, botocore's, urllib3's, a
+    handler added later (pytest's, a user's) — sees it; the handler filter is kept for tracebacks, which
+    are formatted later."""
+    if not getattr(logging.getLogRecordFactory(), "redacting", False):
+        logging.setLogRecordFactory(_redacting_factory(logging.getLogRecordFactory()))
     for name in CREDENTIAL_ENV:
         register_secret(os.environ.get(name))
     for name in SDK_LOGGERS:

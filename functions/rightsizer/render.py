@@ -86,6 +86,7 @@ def render_plan(plan: Plan, *, max_reasons: int = 4) -> str:
                 out.extend("        " + line for line in manifest.rstrip().splitlines())
     else:
         out.append("No actions.")
+    out.extend(_reservations([r.model_dump(mode="json") for r in plan.reservations]))
     if plan.unmapped:
         out.append(f"\n{len(plan.unmapped)} series could not be joined to a node (see --json 'unmapped').")
     if plan.showback is not None and plan.showback.holders:
@@ -101,6 +102,22 @@ def render_plan(plan: Plan, *, max_reasons: int = 4) -> str:
         f"{plan.savings.monthly_usd:,.2f} USD/month"
     )
     return "\n".join(out)
+
+
+def _reservations(reservations: list[dict[str, Any]]) -> list[str]:
+    """Lines for the capacity reservations (``Plan.reservations``): unused USD/h, end, advice."""
+    if not reservations:
+        return []
+    out = ["", "Capacity reservations (kept unless release_reserved_capacity):"]
+    for r in reservations:
+        ends = f", ends {r['end']}" if r["end"] else ""
+        idle = ", ".join(r["idle_nodes"]) or "none"
+        out.append(
+            f"  {r['reservation_id']} ({r['kind']}, {r['instance_type'] or '?'}{ends}): unused "
+            f"{_money(r['unused_usd_per_hour'])} USD/h — idle nodes {idle}, {r['available']} empty slot(s); "
+            f"{r['advice']}"
+        )
+    return out
 
 
 def render_showback(showback: dict[str, Any]) -> list[str]:
@@ -216,6 +233,7 @@ def render_status(report: dict[str, Any]) -> str:
             f"  {g['node_group']}: min {s['min']} / desired {s['desired']} / max {s['max']} "
             f"saved {g['saved_at']}{restoring}"
         )
+    out.extend(_reservations(report.get("reservations") or []))
     savings = report["savings"]
     out += ["", "Realized savings (ledger):"]
     for r in savings["by_day_and_node_group"]:

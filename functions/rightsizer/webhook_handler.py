@@ -8,32 +8,23 @@ the webhook locally exactly as Lambda runs it (docs/architecture.md §5 "Webhook
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any
 
-from aws_lambda_powertools import Logger
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.parser import parse
 from aws_lambda_powertools.utilities.parser.models import LambdaFunctionUrlModel
 from pydantic import ValidationError
 
-from rightsizer import logsafety
 from rightsizer.services.approval import APPROVAL_PATH
 from rightsizer.services.webhook import WebhookIntake, WebhookRequest, WebhookResponse
+from rightsizer.webhook_log import FUNCTION_NAME as FUNCTION_NAME
+from rightsizer.webhook_log import logger as logger
 
 __all__ = ["FUNCTION_NAME", "LambdaHandler", "function_url_handler", "logger"]
 
-#: The Lambda function's name in the template, and the Powertools service name of its logs.
-FUNCTION_NAME: Final = "alert_webhook"
-
 #: The Lambda handler's signature: Function URL event and context in, ``{statusCode, headers, body}`` out.
 LambdaHandler = Callable[[dict[str, Any], Any], dict[str, Any]]
-
-# stderr: Lambda sends it to CloudWatch like stdout, and ``rightsizer serve`` keeps stdout for data.
-logger = Logger(service=FUNCTION_NAME, stream=sys.stderr)
-# No log level prints a credential: SDK loggers floored at INFO, every handler redacts (issue 14).
-logsafety.install([logger.registered_handler])
 
 
 def function_url_handler(intake: Callable[[], WebhookIntake]) -> LambdaHandler:
@@ -57,7 +48,16 @@ def function_url_handler(intake: Callable[[], WebhookIntake]) -> LambdaHandler:
                 400, {"error": "invalid_event", "detail": "not a Function URL event"}
             ).to_function_url()
         body = url.body if isinstance(url.body, str) else None
-        request = WebhookRequest(url.headers, body, bool(url.isBase64Encoded), url.requestContext.requestId)
+        context_ = url.requestContext
+        # Powertools parses sourceIp as a network (``203.0.113.9/32``): the address is its only member.
+        source = context_.http.sourceIp
+        request = WebhookRequest(
+            url.headers,
+            body,
+            bool(url.isBase64Encoded),
+            context_.requestId,
+            str(getattr(source, "network_address", source)),
+        )
         if url.rawPath.rstrip("/") == APPROVAL_PATH:
             method = url.requestContext.http.method.upper()
             return intake().handle_approval(method, url.rawQueryString or "", request).to_function_url()

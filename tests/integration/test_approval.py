@@ -186,13 +186,18 @@ def test_reject_by_link_abandons_with_nothing_cordoned(world: World) -> None:
 
     assert run.status == "SUCCEEDED"  # abandoned is a normal end (exit 0), not a failed drain
     assert run.output["drain"]["status"] == "abandoned"
-    assert run.output["drain"]["message"] == "approval_rejected:link"
+    # the decider is the link and where its request came from (issue 26), never a declared name
+    decider = "link from 127.0.0.1 (request "
+    assert run.output["drain"]["message"].startswith(f"approval_rejected:{decider}"), run.output
     assert world.never_cordoned() and world.scaler.terminated == []
     assert world.state.get(NODE) is None and world.state.slots() == []  # lease and slot given back
     [(kind, (error, _cause))] = world.tokens.outcomes.values()
     assert (kind, error) == ("failure", "ApprovalRejected")
     [entry] = world.state.entries(EXECUTION)
-    assert (entry.step, entry.result, entry.reason) == ("approval", "abandoned", "approval_rejected:link")
+    assert (entry.step, entry.result) == ("approval", "abandoned")
+    assert entry.reason.startswith(f"approval_rejected:{decider}"), entry.reason
+    stored = world.approvals.get_approval(EXECUTION)
+    assert stored is not None and (stored.decided_by or "").startswith(decider)
 
 
 def test_unanswered_request_times_out_and_abandons(world: World) -> None:
@@ -371,9 +376,9 @@ def _approval_events(cluster: FakeClusterWriter) -> list[tuple[str, str, str]]:
 @pytest.mark.parametrize(
     ("action", "reason", "kind", "says"),
     [
-        ("approve", "ApprovalGranted", "Normal", "link approved draining the node"),
-        ("reject", "ApprovalRejected", "Normal", "link rejected draining the node"),
-        ("snooze", "ApprovalSnoozed", "Normal", "link snoozed the node's removal until 2026-11-0"),
+        ("approve", "ApprovalGranted", "Normal", ") approved draining the node"),
+        ("reject", "ApprovalRejected", "Normal", ") rejected draining the node"),
+        ("snooze", "ApprovalSnoozed", "Normal", ") snoozed the node's removal until 2026-11-0"),
         (None, "ApprovalTimedOut", "Warning", "nobody approved draining the node in time"),
     ],
 )
@@ -395,6 +400,8 @@ def test_each_approval_outcome_is_one_event_on_the_node(
         in asked
     )
     assert (outcome, outcome_kind) == (reason, kind) and says in told and EXECUTION in told
+    if action is not None:  # decided by the link, from where its request came (issue 26)
+        assert told.startswith("link from 127.0.0.1 (request "), told
     if action != "approve":
         assert told.endswith("the drain is abandoned, nothing was cordoned")
     else:  # approved before the cordon's own Event

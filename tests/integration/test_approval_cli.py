@@ -108,6 +108,43 @@ def test_unknown_execution_and_bad_duration_are_bad_input(
     assert approvals.get_approval("gpu-2-exec").status == "pending"  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize("duration", ["31d", "721h", "8760000h", "99999999999999h", "9" * 400 + "h", "0s"])
+def test_a_snooze_past_the_cap_is_bad_input_naming_the_cap_and_changes_nothing(
+    approvals: DynamoDbApprovals, capsys: pytest.CaptureFixture[str], duration: str
+) -> None:
+    # Issue 26: --for 8760000h was accepted (snoozed to the year 3026), 99999999999999h crashed with an
+    # OverflowError traceback. The cap is the policy's: a snooze lasts at most 30 days.
+    with recording() as recorder:
+        code = main(["snooze", "gpu-2-exec", "--for", duration, "--stack", STACK])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "Traceback" not in err and "--for" in err, err
+    assert "30d" in err or "3650d" in err, err
+    assert approvals.get_approval("gpu-2-exec").status == "pending"  # type: ignore[union-attr]
+    assert not approvals.snoozes(datetime.now(UTC))
+    assert not [c for c in recorder.calls if c.action.startswith(("states:", "dynamodb:Update"))]
+
+
+def test_the_decider_is_the_callers_aws_principal_never_user(
+    approvals: DynamoDbApprovals, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a caller who says they are someone else
+    monkeypatch.setenv("USER", "anyone")
+    monkeypatch.setenv("LOGNAME", "anyone")
+    arn = boto3.session.Session(region_name="us-east-1").client("sts").get_caller_identity()["Arn"]
+
+    # WHEN they decide from the CLI
+    with recording() as recorder:
+        assert main(["reject", "gpu-1-exec", "--stack", STACK]) == 0
+
+    # THEN the request records the principal STS authenticated, and asked STS before deciding
+    stored = approvals.get_approval("gpu-1-exec")
+    assert stored is not None and stored.decided_by == f"cli:{arn}"
+    assert "anyone" not in (stored.decided_by or "")
+    actions = [c.action for c in recorder.calls]
+    assert actions.index("sts:GetCallerIdentity") < actions.index("dynamodb:UpdateItem"), actions
+
+
 def test_snooze_without_for_lasts_the_deployed_policys_approval_snooze(
     approvals: DynamoDbApprovals, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -16,7 +16,8 @@ from rightsizer.testing.moto_eks import MotoServer, reset_moto
 from tests.support.fleet_scale import build_organisation, fleet_environment, run_fleet, stub_assessment
 
 pytest_plugins = ["tests.support.moto_fixtures"]
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+# ~200-270 s on a loaded 2-core machine (moto answers ~1,050 discovery calls over HTTP): past the 300 s default.
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
 
 ACCOUNTS, REGIONS, PER_REGION = 10, ["us-east-1", "eu-west-1"], 50
 CLUSTERS = ACCOUNTS * len(REGIONS) * PER_REGION

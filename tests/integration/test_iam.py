@@ -35,7 +35,8 @@ from rightsizer.adapters.kubernetes import KubernetesCluster
 from rightsizer.domain.model import ANN_CORDONED_BY, TAG_ENABLED
 from rightsizer.state import WorkflowRecord
 from rightsizer.testing.k8s import RecordedRequest
-from rightsizer.testing.moto_eks import seed_instance
+from rightsizer.testing.moto_eks import ACCOUNT_ID, seed_instance
+from rightsizer.testing.moto_gaps import place_in_reservation
 from rightsizer.wiring import clear_lambda_runtime as clear_caches
 from tests.builders import claim_volume, gpu_node, pod, pv, pvc
 from tests.integration.test_handlers import (
@@ -69,6 +70,7 @@ __all__ = ["deployment"]  # the fixture, re-used from test_handlers
 
 POLICY_PARAMETER = "/rightsizer/policy"
 TOKEN = "iam-test-webhook-token"
+LINK_KEY = "iam-test-approval-link-key"  # its own secret, never derived from TOKEN (issue 26)
 
 
 @dataclass
@@ -80,6 +82,7 @@ class Deployed:
     session: boto3.session.Session
     parameters: dict[str, str]
     token_secret_arn: str = ""
+    link_key_secret_arn: str = ""
     topic_arn: str = ""
     #: Kubernetes requests each function made, under the ClusterRoles its identity is bound to.
     k8s: dict[str, list[RecordedRequest]] = field(default_factory=dict)
@@ -97,6 +100,7 @@ class Deployed:
                 "StateTable": TABLE,
                 "DrainStateMachine": self.base.state_machine_arn,
                 "WebhookTokenSecret": self.token_secret_arn or "arn:aws:secretsmanager:none",
+                "ApprovalLinkKeySecret": self.link_key_secret_arn or "arn:aws:secretsmanager:none-key",
                 "AlarmTopic": self.topic_arn or "arn:aws:sns:none",
                 "ObservePolicy": "ObservePolicy",
                 "StartDrainPolicy": "StartDrainPolicy",
@@ -112,10 +116,24 @@ def deployed(deployment: Deployment, tmp_path: Path, monkeypatch: pytest.MonkeyP
     endpoint_url = deployment.sfn.meta.endpoint_url
     session = boto3.session.Session(region_name="us-east-1")
     session.client("ssm", endpoint_url=endpoint_url).put_parameter(
-        Name=POLICY_PARAMETER, Type="SecureString", Value=POLICY + "dry_run: false\n"
+        Name=POLICY_PARAMETER,
+        Type="SecureString",
+        Value=POLICY + "dry_run: false\nrelease_reserved_capacity: true\n",
     )
     # One spot instance in the cluster: the inventory prices it (ec2:DescribeSpotPriceHistory).
     seed_instance(deployment.cluster.nodegroups["gpu-a10g"].instance_ids[1], lifecycle="spot")
+    # gpu-idle runs in an On-Demand Capacity Reservation (ec2:DescribeCapacityReservations); the policy
+    # releases reserved capacity so the flows still drain it.
+    ec2 = session.client("ec2", endpoint_url=endpoint_url)
+    odcr = ec2.create_capacity_reservation(
+        InstanceType="g5.2xlarge",
+        InstancePlatform="Linux/UNIX",
+        AvailabilityZone="us-east-1a",
+        InstanceCount=1,
+    )["CapacityReservation"]["CapacityReservationId"]
+    place_in_reservation(
+        ACCOUNT_ID, "us-east-1", deployment.cluster.nodegroups["gpu-a10g"].instance_ids[0], odcr
+    )
     deployment.double.set_resource_api_versions(("v1",))  # DRA served: its reads are part of the flows
     monkeypatch.setenv("RIGHTSIZER_DRY_RUN", "false")
     monkeypatch.setenv("RIGHTSIZER_POLICY_PARAMETER", POLICY_PARAMETER)
@@ -167,12 +185,15 @@ def verify_role(deployed: Deployed, role: str, calls: list[Call]) -> RolePolicy:
 
 
 @contextmanager
-def as_function(deployed: Deployed, function: str) -> Iterator[None]:
+def as_function(
+    deployed: Deployed, function: str, conditions: frozenset[str] = frozenset()
+) -> Iterator[None]:
     """Run the block as ``function``'s Kubernetes identity: the double enforces exactly the ClusterRoles
-    ``infra/k8s/rbac.yaml`` binds to its access entry's groups (a missing verb answers 403, which fails
-    the flow); the requests are kept for the unused-verb check."""
+    ``infra/k8s/rbac.yaml`` binds to its access entry's groups (for the template ``conditions`` that
+    hold; a missing verb answers 403, which fails the flow); the requests are kept for the unused-verb
+    check."""
     double = deployed.base.double
-    double.bind_cluster_role(rbac.function_role(function))
+    double.bind_cluster_role(rbac.function_role(function, conditions))
     double.clear_requests()
     try:
         yield
@@ -184,14 +205,23 @@ def as_function(deployed: Deployed, function: str) -> Iterator[None]:
     assert not forbidden, f"{function}: RBAC of infra/k8s/rbac.yaml refused {forbidden}"
 
 
-def verify_rbac(deployed: Deployed, functions: Iterable[str]) -> None:
-    """Every verb of each ClusterRole bound only to ``functions`` was used by their requests."""
+def verify_rbac(
+    deployed: Deployed,
+    functions: Iterable[str],
+    conditions: frozenset[str] = frozenset(),
+    roles: Iterable[str] | None = None,
+) -> None:
+    """Every verb of each ClusterRole bound only to ``functions`` (or of ``roles`` among them) was used by
+    their requests."""
     functions = set(functions)
     bound: dict[str, set[str]] = {}
     for function in rbac.FUNCTION_ROLES:
-        for role in rbac.cluster_roles_of(function):
+        for role in rbac.cluster_roles_of(function, conditions):
             bound.setdefault(role, set()).add(function)
     checked = [role for role, users in bound.items() if users <= functions]
+    if roles is not None:
+        assert set(roles) <= set(checked), (sorted(roles), checked)
+        checked = list(roles)
     assert checked, f"no ClusterRole is bound only to {sorted(functions)}"
     requests = [r for f in functions for r in deployed.k8s.get(f, [])]
     for role in checked:
@@ -293,8 +323,13 @@ def test_webhook_role_holds_exactly_what_the_intake_calls(
 ) -> None:
     secrets = deployed.session.client("secretsmanager", endpoint_url=deployed.endpoint_url)
     deployed.token_secret_arn = secrets.create_secret(Name="rightsizer-webhook", SecretString=TOKEN)["ARN"]
+    deployed.link_key_secret_arn = secrets.create_secret(Name="rightsizer-link-key", SecretString=LINK_KEY)[
+        "ARN"
+    ]
     monkeypatch.setenv("RIGHTSIZER_WEBHOOK_TOKEN_SECRET", "rightsizer-webhook")
+    monkeypatch.setenv("RIGHTSIZER_APPROVAL_KEY_SECRET", "rightsizer-link-key")
     monkeypatch.delenv("RIGHTSIZER_WEBHOOK_TOKEN", raising=False)
+    monkeypatch.delenv("RIGHTSIZER_APPROVAL_KEY", raising=False)
     monkeypatch.delenv("RIGHTSIZER_CONFIG", raising=False)
     functions = str(ROOT / "functions")
     if functions not in sys.path:
@@ -364,7 +399,7 @@ def approval_links(deployed: Deployed, webhook: Any) -> list[dict[str, Any]]:
         )
         claims = ApprovalClaims(action, deployed.cluster, f"exec-{n}", f"nonce-{n}", int(expires.timestamp()),  # type: ignore[arg-type]
                                 3600 if action == "snooze" else 0)  # fmt: skip
-        body = urlencode({"token": sign_token(derive_key(TOKEN), claims)}).encode()
+        body = urlencode({"token": sign_token(derive_key(LINK_KEY), claims)}).encode()
         link = function_url_event(
             method="POST",
             path="/approval",
@@ -390,6 +425,18 @@ def drain_flow(deployed: Deployed) -> list[Call]:
             "kind": "DaemonSet",
             "metadata": {"name": "dcgm-exporter-x-owner", "namespace": "monitoring"},
             "spec": {"selector": {"matchLabels": {"app": "dcgm"}}, "template": {"spec": {"containers": []}}},
+        }
+    )
+    # The exporter holds a DRA claim (a NIC, not a GPU): the one-node read lists its namespace's claims.
+    exporter["spec"]["resourceClaims"] = [{"name": "nic", "resourceClaimName": "exporter-nic"}]
+    double.add_resource_claim(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": "exporter-nic", "namespace": "monitoring"},
+            "spec": {
+                "devices": {"requests": [{"name": "nic", "exactly": {"deviceClassName": "nic.example.com"}}]}
+            },
         }
     )
     double.add_pod(exporter)
@@ -431,20 +478,27 @@ def drain_flow(deployed: Deployed) -> list[Call]:
 
 def approval_flow(deployed: Deployed, monkeypatch: pytest.MonkeyPatch) -> list[Call]:
     """A drain of gpu-idle under ``approval: required`` that nobody answers: validated, the request opened
-    and published (SNS; links signed with a key derived from the webhook token), then abandoned at the
+    and published (SNS; links signed with the approval-link key, its own secret), then abandoned at the
     timeout with nothing cordoned; returns the AWS calls. The policy is put back afterwards."""
     endpoint = deployed.endpoint_url
     deployed.topic_arn = deployed.session.client("sns", endpoint_url=endpoint).create_topic(
         Name="rightsizer-alarms"
     )["TopicArn"]
     secrets = deployed.session.client("secretsmanager", endpoint_url=endpoint)
-    deployed.token_secret_arn = secrets.create_secret(Name="rightsizer-webhook", SecretString=TOKEN)["ARN"]
+    deployed.link_key_secret_arn = secrets.create_secret(Name="rightsizer-link-key", SecretString=LINK_KEY)[
+        "ARN"
+    ]
     monkeypatch.setenv("RIGHTSIZER_APPROVAL_TOPIC_ARN", deployed.topic_arn)
     monkeypatch.setenv("RIGHTSIZER_APPROVAL_URL", "https://abc123.lambda-url.us-east-1.on.aws/")
-    monkeypatch.setenv("RIGHTSIZER_WEBHOOK_TOKEN_SECRET", "rightsizer-webhook")
+    monkeypatch.setenv("RIGHTSIZER_APPROVAL_KEY_SECRET", "rightsizer-link-key")
+    # the drain never reads the webhook token (issue 26): it is not even configured for it
+    monkeypatch.delenv("RIGHTSIZER_WEBHOOK_TOKEN_SECRET", raising=False)
     monkeypatch.delenv("RIGHTSIZER_WEBHOOK_TOKEN", raising=False)
+    monkeypatch.delenv("RIGHTSIZER_APPROVAL_KEY", raising=False)
     ssm = deployed.session.client("ssm", endpoint_url=endpoint)
-    asking = POLICY + "dry_run: false\napproval: required\napproval_timeout: 1\n"
+    asking = (
+        POLICY + "dry_run: false\napproval: required\napproval_timeout: 1\nrelease_reserved_capacity: true\n"
+    )
     ssm.put_parameter(Name=POLICY_PARAMETER, Type="SecureString", Value=asking, Overwrite=True)
     clear_caches()
     start = json.loads(json.dumps(event("drain-start")))
@@ -466,7 +520,10 @@ def approval_flow(deployed: Deployed, monkeypatch: pytest.MonkeyPatch) -> list[C
             done = drain({"action": "step", "execution_id": execution}, LambdaContext())
     finally:
         ssm.put_parameter(
-            Name=POLICY_PARAMETER, Type="SecureString", Value=POLICY + "dry_run: false\n", Overwrite=True
+            Name=POLICY_PARAMETER,
+            Type="SecureString",
+            Value=POLICY + "dry_run: false\nrelease_reserved_capacity: true\n",
+            Overwrite=True,
         )
         clear_caches()
     assert (done["status"], done["message"]) == ("abandoned", "approval_timeout"), done
@@ -517,6 +574,15 @@ def offhours_flow(deployed: Deployed, monkeypatch: pytest.MonkeyPatch) -> list[C
         "gpu-idle", instance_type="g6.xlarge", gpus=1, instance_id=group.instance_ids[0], nodegroup="gpu-l4"
     )
     deployed.base.double.add_node(node)
+    # in an On-Demand Capacity Reservation (released by the policy): the tick's assessment reads it
+    ec2 = deployed.session.client("ec2", endpoint_url=deployed.endpoint_url)
+    odcr = ec2.create_capacity_reservation(
+        InstanceType="g6.xlarge",
+        InstancePlatform="Linux/UNIX",
+        AvailabilityZone="us-east-1a",
+        InstanceCount=1,
+    )["CapacityReservation"]["CapacityReservationId"]
+    place_in_reservation(ACCOUNT_ID, "us-east-1", group.instance_ids[0], odcr)
     autoscaling = deployed.session.client("autoscaling", endpoint_url=deployed.endpoint_url)
     offhours: Callable[[dict[str, Any], Any], dict[str, Any]] = handler("offhours")
 
@@ -566,15 +632,44 @@ def test_offhours_role_holds_exactly_what_a_down_and_up_cycle_calls(
     deployed: Deployed, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     verify_role(deployed, "OffhoursRole", offhours_flow(deployed, monkeypatch))
+    # Its own Kubernetes identity (issue 26: it was bound to the drain's ClusterRole, patch and evict
+    # included, though its cycle only lists): every verb of rightsizer-offhours used, none refused.
+    verify_rbac(deployed, ["offhours"])
+    assert {verb for _, _, verb in rbac.used(deployed.k8s["offhours"])} <= {"list", "create"}
 
 
-def test_the_acting_cluster_role_holds_exactly_what_drain_and_offhours_use(
-    deployed: Deployed, monkeypatch: pytest.MonkeyPatch
+def test_with_replacement_the_drains_extra_group_holds_exactly_the_fresh_plans_reads(
+    deployed: Deployed,
 ) -> None:
-    # Both functions are bound to ClusterRole rightsizer: each verb must be used by one of them.
-    drain_flow(deployed)
-    offhours_flow(deployed, monkeypatch)
-    verify_rbac(deployed, ["drain", "offhours"])
+    # GIVEN node group replacement enabled: the drain's access entry adds the group rightsizer-replace
+    replace = frozenset({"ReplaceNodeGroups"})
+    assert rbac.cluster_roles_of("drain", replace) == ["rightsizer", "rightsizer-replace"]
+    from rightsizer.wiring import lambda_runtime
+
+    # WHEN the replacement's fresh plan observes the cluster (ReplaceWorkflow's planner) as the drain
+    with as_function(deployed, "drain", replace):
+        snapshot = lambda_runtime().observe_fresh(datetime.now(UTC))
+
+    # THEN it read the whole cluster, and every verb of rightsizer-replace was used, none refused
+    assert snapshot.nodes
+    verify_rbac(deployed, ["drain"], replace, roles=["rightsizer-replace"])
+
+
+def test_every_kubernetes_identity_is_one_functions_own() -> None:
+    # Each function's access entry groups are bound to ClusterRoles no other function's groups reach, so
+    # each test above proves one identity against one function's flows alone (with or without replacement).
+    for conditions in (frozenset(), frozenset({"ReplaceNodeGroups"})):
+        bound: dict[str, set[str]] = {}
+        for function in rbac.FUNCTION_ROLES:
+            for role in rbac.cluster_roles_of(function, conditions):
+                bound.setdefault(role, set()).add(function)
+        assert {role: sorted(users) for role, users in bound.items() if len(users) > 1} == {}
+    assert {f: rbac.cluster_roles_of(f) for f in rbac.FUNCTION_ROLES} == {
+        "assess": ["rightsizer-heal", "rightsizer-read"],
+        "drain": ["rightsizer"],
+        "offhours": ["rightsizer-offhours"],
+        "webhook": [],
+    }
 
 
 def test_a_group_that_did_not_opt_in_is_refused_before_the_cordon_and_denied_by_iam(
@@ -637,7 +732,8 @@ def resize_flow(deployed: Deployed, monkeypatch: pytest.MonkeyPatch) -> list[Cal
         Name=POLICY_PARAMETER,
         Type="SecureString",
         Overwrite=True,
-        Value=POLICY + "dry_run: false\nallow_resize: true\nresize_allow_instance_store_loss: true\n",
+        Value=POLICY
+        + "dry_run: false\nallow_resize: true\nresize_allow_instance_store_loss: true\nrelease_reserved_capacity: true\n",
     )
     clear_caches()
     clients = make_clients("us-east-1", deployed.endpoint_url, session=deployed.session)
@@ -712,6 +808,9 @@ def test_with_enable_resize_the_drain_role_holds_exactly_what_a_drain_and_a_resi
         "ec2:ModifyInstanceAttribute",
         "ec2:DescribeInstanceTypes",
     } <= grants
+    # AND the drain's own Kubernetes identity (ClusterRole rightsizer) holds exactly what these flows of
+    # the drain function alone used (no other function is bound to it)
+    verify_rbac(deployed, ["drain"])
     # AND the type-only condition bites: modifying another attribute of the same instance is denied
     lookup = Lookup(deployed.session, deployed.endpoint_url)
     instance = next(c.params["InstanceId"] for c in calls if c.action == "ec2:ModifyInstanceAttribute")

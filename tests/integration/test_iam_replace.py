@@ -58,6 +58,7 @@ def drain_role(cluster: str, role_arn: str) -> RolePolicy:
             "StateTable": TABLE,
             "DrainStateMachine": "arn:aws:states:us-east-1:123456789012:stateMachine:rightsizer-drain",
             "WebhookTokenSecret": "arn:aws:secretsmanager:none",
+            "ApprovalLinkKeySecret": "arn:aws:secretsmanager:none-key",
             "AlarmTopic": "arn:aws:sns:none",
             "ObservePolicy": "ObservePolicy",
             "StartDrainPolicy": "StartDrainPolicy",

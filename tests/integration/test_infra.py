@@ -32,7 +32,15 @@ def test_rbac_grants_exactly_the_documented_verbs() -> None:
     assert not any(verb == "watch" for _, _, verb in read | write)
     assert ("", "pods", "delete") not in write
     assert grants("rightsizer-pod-delete") == {("", "pods", "delete")}
-    assert read <= write
+    # The drain's own role lists no whole collection of nodes or volumes (its reads are one node's): those
+    # are the replacement's (rightsizer-replace, bound only with replacement) and the assessment's.
+    assert read - write == {
+        ("", "nodes", "list"),
+        ("", "persistentvolumeclaims", "list"),
+        ("", "persistentvolumes", "list"),
+        ("authorization.k8s.io", "selfsubjectaccessreviews", "create"),
+    }
+    assert grants("rightsizer-replace") == read == grants("rightsizer-offhours")
     # The remedy of a 403 (adapters.kubernetes_rbac) names roles from a copy of these rules: kept equal
     from rightsizer.adapters.kubernetes_rbac import CLUSTER_ROLES
 

@@ -65,9 +65,10 @@ SECRETS = {
     "webhook_token": "webhookPlantedLambda0Token7-QrStUvWxYz012345",
     "task_token": "AQCEAAAAKgAAAAMPlantedLambdaTaskToken0Seven7777AAAAAAAAAAAAAAA=",
     "wrong_token": "attackerPlantedLambda0Token7-wrong-98765432",
+    "approval_link_key": "linkKeyPlantedLambda0Secret7-AbCdEfGhIjKlMnOp",
 }
-# The approval links' HMAC key, as bytes would print: hex and base64.
-_KEY = derive_key(SECRETS["webhook_token"])
+# The approval links' HMAC key (from its own secret, issue 26), as bytes would print: hex and base64.
+_KEY = derive_key(SECRETS["approval_link_key"])
 SECRETS["approval_key_hex"] = _KEY.hex()
 SECRETS["approval_key_b64"] = base64.urlsafe_b64encode(_KEY).decode().rstrip("=")
 
@@ -163,6 +164,7 @@ def stack(
     )
     secrets = client("secretsmanager")
     secrets.create_secret(Name="rightsizer/webhook-token", SecretString=SECRETS["webhook_token"])
+    secrets.create_secret(Name="rightsizer/approval-link-key", SecretString=SECRETS["approval_link_key"])
     secrets.create_secret(Name="rightsizer/prometheus", SecretString=SECRETS["prometheus_token"])
     sns, sqs = client("sns"), client("sqs")
     topic = sns.create_topic(Name="rightsizer-alarms")["TopicArn"]
@@ -217,6 +219,7 @@ def stack(
             "RIGHTSIZER_OFFHOURS": "{}",
             "RIGHTSIZER_STATE_MACHINE_ARN": machine["stateMachineArn"],
             "RIGHTSIZER_WEBHOOK_TOKEN_SECRET": "rightsizer/webhook-token",
+            "RIGHTSIZER_APPROVAL_KEY_SECRET": "rightsizer/approval-link-key",
             "RIGHTSIZER_APPROVAL_TOPIC_ARN": topic,
             "RIGHTSIZER_APPROVAL_URL": "https://abc123.lambda-url.us-east-1.on.aws/",
             "RIGHTSIZER_TRACING": "false",

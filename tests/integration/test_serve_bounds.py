@@ -42,7 +42,11 @@ def serve() -> Iterator[Serve]:
         )
         options = {"read_timeout_s": READ_TIMEOUT, "request_timeout_s": REQUEST_TIMEOUT, **kwargs}
         server = WebhookHTTPServer(
-            ("127.0.0.1", 0), function_url_handler(lambda: intake), max_body_bytes=MAX_BODY_BYTES, **options
+            ("127.0.0.1", 0),
+            function_url_handler(lambda: intake),
+            max_body_bytes=MAX_BODY_BYTES,
+            authenticate=intake.authenticates,  # as build_webhook_server wires it
+            **options,
         )
         thread = threading.Thread(target=server.serve_forever, daemon=True)
         thread.start()
@@ -181,7 +185,8 @@ def test_a_trickling_body_is_cut_off_at_the_request_timeout(serve: Serve) -> Non
 def test_workers_are_bounded_and_the_overflow_is_503(serve: Serve) -> None:
     # GIVEN 2 workers and 2 waiting places, and 12 clients that connect and stall
     # (a read timeout long enough that the stalled four hold their places while the rest are counted)
-    server, starter = serve(workers=2, backlog=2, read_timeout_s=2.0)
+    # (the head deadline longer than that: here only the read timeout frees a place)
+    server, starter = serve(workers=2, backlog=2, read_timeout_s=2.0, request_timeout_s=5.0)
     before = threading.active_count()
     stalled = []
     for _ in range(12):
@@ -207,3 +212,81 @@ def test_workers_are_bounded_and_the_overflow_is_503(serve: Serve) -> None:
         assert answer(sock)[0] == 202
     assert starter.nodes == ["gpu-1"]
     assert threading.active_count() - before <= 2
+
+
+@pytest.mark.parametrize(
+    "auth",
+    [[], [("Authorization", "Bearer wrong")], [("Authorization", f"Basic {TOKEN}")], [("X-Token", TOKEN)]],
+)
+def test_many_stalled_unauthenticated_senders_never_keep_a_valid_delivery_out(
+    serve: Serve, auth: list[tuple[str, str]]
+) -> None:
+    # Issue 26: 40 connections that sent headers without the token and stalled in their body made serve
+    # answer 503 to a valid delivery (it read bodies before checking the token). Now the token is checked
+    # first: each is answered 401 and closed at once, its body never waited for.
+    # GIVEN the default pool (8 workers, 32 waiting) and 40 stalled senders without the token
+    server, starter = serve(read_timeout_s=5.0, request_timeout_s=10.0)
+    stalled = []
+    for _ in range(40):
+        sock = connect(server)
+        sock.sendall(request(auth)[:-10])  # whole headers, all but the last 10 bytes of the body
+        stalled.append(sock)
+
+    # WHEN a valid delivery arrives right after them (retried on 503, as Alertmanager retries)
+    started = time.monotonic()
+    status = 0
+    while status != 202 and time.monotonic() - started < 2.0:
+        with connect(server) as sock:
+            sock.sendall(request([GOOD]))
+            status, _ = answer(sock)
+
+    # THEN it is served within a second or two (it waited for the stalled ones' 30 s before), and every
+    # stalled sender was refused without its body being read
+    assert status == 202 and time.monotonic() - started < 2.0
+    assert starter.nodes == ["gpu-1"]
+    for sock in stalled:
+        assert answer(sock)[0] == 401
+        assert closed_within(sock, 2.0) is not None
+        sock.close()
+
+
+def test_an_approval_link_is_still_read_without_a_bearer_token(serve: Serve) -> None:
+    # Approval links are authenticated by the signed token in their body, never by a bearer token:
+    # the pre-body check leaves /approval to the handler (which answers 404 here: no approvals served).
+    server, _ = serve()
+    body = b"token=abc"
+    head = (
+        "POST /approval HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        f"Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    with connect(server) as sock:
+        sock.sendall(head.encode() + body)
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += sock.recv(65536)
+    assert data.split(b" ", 2)[1] == b"404"
+
+
+def test_a_trickling_request_head_is_cut_off_at_the_request_timeout(serve: Serve) -> None:
+    # A slow-headers sender (every byte within the read timeout, so only a deadline can stop it) would
+    # hold a worker for as long as it likes: the head must arrive whole within the request timeout.
+    server, starter = serve()
+    head = request([GOOD])
+    head = head[: head.index(b"\r\n\r\n")]
+    with connect(server) as sock:
+        started = time.monotonic()
+        closed = False
+        for byte in head:
+            try:
+                sock.sendall(bytes([byte]))
+            except (BrokenPipeError, ConnectionResetError):
+                closed = True
+                break
+            time.sleep(READ_TIMEOUT / 3)
+            if time.monotonic() - started > REQUEST_TIMEOUT + 3:
+                break
+        if not closed:
+            closed = closed_within(sock, 1.0) is not None
+    assert closed
+    assert time.monotonic() - started < REQUEST_TIMEOUT + 3
+    assert starter.requests == []

@@ -21,6 +21,7 @@ from rightsizer.adapters.snapshot_dir import load_snapshot
 from rightsizer.adapters.snapshot_writer import SnapshotDirectoryWriter
 from rightsizer.cli import main
 from rightsizer.domain.errors import ConfigError
+from rightsizer.domain.health import xid_queries
 from rightsizer.services.snapshot import METRICS, ObserveRequest, metric_queries, observe
 from rightsizer.testing.k8s import KubernetesDouble
 from rightsizer.testing.moto_eks import BuiltCluster, MotoServer
@@ -123,6 +124,7 @@ def test_snapshot_then_plan_reproduces_the_live_plan(
             "persistentvolumes.json",
             "nodegroups.json",
             "instances.json",
+            "xid.json",
             *(p for p in metric_queries()),
         ]
     )
@@ -313,7 +315,8 @@ class _NoMetrics:
     """A metrics port that answers every query with an empty matrix."""
 
     def query_range_raw(self, expr: str, start: float, end: float, step: float) -> dict[str, Any]:
-        assert expr in metric_queries(step_seconds=int(step), window_seconds=WINDOW).values()
+        xid = [q.expr(int(step), WINDOW) for q in xid_queries().values()]
+        assert expr in [*metric_queries(step_seconds=int(step), window_seconds=WINDOW).values(), *xid]
         return {"status": "success", "data": {"resultType": "matrix", "result": []}}
 
 

@@ -194,6 +194,10 @@ class Lookup:
         found = self._ec2.describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"][0]
         return {t["Key"]: t["Value"] for t in found.get("Tags", [])}
 
+    def launch_template_tags(self, template_id: str) -> dict[str, str]:
+        found = self._ec2.describe_launch_templates(LaunchTemplateIds=[template_id])["LaunchTemplates"]
+        return {t["Key"]: t["Value"] for t in found[0].get("Tags", [])}
+
     def secret_arn(self, name: str) -> str:
         return str(self._secrets.describe_secret(SecretId=name)["ARN"])
 
@@ -254,7 +258,9 @@ def _eks(call: Call, lookup: Lookup, table: str) -> list[Request]:
 def _ec2(call: Call, lookup: Lookup, table: str) -> list[Request]:
     p = call.params
     if call.action in ("ec2:CreateLaunchTemplateVersion", "ec2:DeleteLaunchTemplateVersions"):
-        return [Request(call.action, _arn("ec2", f"launch-template/{p['LaunchTemplateId']}"), {}, call.owner)]
+        template = p["LaunchTemplateId"]
+        ctx = {f"aws:ResourceTag/{k}": v for k, v in lookup.launch_template_tags(template).items()}
+        return [Request(call.action, _arn("ec2", f"launch-template/{template}"), ctx, call.owner)]
     if call.action not in ("ec2:StopInstances", "ec2:StartInstances", "ec2:ModifyInstanceAttribute"):
         return [Request(call.action, "*", {}, call.owner)]  # Describe*: no resource-level permissions
     found = []

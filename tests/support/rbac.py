@@ -36,20 +36,25 @@ def _documents() -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(RBAC.read_text(encoding="utf-8")) if d]
 
 
-def groups_of(function: str) -> list[str]:
-    """The Kubernetes groups of ``function``'s access entry; [] when it has none (the webhook)."""
+def groups_of(function: str, conditions: frozenset[str] = frozenset()) -> list[str]:
+    """The Kubernetes groups of ``function``'s access entry; [] when it has none (the webhook).
+    ``conditions``: the template conditions that hold (an ``Fn::If`` of groups is resolved with them)."""
     role = FUNCTION_ROLES[function]
     for resource in load_template()["Resources"].values():
         if resource["Type"] == "AWS::EKS::AccessEntry" and resource["Properties"]["PrincipalArn"] == {
             "Fn::GetAtt": [role, "Arn"]
         }:
-            return list(resource["Properties"]["KubernetesGroups"])
+            groups = resource["Properties"]["KubernetesGroups"]
+            if isinstance(groups, dict):
+                condition, when, otherwise = groups["Fn::If"]
+                groups = when if condition in conditions else otherwise
+            return list(groups)
     return []
 
 
-def cluster_roles_of(function: str) -> list[str]:
+def cluster_roles_of(function: str, conditions: frozenset[str] = frozenset()) -> list[str]:
     """Names of the ClusterRoles bound (ClusterRoleBinding, subject kind Group) to ``function``'s groups."""
-    groups = set(groups_of(function))
+    groups = set(groups_of(function, conditions))
     return sorted(
         d["roleRef"]["name"]
         for d in _documents()
@@ -58,9 +63,9 @@ def cluster_roles_of(function: str) -> list[str]:
     )
 
 
-def function_role(function: str) -> dict[str, Any]:
+def function_role(function: str, conditions: frozenset[str] = frozenset()) -> dict[str, Any]:
     """One ClusterRole with the rules of every ClusterRole bound to ``function`` (empty for the webhook)."""
-    names = set(cluster_roles_of(function))
+    names = set(cluster_roles_of(function, conditions))
     rules = [
         r
         for d in _documents()

@@ -302,3 +302,37 @@ def test_a_node_under_an_interruption_notice_is_left_to_its_handler(
     result = plan(snap, Policy())
     assert reason in result.node("s").reasons and result.node("s").verdict == "protected"
     assert result.actions == []
+
+
+# ------------------------------------------------------------------------------ no change of a kept reservation
+
+
+def test_a_reserved_underutilized_instance_is_never_resized_nor_its_group_replaced() -> None:
+    from rightsizer.domain.model import TAG_ENABLED
+
+    node = gpu_node("solo", instance_type="g5.4xlarge", gpus=1, instance_id="i-solo", nodegroup=None)
+    metrics = node_devices("solo", 1, util=lambda i: 30.0, fb_used=lambda i: 4096.0, power=lambda i: 100.0)
+    snap = snapshot([node], [pod("api-0", "solo", gpus=1, cpu="2", memory="8Gi")], metrics, groups=[])
+    tags = {"rightsizer.io/resize": "allowed"}
+    reserved = Ec2Instance("i-solo", "g5.4xlarge", tags, "ebs", "running", "", "cr-1", "us-east-1a")
+    snap = _with(snap, known=True, instances={"i-solo": reserved})
+    policy = Policy(allow_resize=True, resize_allow_instance_store_loss=True)
+    assert [a.kind for a in plan(snap, policy).actions if a.kind != "recommend"] == []
+    released = plan(snap, policy.model_copy(update={"release_reserved_capacity": True}))
+    assert [a.kind for a in released.actions] == ["resize_instance"]  # the guard is the reservation
+    # a managed node group opted in for replacement, one of whose nodes is reserved
+    hot = {"util": lambda i: 40.0, "fb_used": lambda i: 6000.0, "power": lambda i: 150.0}
+    nodes = [
+        gpu_node(n, instance_type="g5.12xlarge", gpus=4, instance_id=f"i-{n}", nodegroup="ga")
+        for n in ("a", "b")
+    ]
+    group = dataclasses.replace(
+        asg("asg-ga", ["i-a", "i-b"], min_size=1, nodegroup="ga"), tags={TAG_ENABLED: "true"}
+    )
+    pods = [pod(f"infer-{n}", n, gpus=1, cpu="2", memory="8Gi") for n in ("a", "b")]
+    metrics = merge_metrics(*(node_devices(n, 4, per_gpu={0: hot}) for n in ("a", "b")))
+    snap = snapshot(nodes, pods, metrics, groups=[group])
+    replace = Policy(allow_replace_node_group=True, cooldown=0)
+    assert [a.kind for a in plan(snap, replace).actions] == ["replace_node_group"]
+    snap = _with(snap, instances={"i-a": _ec2("i-a", "g5.12xlarge", capacity_reservation_id="cr-2")})
+    assert [a.kind for a in plan(snap, replace).actions if a.kind != "recommend"] == []

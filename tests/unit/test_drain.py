@@ -405,3 +405,30 @@ def test_release_reserved_capacity_drains_a_reserved_node_but_books_no_savings()
     assert record.status == "succeeded" and world.scaler.terminated == ["i-1"]
     [entry] = world.state.entries(execution_id="exec-1")
     assert (entry.result, entry.hourly_savings_usd) == ("applied", None)
+
+
+def test_a_running_drain_yields_to_an_interruption_notice_and_leaves_the_handlers_cordon() -> None:
+    """Issue 28: the AWS Node Termination Handler taints the node mid-drain; the next eviction round stops,
+    nothing is terminated, the node stays cordoned (the handler drains it now) and healing leaves it."""
+    from rightsizer.domain.model import Node
+    from rightsizer.services.healing import stale_cordons
+
+    world = make_world()
+    workflow = world.workflow()
+    workflow.start(DrainRequest("gpu-1", "exec-1"))
+    result = workflow.step("exec-1")
+    while result.step != "cordon":
+        result = workflow.step("exec-1")
+    node = world.writer.get_node("gpu-1")
+    assert node is not None and node["spec"]["unschedulable"]
+    node["spec"]["taints"] = [
+        {"key": "aws-node-termination-handler/spot-itn", "value": "1", "effect": "NoSchedule"}
+    ]
+    world.writer.add_node(node)
+    while not result.finished:
+        result = workflow.step("exec-1")
+    assert result.status == "rolled_back" and "spot_interruption:spot_itn" in result.message
+    assert world.scaler.terminated == []
+    after = world.writer.get_node("gpu-1")
+    assert after is not None and after["spec"]["unschedulable"]  # not uncordoned: the handler's now
+    assert stale_cordons([Node.model_validate(after)], world.state, world.clock.now()) == {}

@@ -19,9 +19,17 @@ from rightsizer.ports import AccessCheck
         (AccessCheck("get", "persistentvolumeclaims"), ["rightsizer"]),
         # the node by name: the drain, and the assessment's heal
         (AccessCheck("get", "nodes"), ["rightsizer", "rightsizer-heal"]),
-        # collections: the assessment's read role and the drain's role
-        (AccessCheck("list", "pods"), ["rightsizer-read", "rightsizer"]),
-        (AccessCheck("list", "resourceslices", group="resource.k8s.io"), ["rightsizer-read", "rightsizer"]),
+        # collections: each identity that lists, in manifest order
+        (
+            AccessCheck("list", "pods"),
+            ["rightsizer-read", "rightsizer", "rightsizer-replace", "rightsizer-offhours"],
+        ),
+        (
+            AccessCheck("list", "resourceslices", group="resource.k8s.io"),
+            ["rightsizer-read", "rightsizer", "rightsizer-replace", "rightsizer-offhours"],
+        ),
+        # whole-cluster node lists: never the drain's own role
+        (AccessCheck("list", "nodes"), ["rightsizer-read", "rightsizer-replace", "rightsizer-offhours"]),
         # writes
         (AccessCheck("create", "pods", "eviction"), ["rightsizer"]),
         (AccessCheck("patch", "nodes"), ["rightsizer", "rightsizer-heal"]),
@@ -48,8 +56,10 @@ def test_the_remedy_names_each_role_that_grants_the_refused_check(
 
 
 def test_the_drains_read_names_its_own_group() -> None:
-    remedy = remedy_403(AccessCheck("get", "jobs", group="batch"))  # (get statefulsets: rightsizer-workloads too)
+    remedy = remedy_403(
+        AccessCheck("get", "jobs", group="batch")
+    )  # (get statefulsets: rightsizer-workloads too)
     assert remedy == (
-        "bind the ClusterRole rightsizer (infra/k8s/rbac.yaml; the drain and off-hours functions' EKS access "
+        "bind the ClusterRole rightsizer (infra/k8s/rbac.yaml; the drain function's EKS access "
         "entry group rightsizer) to the identity's Kubernetes group"
     )

@@ -190,8 +190,9 @@ def test_access_entries_groups(template: dict[str, Any]) -> None:
     }
     assert groups == {
         "AssessRole": ["rightsizer-read", "rightsizer-heal"],
-        "DrainRole": ["rightsizer"],
-        "OffhoursRole": ["rightsizer"],
+        # the whole-cluster lists of a replacement's fresh plan only when replacement is enabled
+        "DrainRole": {"Fn::If": ["ReplaceNodeGroups", ["rightsizer", "rightsizer-replace"], ["rightsizer"]]},
+        "OffhoursRole": ["rightsizer-offhours"],
     }
     assert all(e["Condition"] == "AccessEntries" for e in entries.values())
     assert template["Parameters"]["CreateAccessEntries"]["AllowedValues"] == ["true", "false"]

@@ -384,3 +384,17 @@ def test_the_live_path_judges_workloads_only_on_signals_read_for_their_window() 
     live = replace(snap, signals=short, workload_signals=longer)
     assert signals_over(live, joiner, wl_window, policy) is longer
     assert signals_over(live, joiner, Window.ending(AT, policy.idle_window, 60), policy) is short
+
+
+def test_scale_workload_is_on_the_action_model_plan_and_act_share_its_guards() -> None:
+    from rightsizer.domain.eligibility import WORKLOAD_GUARDS, WorkloadFacts, first_refusal_message
+
+    ok, kept = one([SRV], DEPLOY), one([SRV], DEPLOY, activity={"n1": "busy"})
+    assert first_refusal_message(WORKLOAD_GUARDS, WorkloadFacts(ok, True)) is None
+    assert first_refusal_message(WORKLOAD_GUARDS, WorkloadFacts(ok, False)) == (
+        "not_opted_in:workloads.scale_to_zero:false"
+    )
+    assert first_refusal_message(WORKLOAD_GUARDS, WorkloadFacts(kept, True)) == "not_a_candidate:busy:n1"
+    assert first_refusal_message(WORKLOAD_GUARDS, WorkloadFacts(ok, True, owner_found=False)) == (
+        "stale:owner_not_found:Deployment/ml/srv"
+    )

@@ -33,14 +33,11 @@ CLUSTER_ROLES: Final[Mapping[str, frozenset[tuple[str, str, str]]]] = {
     "rightsizer": frozenset(
         {
             ("", "nodes", "get"),
-            ("", "nodes", "list"),
             ("", "nodes", "patch"),
             ("", "pods", "list"),
             ("", "pods/eviction", "create"),
             ("", "persistentvolumeclaims", "get"),
-            ("", "persistentvolumeclaims", "list"),
             ("", "persistentvolumes", "get"),
-            ("", "persistentvolumes", "list"),
             ("apps", "replicasets", "get"),
             ("apps", "statefulsets", "get"),
             ("apps", "daemonsets", "get"),
@@ -48,6 +45,29 @@ CLUSTER_ROLES: Final[Mapping[str, frozenset[tuple[str, str, str]]]] = {
             ("", "replicationcontrollers", "get"),
             ("", "events", "create"),
             ("policy", "poddisruptionbudgets", "list"),
+            ("resource.k8s.io", "resourceclaims", "list"),
+            ("resource.k8s.io", "resourceslices", "list"),
+        }
+    ),
+    "rightsizer-replace": frozenset(
+        {
+            ("", "nodes", "list"),
+            ("", "pods", "list"),
+            ("policy", "poddisruptionbudgets", "list"),
+            ("", "persistentvolumeclaims", "list"),
+            ("", "persistentvolumes", "list"),
+            ("resource.k8s.io", "resourceclaims", "list"),
+            ("resource.k8s.io", "resourceslices", "list"),
+            ("authorization.k8s.io", "selfsubjectaccessreviews", "create"),
+        }
+    ),
+    "rightsizer-offhours": frozenset(
+        {
+            ("", "nodes", "list"),
+            ("", "pods", "list"),
+            ("policy", "poddisruptionbudgets", "list"),
+            ("", "persistentvolumeclaims", "list"),
+            ("", "persistentvolumes", "list"),
             ("resource.k8s.io", "resourceclaims", "list"),
             ("resource.k8s.io", "resourceslices", "list"),
             ("authorization.k8s.io", "selfsubjectaccessreviews", "create"),
@@ -83,7 +103,10 @@ CLUSTER_ROLES: Final[Mapping[str, frozenset[tuple[str, str, str]]]] = {
 ROLE_FUNCTIONS: Final[Mapping[str, str]] = {
     "rightsizer-read": "the assess function's EKS access entry group rightsizer-read",
     "rightsizer-heal": "the assess function's EKS access entry group rightsizer-heal",
-    "rightsizer": "the drain and off-hours functions' EKS access entry group rightsizer",
+    "rightsizer": "the drain function's EKS access entry group rightsizer",
+    "rightsizer-replace": "the drain function's EKS access entry group rightsizer-replace, with node group "
+    "replacement",
+    "rightsizer-offhours": "the off-hours function's EKS access entry group rightsizer-offhours",
     "rightsizer-pod-delete": "optional, not bound by the manifest",
     "rightsizer-workloads": "optional: the identity of rightsizer apply/restore, group rightsizer-workloads",
 }
@@ -102,8 +125,8 @@ def granting_roles(check: AccessCheck) -> list[str]:
 
 def remedy_403(check: AccessCheck) -> str:
     """What to bind so that ``check`` is allowed: each ClusterRole granting it with the group it belongs to,
-    e.g. ``bind the ClusterRole rightsizer (infra/k8s/rbac.yaml; the drain and off-hours functions' EKS
-    access entry group rightsizer) to the identity's Kubernetes group``."""
+    e.g. ``bind the ClusterRole rightsizer (infra/k8s/rbac.yaml; the drain function's EKS access entry
+    group rightsizer) to the identity's Kubernetes group``."""
     roles = granting_roles(check)
     if not roles:
         return (

@@ -7,8 +7,15 @@ template with only ``InstanceType`` changed.
 A replacement that rolls back deletes the version it created (``DeleteLaunchTemplateVersions``): the old group
 still runs its own version, and nothing else was given ours.
 
-IAM actions (:data:`IAM_ACTIONS`): ``ec2:DescribeLaunchTemplateVersions``, ``ec2:CreateLaunchTemplateVersion``,
-``ec2:DeleteLaunchTemplateVersions``.
+Only a template that opted in carries writes (issue 26): the drain role may create or delete versions of
+launch templates tagged ``rightsizer.io/enabled=true`` alone (``template.yaml``
+``ReplaceLaunchTemplateVersions``), and :meth:`LaunchTemplates.new_version` reads the tag first, so an
+untagged template is refused by name before anything is written, not by an AccessDenied. The version it
+creates changes ``InstanceType`` only (IAM has no condition key for a launch template's data; the code is
+the bound, ``tests/integration/test_iam_replace.py`` checks the request).
+
+IAM actions (:data:`IAM_ACTIONS`): ``ec2:DescribeLaunchTemplateVersions``, ``ec2:DescribeLaunchTemplates``,
+``ec2:CreateLaunchTemplateVersion``, ``ec2:DeleteLaunchTemplateVersions``.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from typing import TYPE_CHECKING, Final
 
 from rightsizer.adapters.aws_errors import aws_errors
 from rightsizer.domain.errors import PermanentError
+from rightsizer.domain.model import TAG_ENABLED
 
 if TYPE_CHECKING:
     from mypy_boto3_ec2.client import EC2Client
@@ -27,6 +35,7 @@ __all__ = ["IAM_ACTIONS", "LaunchTemplates"]
 IAM_ACTIONS: Final = frozenset(
     {
         "ec2:DescribeLaunchTemplateVersions",
+        "ec2:DescribeLaunchTemplates",
         "ec2:CreateLaunchTemplateVersion",
         "ec2:DeleteLaunchTemplateVersions",
     }
@@ -63,7 +72,22 @@ class LaunchTemplates:
 
     def new_version(self, template_id: str, source_version: str, instance_type: str) -> str:
         """EC2 ``CreateLaunchTemplateVersion`` from ``source_version`` with ``InstanceType`` replaced; returns
-        the new version number."""
+        the new version number.
+
+        Raises:
+            PermanentError: the template does not carry ``rightsizer.io/enabled=true`` (EC2
+                ``DescribeLaunchTemplates``; nothing is written); AWS refusals.
+        """
+        with aws_errors("DescribeLaunchTemplates"):
+            found = self._ec2.describe_launch_templates(LaunchTemplateIds=[template_id]).get(
+                "LaunchTemplates"
+            )
+        tags = {t.get("Key"): t.get("Value") for t in (found or [{}])[0].get("Tags") or []}
+        if tags.get(TAG_ENABLED) != "true":
+            raise PermanentError(
+                f"launch template {template_id} is not opted in: tag it {TAG_ENABLED}=true to let the "
+                "replacement add a version with another instance type"
+            )
         with aws_errors("CreateLaunchTemplateVersion"):
             answer = self._ec2.create_launch_template_version(
                 LaunchTemplateId=template_id,

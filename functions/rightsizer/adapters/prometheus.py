@@ -63,6 +63,7 @@ from rightsizer.domain.observation import (
 )
 from rightsizer.domain.policy import Policy
 from rightsizer.domain.usage import UP, CollectedSignals, Window
+from rightsizer.logsafety import is_credential_name, register_secret
 
 log = logging.getLogger(__name__)
 
@@ -190,7 +191,21 @@ class PrometheusClient:
         transport: httpx.BaseTransport | None = None,
         gzip: bool = False,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
+        url = httpx.URL(base_url)
+        if url.userinfo:
+            # Userinfo leaves the URL here, before any log line or error message can print it (issue 26):
+            # it becomes the Basic credentials httpx would have derived from it.
+            register_secret(url.password)
+            if auth is None:
+                auth = httpx.BasicAuth(url.username, url.password)
+            url = url.copy_with(userinfo=b"")
+        # Query parameters of the configured URL (``?token=`` of a proxy in front) go with every request;
+        # credential values are redacted wherever a URL is logged.
+        params = url.params
+        for name, value in params.multi_items():
+            if is_credential_name(name):
+                register_secret(value)
+        self.base_url = str(url.copy_with(query=None)).rstrip("/")
         self.timeout = timeout
         self.retries = max(0, retries)
         self.backoff = backoff
@@ -210,6 +225,7 @@ class PrometheusClient:
             verify=verify,
             transport=transport,
             headers=headers,
+            params=params,
         )
 
     def __enter__(self) -> PrometheusClient:

@@ -8,6 +8,9 @@ A reference is ``scheme:rest`` (``rightsizer.config.SECRET_SCHEMES``):
 - ``secretsmanager:name-or-arn`` — Secrets Manager ``GetSecretValue`` (``SecretString``, else
   ``SecretBinary`` as UTF-8).
 
+:class:`CachedSecret` re-reads a secret at most every ``SECRET_MAX_AGE_S`` (five minutes), so a rotated
+webhook token or approval-link key reaches a warm function within minutes without a redeploy (issue 26).
+
 Needs IAM: ``ssm:GetParameter`` on the parameter, ``secretsmanager:GetSecretValue`` on the secret, and
 ``kms:Decrypt`` on the customer-managed KMS key when one encrypts them (the AWS-managed keys need no
 grant). Clients are passed in (built once per cold start in wiring); this module builds none.
@@ -15,8 +18,11 @@ grant). Clients are passed in (built once per cold start in wiring); this module
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import Mapping
+import threading
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -32,6 +38,13 @@ if TYPE_CHECKING:
 
 #: The AWS actions this module calls (``secretsmanager:`` and ``ssm:`` references).
 IAM_ACTIONS: Final = frozenset({"secretsmanager:GetSecretValue", "ssm:GetParameter"})
+#: Seconds a resolved secret is reused before it is read again: the longest a rotation takes to reach a
+#: warm function (Secrets Manager's rotation keeps the previous value AWSPREVIOUS, so Alertmanager and
+#: the webhook may disagree this long at most).
+SECRET_MAX_AGE_S: Final = 300.0
+#: After a failed re-read (throttling, an AWS outage) the last value is served this long before trying again.
+_RETRY_AFTER_S: Final = 30.0
+log = logging.getLogger(__name__)
 
 _NOT_FOUND = frozenset(
     {
@@ -133,3 +146,51 @@ def _call(fn: Any, ref: str, field: str | None) -> Any:
         raise PermanentError(message) from exc
     except SDK_ERRORS as exc:  # endpoint unreachable, read timeout
         raise TransientError(f"{ref}: {exc}", retry_after=5.0) from exc
+
+
+class CachedSecret:
+    """A secret read through ``load`` and reused for ``max_age_s`` seconds, then read again (thread-safe).
+
+    The first read fails as ``load`` fails (fail closed: no secret, nothing served). A later re-read that
+    fails with a ``TransientError`` keeps the last value for ``_RETRY_AFTER_S`` more seconds (an AWS
+    hiccup must not lock Alertmanager out); a ``ConfigError`` or ``PermanentError`` (the secret deleted,
+    access revoked) is raised: a credential that was withdrawn is not served on.
+
+    Args:
+        load: resolves the secret (e.g. ``resolve_secret`` of a reference).
+        max_age_s: seconds a value is reused (default ``SECRET_MAX_AGE_S`` as it is when this is made).
+        clock: monotonic seconds (default ``time.monotonic``).
+    """
+
+    def __init__(
+        self,
+        load: Callable[[], str],
+        *,
+        max_age_s: float | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        self._load = load
+        self._max_age_s = SECRET_MAX_AGE_S if max_age_s is None else max_age_s
+        self._clock = clock or time.monotonic
+        self._lock = threading.Lock()
+        self._value: str | None = None
+        self._read_at = 0.0
+
+    def __call__(self) -> str:
+        """The current value, read again when older than ``max_age_s``."""
+        with self._lock:
+            now = self._clock()
+            if self._value is not None and now - self._read_at < self._max_age_s:
+                return self._value
+            try:
+                value = self._load()
+            except TransientError as exc:
+                if self._value is None:
+                    raise
+                log.warning(
+                    "secret re-read failed (%s); the last value is kept %.0f s more", exc, _RETRY_AFTER_S
+                )
+                self._read_at = now - self._max_age_s + _RETRY_AFTER_S
+                return self._value
+            self._value, self._read_at = value, now
+            return value

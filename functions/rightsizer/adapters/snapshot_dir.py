@@ -18,7 +18,9 @@ import orjson
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, PositiveFloat, ValidationError
 
 from rightsizer.adapters.prometheus_answers import answer_problem
+from rightsizer.adapters.snapshot_files import read_snapshot_file
 from rightsizer.domain.errors import SnapshotError
+from rightsizer.domain.health import XID_DOCUMENT
 from rightsizer.domain.model import (
     AsgInfo,
     CapacityReservation,
@@ -56,14 +58,16 @@ class _SnapshotFile(BaseModel):
     metrics_format: int = Field(1, ge=1, le=2)
 
 
-def _read_json(path: Path, *, required: bool) -> Any:
-    if not path.exists():
+def _read_json(root: Path, path: Path, *, required: bool) -> Any:
+    try:
+        data = read_snapshot_file(root, path)
+    except FileNotFoundError:
         if required:
-            raise SnapshotError("required file is missing", source=str(path))
+            raise SnapshotError("required file is missing", source=str(path)) from None
         return None
     try:
-        return orjson.loads(path.read_bytes())
-    except (OSError, orjson.JSONDecodeError) as exc:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
         raise SnapshotError(f"not valid JSON: {exc}", source=str(path)) from exc
 
 
@@ -96,6 +100,14 @@ def _typed_list(path: Path, data: Any, model: type[M]) -> list[M]:
     return out
 
 
+def decode_xid_document(doc: Any) -> dict[str, MetricData]:
+    """The ``xid.json`` answers by key (``count``, ``last``: ``domain.health.xid_queries``); an unusable
+    answer is a ``problem`` (no evidence), an absent document none at all (older snapshots)."""
+    if not isinstance(doc, Mapping):
+        return {}
+    return {str(key): _parse_matrix(f"xid.{key}", answer) for key, answer in doc.items()}
+
+
 def _parse_matrix(name: str, data: Any) -> MetricData:
     """A query_range answer → MetricData; an unusable answer becomes ``problem``, never an exception.
 
@@ -123,15 +135,16 @@ def _parse_matrix(name: str, data: Any) -> MetricData:
     return MetricData(name, tuple(series))
 
 
-def _load_metrics(directory: Path) -> MetricFiles:
+def _load_metrics(root: Path, directory: Path) -> MetricFiles:
     files: MetricFiles = {}
     if not directory.is_dir():
         return files
     for path in sorted(directory.glob("*.json")):
         kind, stem = file_kind(path.name.removesuffix(".json"))
+        raw = read_snapshot_file(root, path)  # a file leaving the directory is refused, never unknown
         try:
-            data = orjson.loads(path.read_bytes())
-        except (OSError, orjson.JSONDecodeError):
+            data = orjson.loads(raw)
+        except orjson.JSONDecodeError:
             files.setdefault(kind, {})[stem] = MetricData(stem, problem="invalid_json")
             continue
         parsed = files.setdefault(kind, {})[stem] = _parse_matrix(stem, data)
@@ -444,6 +457,7 @@ OPTIONAL_FILES = (
     "resourceslices.json",
     "nodegroups.json",
     "instances.json",
+    XID_DOCUMENT,
     "workloads.json",
 )
 #: Kinds of ``workloads.json`` that scale others (the rest are owners of pods, ``domain.workloads``).
@@ -513,6 +527,7 @@ def snapshot_from_documents(
             kind, stem = file_kind(path.removeprefix("metrics/").removesuffix(".json"))
             metric_files.setdefault(kind, {})[stem] = _parse_matrix(stem, docs[path])
     recorded = docs["snapshot.json"].get("node_label") if isinstance(docs["snapshot.json"], dict) else None
+
     return ClusterSnapshot(
         meta=SnapshotMeta(
             taken_at=meta.taken_at,
@@ -536,6 +551,7 @@ def snapshot_from_documents(
         metric_extras={k: v for k, v in metric_files.items() if k not in ("step", "timestamp")},
         node_label=node_label or (str(recorded) if recorded else None),
         pod_addresses=tuple(addresses),
+        xid_answers=decode_xid_document(docs.get(XID_DOCUMENT)),
         owners=tuple(o for o in workload_objects if o.kind not in AUTOSCALER_KINDS),
         autoscalers=tuple(o for o in workload_objects if o.kind in AUTOSCALER_KINDS),
     )
@@ -554,16 +570,17 @@ def load_snapshot(directory: str | Path, *, node_label: str | None = None) -> Cl
 
     Raises:
         SnapshotError: a required file (``snapshot.json``, ``nodes.json``, ``pods.json``) is missing, or any
-            present Kubernetes/AWS file is not JSON or does not match its schema; the message names the file
-            and the field.
+            present Kubernetes/AWS file is not JSON or does not match its schema; any file (metrics
+            included) is a symbolic link leaving the directory, not a regular file, or over
+            ``snapshot_files.MAX_FILE_BYTES``; the message names the file and the field.
     """
     root = Path(directory)
     if not root.is_dir():
         raise SnapshotError("not a directory", source=str(root))
-    docs = {name: _read_json(root / name, required=True) for name in REQUIRED_FILES}
-    docs.update({name: _read_json(root / name, required=False) for name in OPTIONAL_FILES})
+    docs = {name: _read_json(root, root / name, required=True) for name in REQUIRED_FILES}
+    docs.update({name: _read_json(root, root / name, required=False) for name in OPTIONAL_FILES})
     snapshot = snapshot_from_documents(
-        docs, root=root, node_label=node_label, metric_files=_load_metrics(root / "metrics")
+        docs, root=root, node_label=node_label, metric_files=_load_metrics(root, root / "metrics")
     )
     # A loaded snapshot is long-lived and holds millions of sample tuples; freezing them keeps the cyclic
     # GC from rescanning them on every later allocation (plan time grew superlinearly without it).

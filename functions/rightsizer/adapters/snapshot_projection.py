@@ -47,6 +47,7 @@ from rightsizer.adapters.snapshot_dir import (
 from rightsizer.domain.dra_fields import claim_fields as _claim
 from rightsizer.domain.dra_fields import pick as _pick
 from rightsizer.domain.dra_fields import slice_fields as _slice
+from rightsizer.domain.health import XID_DOCUMENT, XID_LABEL
 from rightsizer.domain.model import (
     TAG_EKS_CLUSTER,
     TAG_ENABLED,
@@ -436,6 +437,8 @@ def _document(
         return project_object(doc, _InstancesFile, rules)
     if path.startswith("metrics/"):
         return project_answer(doc, series_keys)
+    if path == XID_DOCUMENT and isinstance(doc, Mapping):
+        return {k: project_answer(v, series_keys | {XID_LABEL}) for k, v in doc.items()}
     return doc
 
 

@@ -13,9 +13,10 @@ from datetime import datetime
 from pathlib import Path
 
 from rightsizer.adapters.snapshot_dir import load_snapshot
+from rightsizer.adapters.snapshot_files import read_snapshot_file
 from rightsizer.backtest.model import Frame, History, Source
 from rightsizer.backtest.sources import _rfc, _to_metric_data
-from rightsizer.domain.errors import ConfigError
+from rightsizer.domain.errors import ConfigError, SnapshotError
 from rightsizer.domain.model import ClusterSnapshot
 from rightsizer.domain.usage import GPU_UTIL, PROF_ACTIVE
 
@@ -167,8 +168,8 @@ def _merge_series(
 
 def _recorded_node_label(directory: Path) -> str | None:
     try:
-        meta = json.loads((directory / "snapshot.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        meta = json.loads(read_snapshot_file(directory, directory / "snapshot.json"))
+    except (OSError, ValueError, SnapshotError):  # load_snapshot says why, naming the file
         return None
     label = meta.get("node_label") if isinstance(meta, dict) else None
     return label if isinstance(label, str) and label else None

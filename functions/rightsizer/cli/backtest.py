@@ -12,7 +12,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from rightsizer.cli.common import EXIT_OK, emit_json, parse_time, read_policy_file
+from rightsizer.cli.common import EXIT_OK, emit_json, parse_time, percent_arg, read_policy_file
 from rightsizer.config import Config, load_config
 from rightsizer.domain.errors import ConfigError
 from rightsizer.domain.policy import Policy
@@ -247,7 +247,7 @@ def add_parsers(sub: Any) -> None:
     )
     b.add_argument("--regret-horizon", default="30m", help="a removal regrets within this (default 30m)")
     b.add_argument(
-        "--activity-threshold", type=float, default=5.0, metavar="PCT", help="active above (default 5)"
+        "--activity-threshold", type=percent_arg, default=5.0, metavar="PCT", help="active above (default 5)"
     )
     b.add_argument(
         "--instance-type",

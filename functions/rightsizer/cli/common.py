@@ -110,6 +110,33 @@ def count_arg(text: str) -> int:
     return value
 
 
+def port_arg(text: str) -> int:
+    """argparse type for a TCP port (``serve --port``): 0 (any free port) to 65535.
+
+    Raises:
+        argparse.ArgumentTypeError: for anything else (argparse then exits 2 naming the option).
+    """
+    value = count_arg(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a TCP port (0-65535)")
+    return value
+
+
+def percent_arg(text: str) -> float:
+    """argparse type for a percentage (``backtest --activity-threshold``): a finite number in [0, 100].
+
+    Raises:
+        argparse.ArgumentTypeError: for anything else, ``nan`` and ``inf`` included.
+    """
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.0 <= value <= 100.0:  # also false for nan
+        raise argparse.ArgumentTypeError(f"{text!r} is not a percentage from 0 to 100")
+    return value
+
+
 def print_progress(result: StepResult) -> None:
     """A workflow step's outcome on stderr (``apply``'s live progress)."""
     print(

@@ -100,22 +100,29 @@ def cmd_decide(args: argparse.Namespace) -> int:
     snooze also keeps the node ``protected`` (``snoozed``) in plans for ``--for`` (default: the policy's
     ``approval_snooze``: the deployed stack's policy with ``--stack``, the config's with ``--config``).
 
+    The decider recorded is the caller's AWS principal (STS ``GetCallerIdentity`` ARN), never a
+    self-declared name such as ``$USER``; ``--for`` is at most ``MAX_SNOOZE_S`` (30 days), checked before
+    any call.
+
     Exit: 0 decided; 1 decided before or expired (nothing changed); 2 no such request or bad input.
     """
-    import getpass
-
-    from rightsizer.domain.policy import parse_duration
+    from rightsizer.domain.policy import MAX_SNOOZE_S, parse_duration
     from rightsizer.wiring import Runtime
 
     # without --for, the snooze lasts what the deployed policy says (its approval_snooze), read from the stack
     config = deployed_config(args, with_policy=not args.duration)
-    runtime = Runtime(config, "cli")
     try:
         seconds = parse_duration(args.duration) if args.duration else config.policy.approval_snooze
     except ValueError as exc:
         raise ConfigError(str(exc), field="--for") from exc
+    if not 0 < seconds <= MAX_SNOOZE_S:
+        raise ConfigError(
+            f"{args.duration!r}: a snooze lasts more than 0s and at most {MAX_SNOOZE_S // 86400}d",
+            field="--for",
+        )
+    runtime = Runtime(config, "cli")
     decision = runtime.approval_desk().decide(
-        args.execution_id, args.action, by=f"cli:{getpass.getuser()}", snooze_seconds=seconds
+        args.execution_id, args.action, by=f"cli:{runtime.caller_arn()}", snooze_seconds=seconds
     )
     request = decision.request
     document = {

@@ -6,7 +6,7 @@ import argparse
 import logging
 from typing import Any
 
-from rightsizer.cli.common import EXIT_OK
+from rightsizer.cli.common import EXIT_OK, port_arg
 from rightsizer.config import load_config
 
 log = logging.getLogger("rightsizer")
@@ -38,7 +38,7 @@ def add_parsers(sub: Any) -> None:
         help="the config file (docs/policy.md: 'Configuration file')",
     )
     w.add_argument(
-        "--port", type=int, default=8080, metavar="N", help="TCP port (default 8080; 0 = any free)"
+        "--port", type=port_arg, default=8080, metavar="N", help="TCP port (default 8080; 0 = any free)"
     )
     w.add_argument("--execute", action="store_true", help="act for real (default: dry run)")
     w.set_defaults(func=cmd_serve)

@@ -4,8 +4,9 @@ An approval request carries three links — approve, reject, snooze — on the w
 link holds a token ``<claims>.<signature>``: ``claims`` is base64url (no padding) of canonical JSON
 ``{"a": action, "c": cluster, "e": execution id, "n": nonce, "x": expiry (epoch seconds), "s": snooze
 seconds}``, ``signature`` base64url of HMAC-SHA256(key, claims) (RFC 2104, :mod:`hmac`), compared in
-constant time. The key is derived from the webhook's bearer-token secret (:func:`derive_key`), so no
-second secret has to be kept; rotating that secret invalidates links not yet used.
+constant time. The key is derived (:func:`derive_key`) from its own secret, the approval-link key
+(template ``ApprovalLinkKeySecret``), never from the webhook's bearer token: the token and a link of a
+request together cannot mint another decision (issue 26). Rotating the key invalidates links not yet used.
 
 Single use is not the token's job: the approval record in the state table is decided once, by a
 conditional write naming the record's nonce (``ApprovalStore.decide_approval``); any later use answers 409.

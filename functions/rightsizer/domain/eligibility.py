@@ -20,7 +20,8 @@ Kinds and their facts:
   (:data:`DRAIN_GUARDS`, :func:`drain_refusals`);
 - ``resize_instance``: :class:`ResizeFacts` (:data:`RESIZE_GUARDS`, :func:`resize_refusals`);
 - ``replace_node_group``: :class:`ReplaceFacts` (:data:`REPLACE_GUARDS`, :func:`replace_refusals`), whose
-  preflight runs the child drain's eligibility on every node of the old group.
+  preflight runs the child drain's eligibility on every node of the old group;
+- ``scale_workload`` (issue 32): :class:`WorkloadFacts` (:data:`WORKLOAD_GUARDS`, :func:`workload_refusals`).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from rightsizer.domain.model import TAG_ENABLED, TAG_RESIZE
 from rightsizer.domain.plan import NodeReport
 from rightsizer.domain.verdicts import BUDGET_ONLY, SHRINKING_EXEMPT, Verdict, reasons_blocking
 from rightsizer.domain.verdicts import OFFHOURS_EXEMPT as VERDICT_OFFHOURS_EXEMPT
+from rightsizer.domain.workloads import WorkloadVerdict
 
 F = TypeVar("F")
 
@@ -413,3 +415,41 @@ def replace_refusals(facts: ReplaceFacts) -> tuple[Refusal, ...]:
     """Why the node group may not be replaced, or ``()`` when it may (then the planner prices the
     cheapest type serving its nodes' combined peak, ``domain.replacement``)."""
     return refusals(REPLACE_GUARDS, facts)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadFacts:
+    """``scale_workload`` (issue 32): the workload's verdict (``domain.workloads``), whether the policy
+    scales workloads (``workloads.scale_to_zero``), and whether its owner was found when read afresh
+    (None: not read yet — the plan's side)."""
+
+    verdict: WorkloadVerdict
+    allowed: bool
+    owner_found: bool | None = None
+
+
+def _workloads_allowed(f: WorkloadFacts) -> list[Refusal]:
+    return [] if f.allowed else [Refusal("workloads.scale_to_zero", "false")]
+
+
+def _workload_verdict(f: WorkloadFacts) -> list[Refusal]:
+    if f.verdict.verdict != "scale_to_zero":
+        return [Refusal.of_reason(r, "verdict") for r in f.verdict.reasons]
+    return [] if f.verdict.method else [Refusal("no_scale_method", f.verdict.workload.text)]
+
+
+def _owner_found(f: WorkloadFacts) -> list[Refusal]:
+    return [Refusal("owner_not_found", f.verdict.workload.text)] if f.owner_found is False else []
+
+
+WORKLOAD_GUARDS: tuple[Guard[WorkloadFacts], ...] = (
+    Guard("allow_workloads", _workloads_allowed, "not_opted_in:"),
+    Guard("verdict", _workload_verdict, "not_a_candidate:"),
+    Guard("owner", _owner_found, "stale:"),
+)
+
+
+def workload_refusals(facts: WorkloadFacts) -> tuple[Refusal, ...]:
+    """Why the workload may not be scaled to zero, or ``()`` when it may: the assessment selects with it,
+    ``services.workloads`` re-checks it on the owner read afresh."""
+    return refusals(WORKLOAD_GUARDS, facts)

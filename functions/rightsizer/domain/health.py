@@ -22,19 +22,23 @@ or a Karpenter-owned node (Karpenter's node repair acts on the same condition) �
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Final
 
-from rightsizer.domain.model import AsgInfo, Node, Series
+from rightsizer.domain.model import AsgInfo, MetricData, Node, Series
+from rightsizer.domain.observation import MetricQuery
 
 __all__ = [
     "ACCELERATED_HARDWARE_READY",
     "XID_COUNT",
+    "XID_DOCUMENT",
     "XID_LAST",
     "health_reasons",
     "last_xids",
     "repair_owner",
     "rising_xids",
+    "xid_facts",
+    "xid_queries",
 ]
 
 #: Node condition of the EKS node monitoring agent (docs.aws.amazon.com/eks/latest/userguide/node-health.html).
@@ -43,6 +47,10 @@ ACCELERATED_HARDWARE_READY: Final = "AcceleratedHardwareReady"
 XID_COUNT: Final = "DCGM_EXP_XID_ERRORS_COUNT"
 #: DCGM field 230: the value of the last XID error seen, stale until the exporter restarts.
 XID_LAST: Final = "DCGM_FI_DEV_XID_ERRORS"
+#: dcgm-exporter's label naming the XID code of a ``DCGM_EXP_XID_ERRORS_COUNT`` series.
+XID_LABEL: Final = "xid"
+#: The snapshot document holding both XID answers (``{"count": query_range answer, "last": …}``).
+XID_DOCUMENT: Final = "xid.json"
 _GPU_RESOURCES: Final = ("nvidia.com/gpu", "nvidia.com/gpu.shared")
 _MIG_PREFIX: Final = "nvidia.com/mig-"
 _KARPENTER_NODEPOOL: Final = "karpenter.sh/nodepool"
@@ -107,7 +115,7 @@ def rising_xids(series: Sequence[tuple[str, Series]], window_start: float) -> di
     """
     out: dict[str, set[str]] = {}
     for node, s in series:
-        code = s.labels.get("xid") or s.labels.get("XID") or "unknown"
+        code = s.labels.get(XID_LABEL) or "unknown"
         values = [(t, v) for t, v in zip(s.times, s.values, strict=False) if v == v]  # drop NaN
         if not values:
             continue
@@ -126,3 +134,35 @@ def last_xids(series: Sequence[tuple[str, Series]]) -> dict[str, set[str]]:
         if finite and finite[-1] > 0:
             out.setdefault(node, set()).add(str(int(finite[-1])))
     return out
+
+
+def xid_queries(job: str | None = None, scope: tuple[str, ...] = ()) -> dict[str, MetricQuery]:
+    """The two XID queries of an observation, by their key in :data:`XID_DOCUMENT`: ``count``, the per-step
+    maximum of ``DCGM_EXP_XID_ERRORS_COUNT`` over the window (to see it rise); ``last``, the window's
+    maximum of ``DCGM_FI_DEV_XID_ERRORS`` (the hint). ``job`` and ``scope`` as ``observation_queries``."""
+    return {
+        "count": MetricQuery(XID_COUNT, "step", job, scope),
+        "last": MetricQuery(XID_LAST, "max", job, scope),
+    }
+
+
+def xid_facts(
+    answers: dict[str, MetricData], node_of: Callable[[dict[str, str]], str | None], window_start: float
+) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
+    """Node → (rising XID codes, last-XID hints) from the :data:`XID_DOCUMENT` answers; ``node_of`` maps a
+    series' labels to its node (the series join) or None. A failed answer is no evidence either way."""
+    count, last = answers.get("count"), answers.get("last")
+    rising = rising_xids(_joined(count, node_of), window_start)
+    hints = last_xids(_joined(last, node_of))
+    return {
+        node: (tuple(sorted(rising.get(node, set()))), tuple(sorted(hints.get(node, set()))))
+        for node in sorted(set(rising) | set(hints))
+    }
+
+
+def _joined(
+    data: MetricData | None, node_of: Callable[[dict[str, str]], str | None]
+) -> list[tuple[str, Series]]:
+    if data is None or data.problem is not None:
+        return []
+    return [(node, s) for s in data.series if (node := node_of(s.labels)) is not None]

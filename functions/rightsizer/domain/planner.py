@@ -8,6 +8,7 @@ price everything.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -27,7 +28,7 @@ from rightsizer.domain.catalog import HOURS_PER_MONTH, Catalog, InstanceType, lo
 from rightsizer.domain.consolidation import budget_left, choose_consolidations, pin_advice
 from rightsizer.domain.eligibility import DrainFacts, Judged, drain_refusals
 from rightsizer.domain.gpu import GpuAssessment, is_gpu_node
-from rightsizer.domain.health import health_reasons, repair_owner
+from rightsizer.domain.health import health_reasons, repair_owner, xid_facts
 from rightsizer.domain.holds import snooze_reason
 from rightsizer.domain.join import NodeJoiner
 from rightsizer.domain.model import (
@@ -270,6 +271,9 @@ def plan(  # noqa: C901 (24): the verdict-then-budget pipeline of §3, one step 
     volumes = VolumeFacts.of(snapshot.pvcs, snapshot.pvs, snapshot.nodes, known=snapshot.volumes_known)
     pdb_index = pdbs_by_namespace(snapshot.pdbs)
     inventory = snapshot.inventory
+    if snapshot.xid_answers and not snapshot.xids:
+        xids = xid_facts(dict(snapshot.xid_answers), lambda labels: joiner.join(labels).node, window.start)
+        snapshot = dataclasses.replace(snapshot, xids=xids)
 
     decisions: list[NodeDecision] = []
     for node in sorted(snapshot.nodes, key=lambda n: n.name):
@@ -671,16 +675,9 @@ def _assemble(
         judged.append(
             (d, reasons, verdict_of(reasons, cheaper_shape_fits=rec is not None and rec.cheaper_fits))
         )
-    kept = {  # a group with a node in a reservation it keeps is not replaced (issue 28)
-        d.group.nodegroup: f"capacity_reserved:{d.node.name}"
-        for d, reasons, _ in judged
-        if d.group is not None
-        and d.group.nodegroup
-        and any(code_of(r) == "capacity_reserved" for r in reasons)
-    }
     members = _group_members(judged)
     replacements, replaced = group_replacements(
-        members, catalog, allowed=policy.allow_replace_node_group, held={**kept, **held}
+        members, catalog, allowed=policy.allow_replace_node_group, held=held
     )
     refused = drain_refused_groups(members, allowed=policy.allow_replace_node_group)
     actions.extend(replacements)
@@ -694,9 +691,6 @@ def _assemble(
             rec = resize_or_recommend(
                 rec, d.node, d.row, facts, instance, policy, catalog, standalone=d.standalone
             )
-        kept_here = any(code_of(r) == "capacity_reserved" for r in reasons)
-        if kept_here and rec is not None and rec.action is not None and rec.action.kind != "recommend":
-            rec = None  # a kept reservation is never resized: the change would save nothing
         if rec is not None and rec.action is not None and verdict in rec.for_verdicts:
             reserved = _reservation(reasons)
             if reserved and rec.action.hourly_savings_usd is not None:
@@ -756,15 +750,14 @@ def _reservation_reports(
     judged: Sequence[tuple[NodeDecision, list[str], str]], snapshot: ClusterSnapshot
 ) -> list[ReservationReport]:
     """Unused cost per capacity reservation (``domain.capacity.reservation_use``): a node counts as unused
-    when it would be idle but for the reservation that keeps it."""
+    when its GPUs did nothing all window (``idle`` or ``protected``: kept by the reservation, a floor, an
+    idle GPU holder…); busy, unknown and unhealthy nodes do not."""
     members = []
     for d, reasons, verdict in judged:
         detail = reserved_kept(reasons)
-        if detail is None:
-            continue
-        rest = [r for r in reasons if code_of(r) not in ("capacity_reserved", "capacity_block_ends")]
-        idle = verdict == "idle" or (verdict == "protected" and verdict_of(rest) == "idle")
-        members.append((d.node.name, detail, d.node.instance_type, idle, d.hourly_usd))
+        if detail is not None:
+            idle = verdict in ("idle", "protected")
+            members.append((d.node.name, detail, d.node.instance_type, idle, d.hourly_usd))
     return [
         ReservationReport(
             reservation_id=u.reservation_id,

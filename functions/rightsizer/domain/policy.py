@@ -25,6 +25,12 @@ from rightsizer.domain.periods import Period
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+#: No duration the product reads is longer (ten years): a bigger one is a typo, and past ~2.7e6 years
+#: Python's ``timedelta`` overflows (issue 26: ``--for 99999999999999h`` crashed with a traceback).
+MAX_DURATION_S = 3650 * 86400
+#: A snooze keeps a node out of plans at most this long (the policy's ``approval_snooze`` and
+#: ``rightsizer snooze --for`` alike).
+MAX_SNOOZE_S = 30 * 86400
 
 
 def parse_duration(value: object) -> int:
@@ -35,11 +41,21 @@ def parse_duration(value: object) -> int:
             d; Prometheus style).
 
     Returns:
-        The duration in seconds (int, >= 0).
+        The duration in seconds (int, 0 <= seconds <= ``MAX_DURATION_S``).
 
     Raises:
-        ValueError: for negative numbers, booleans, or strings that are not a duration.
+        ValueError: for negative numbers, booleans, strings that are not a duration, and durations over
+            ``MAX_DURATION_S`` (ten years).
     """
+    seconds = _parse_duration(value)
+    if seconds > MAX_DURATION_S:
+        raise ValueError(
+            f"{value!r} is longer than {MAX_DURATION_S // 86400}d, the longest duration accepted"
+        )
+    return seconds
+
+
+def _parse_duration(value: object) -> int:
     if isinstance(value, bool):
         raise ValueError("a duration must be a number of seconds or a string like '10m'")
     if isinstance(value, int):
@@ -60,7 +76,7 @@ def parse_duration(value: object) -> int:
             total += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
             pos = match.end()
         if text and pos == len(text):
-            return math.ceil(total)
+            return math.ceil(total) if math.isfinite(total) else MAX_DURATION_S + 1
     raise ValueError(f"{value!r} is not a duration (use integer seconds or e.g. '30s', '10m', '1h')")
 
 
@@ -377,7 +393,7 @@ class Policy(BaseModel):
     approval_snooze: Seconds = Field(
         86400,
         gt=0,
-        le=30 * 86400,
+        le=MAX_SNOOZE_S,
         description="How long the approval request's snooze link keeps the node out of plans (s).",
     )
 

@@ -143,7 +143,8 @@ BUDGET_ONLY = frozenset({"disruption_budget_exhausted", "in_flight"})
 SHRINKING_EXEMPT = frozenset({"unhealthy_pending_repair", "unhealthy_first"})
 #: Protections an off-hours drain is exempt from: the schedule is the operator's window
 #: (docs/architecture.md §4 "Off-hours"). Never the warm floor, a reservation or an interruption notice.
-#: ``no_placement``: a group going to zero on schedule strands its pods by the operator's choice.
+#: ``no_placement`` / ``cpu_pods_pin_gpu_node``: a group going to zero on schedule strands its pods by the
+#: operator's choice (the scale-in's placement simulation does not apply to it).
 OFFHOURS_EXEMPT = (
     BUDGET_ONLY
     | SHRINKING_EXEMPT
@@ -152,6 +153,7 @@ OFFHOURS_EXEMPT = (
         "outside_disruption_window",
         "node_group_at_min_size",
         "no_placement",
+        "cpu_pods_pin_gpu_node",
     }
 )
 

@@ -38,6 +38,7 @@ from rightsizer.domain.approval import (
     verify_token,
 )
 from rightsizer.domain.holds import stamp
+from rightsizer.domain.policy import MAX_SNOOZE_S
 from rightsizer.ports import ClusterWriter
 from rightsizer.state import ApprovalRequest, ApprovalStatus, ApprovalStore
 
@@ -50,10 +51,12 @@ __all__ = [
     "ApprovalGate",
     "ApprovalNotifier",
     "Decision",
+    "LinkKey",
     "LinkResponse",
     "TaskCallback",
     "approval_event",
     "approval_message",
+    "current_key",
     "tell_cluster",
 ]
 
@@ -192,6 +195,15 @@ def tell_cluster(
     cluster.emit_event(node, reason, message, warning=warning)
 
 
+#: An approval-link HMAC key, or a provider of the current one (a cached, rotatable secret).
+LinkKey = bytes | Callable[[], bytes]
+
+
+def current_key(key: LinkKey | None) -> bytes | None:
+    """The key now: ``key`` itself, or what its provider answers."""
+    return key() if callable(key) else key
+
+
 @dataclass
 class ApprovalGate:
     """The workflow's side: open and publish a request, read the decision.
@@ -200,19 +212,21 @@ class ApprovalGate:
         cluster: the cluster (in tokens and messages).
         store: approval requests and snoozes.
         notifier: where requests are published (``None``: logged only).
-        key: the HMAC key of links (:func:`rightsizer.domain.approval.derive_key`); ``None``: no links.
+        key: the HMAC key of links (:func:`rightsizer.domain.approval.derive_key` of the link-key secret),
+            or a provider of it asked per request (a rotated key signs the next links); ``None``: no links.
         base_url: the webhook's Function URL; ``None``: no links (the CLI still decides).
     """
 
     cluster: str
     store: ApprovalStore
     notifier: ApprovalNotifier | None = None
-    key: bytes | None = None
+    key: LinkKey | None = None
     base_url: str | None = None
 
     def links(self, request: ApprovalRequest, snooze_seconds: int) -> dict[str, str]:
         """approve / reject / snooze URLs of ``request`` (empty without key or base URL)."""
-        if self.key is None or not self.base_url:
+        key = current_key(self.key)
+        if key is None or not self.base_url:
             return {}
         out: dict[str, str] = {}
         for action in ACTIONS:
@@ -224,7 +238,7 @@ class ApprovalGate:
                 expires_at=int(request.expires_at.timestamp()),
                 snooze_seconds=snooze_seconds if action == "snooze" else 0,
             )
-            query = urlencode({"token": sign_token(self.key, claims)})
+            query = urlencode({"token": sign_token(key, claims)})
             out[action] = f"{self.base_url.rstrip('/')}{APPROVAL_PATH}?{query}"
         return out
 
@@ -267,7 +281,8 @@ class ApprovalGate:
                 self.notifier.publish(subject, message)
                 # The links are credentials (single use, expiring): they go to the topic, not to the logs.
                 log.warning("approval requested for %s (%s), published", node, execution_id)
-            else:  # in process without a topic, the log is where the operator reads the request
+            else:  # in process without a topic, the log is where the operator reads the request (its
+                # links' tokens are redacted there like every credential; the CLI commands it names decide)
                 log.warning("approval requested for %s (%s):\n%s", node, execution_id, message)
             self.store.mark_notified(execution_id)
         return request, published
@@ -320,14 +335,15 @@ class ApprovalDesk:
         cluster: the cluster whose requests this desk decides (a link for another cluster is refused).
         store: approval requests and snoozes.
         callback: Step Functions callbacks (``None`` in process: the runner polls the store).
-        key: the HMAC key of links (``None``: links are refused with 401; the CLI needs none).
+        key: the HMAC key of links, or a provider of it asked per link (``None``: links are refused with
+            401; the CLI needs none).
         clock: aware UTC now.
     """
 
     cluster: str
     store: ApprovalStore
     callback: TaskCallback | None = None
-    key: bytes | None = None
+    key: LinkKey | None = None
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
 
     def decide(
@@ -348,8 +364,10 @@ class ApprovalDesk:
         """
         now = self.clock().astimezone(UTC)
         status = _STATUS_OF[action]
-        if action == "snooze" and snooze_seconds <= 0:
-            return Decision(400, "bad_snooze", None, "a snooze needs a positive duration")
+        if action == "snooze" and not 0 < snooze_seconds <= MAX_SNOOZE_S:
+            return Decision(
+                400, "bad_snooze", None, f"a snooze lasts more than 0s and at most {MAX_SNOOZE_S // 86400}d"
+            )
         until = now + timedelta(seconds=snooze_seconds) if action == "snooze" else None
         decided = self.store.decide_approval(
             execution_id, status, by=by, now=now, nonce=nonce, snooze_until=until
@@ -385,8 +403,11 @@ class ApprovalDesk:
             # The wait already ended (timeout): its approval step reads the store and abandons.
             log.warning("approval of %s: the waiting task is gone", request.execution_id)
 
-    def handle_link(self, method: str, query: str, body: str | None) -> LinkResponse:
+    def handle_link(self, method: str, query: str, body: str | None, *, source: str = "") -> LinkResponse:
         """Answer a link of an approval request (``GET``: show it with a confirm button; ``POST``: decide).
+
+        The decider recorded is the link and where its request came from: ``link from <source>``
+        (``source``: the request's address and request id), never a name the request declares.
 
         Returns:
             200 the page; 401 a forged, altered or expired token (documented choice: expired is 401, not
@@ -396,11 +417,12 @@ class ApprovalDesk:
             return LinkResponse(405, _page("Method not allowed", "Use the link from the message."))
         fields = parse_qs(body or "") if method == "POST" else parse_qs(query or "")
         token = (fields.get("token") or [""])[0]
-        if self.key is None:
+        key = current_key(self.key)
+        if key is None:
             return LinkResponse(401, _page("Link not accepted", "Approval links are not configured."))
         now = self.clock().astimezone(UTC)
         try:
-            claims = verify_token(self.key, token, now.timestamp())
+            claims = verify_token(key, token, now.timestamp())
         except TokenExpired:
             return LinkResponse(401, _page("Link expired", "This approval link has expired."))
         except TokenInvalid:
@@ -428,7 +450,7 @@ class ApprovalDesk:
         decision = self.decide(
             claims.execution_id,
             claims.action,
-            by="link",
+            by=f"link from {source or 'an unknown source'}",
             nonce=claims.nonce,
             snooze_seconds=claims.snooze_seconds,
         )

@@ -20,6 +20,7 @@ from rightsizer.domain.decisions import (
     plan_document,
     verdict_changes,
 )
+from rightsizer.domain.eligibility import WorkloadFacts, workload_refusals
 from rightsizer.domain.model import ClusterSnapshot
 from rightsizer.domain.plan import Action, NodeReport
 from rightsizer.domain.planner import plan
@@ -186,6 +187,8 @@ class AssessmentSummary:
     records: list[DecisionRecord] = field(default_factory=list)
     backed_off: dict[str, str] = field(default_factory=dict)
     events: int = 0
+    reservations: list[dict[str, Any]] = field(default_factory=list)
+    """The plan's capacity reservations and their unused cost (``Plan.reservations``, issue 28)."""
     workloads: dict[str, str] = field(default_factory=dict)
     """Workload → what scale-to-zero did (``scaled_to_zero``, ``would_scale``, ``already_zero``...)."""
     showback: Showback | None = None
@@ -328,6 +331,7 @@ def run_assessment(
         dry_run=result.dry_run,
         records=records,
         backed_off=backed_off,
+        reservations=[r.model_dump(mode="json") for r in result.reservations],
         showback=result.showback,
     )
     # Decisions are published before the drains start: the verdict's Event precedes the drain's own
@@ -337,8 +341,9 @@ def run_assessment(
     for request in requests:
         deps.starter.start(request)  # returns request.execution_id (WorkflowStarter contract)
     scaled: dict[str, str] = {}
-    if deps.workloads is not None and deps.policy.workloads.scale_to_zero:
+    scaler, allowed = deps.workloads, deps.policy.workloads.scale_to_zero
+    if scaler is not None:
         for verdict in result.workloads:
-            if verdict.verdict == "scale_to_zero":
-                scaled[verdict.workload.text] = deps.workloads.scale_to_zero(verdict).result
+            if not workload_refusals(WorkloadFacts(verdict, allowed)):  # the action model's guards (issue 25)
+                scaled[verdict.workload.text] = scaler.scale_to_zero(verdict).result
     return dataclasses.replace(summary, events=events, duration_s=clock() - began, workloads=scaled)

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
+from rightsizer.domain.health import XID_DOCUMENT
 from rightsizer.domain.join import JoinResult, NodeJoiner, node_series_matchers
 from rightsizer.domain.model import Node, NodeSelector, PersistentVolume, PersistentVolumeClaim, Pod
 from rightsizer.domain.volumes import VolumeFacts, affine_volumes, claim_names, other_node_searches
@@ -35,6 +36,7 @@ from rightsizer.services.snapshot import (
     kubectl_list,
     metric_documents,
     snapshot_meta,
+    xid_document,
 )
 
 __all__ = ["ResolvingJoiner", "VolumeReads", "node_local_volume_facts", "observe_node"]
@@ -213,6 +215,7 @@ def observe_node(
     if metrics is not None and found is not None:
         scope = node_series_matchers(Node.model_validate(found), pods, request.node_label)
         documents.update(metric_documents(metrics, request, scope))
+        documents[XID_DOCUMENT] = xid_document(metrics, request, scope)
     return Observation(documents)
 
 

@@ -26,6 +26,7 @@ from rightsizer.domain.catalog import load_catalog
 from rightsizer.domain.dra_fields import claim_fields, slice_fields
 from rightsizer.domain.errors import PermanentError
 from rightsizer.domain.gpu import is_gpu_node
+from rightsizer.domain.health import XID_DOCUMENT, xid_queries
 from rightsizer.domain.model import (
     Node,
     PersistentVolume,
@@ -290,6 +291,20 @@ def _uncounted_targets(documents: Mapping[str, Any], counted: str) -> set[tuple[
     return named - have
 
 
+def xid_document(metrics: MetricsRangeReader, request: ObserveRequest, scope: tuple[str, ...] = ()) -> JSON:
+    """The ``xid.json`` document (issue 28): ``{"count": …, "last": …}``, the answers of
+    ``domain.health.xid_queries`` over (at − W, at] (dcgm-exporter ``DCGM_EXP_XID_ERRORS_COUNT`` per step,
+    ``DCGM_FI_DEV_XID_ERRORS`` window maximum); ``scope`` as in :func:`metric_documents`."""
+    end = float(int(request.at.timestamp()))
+    document: JSON = {}
+    for key, query in xid_queries(request.job, scope).items():
+        start, stop = query.span(end, request.window_seconds, request.step_seconds)
+        expr = query.expr(request.step_seconds, request.window_seconds)
+        answer = metrics.query_range_raw(expr, start, stop, float(request.step_seconds))
+        document[key] = json.loads(answer) if isinstance(answer, bytes | bytearray) else answer
+    return document
+
+
 def observe(
     cluster: ClusterReader,
     inventory: NodeGroupInventory | None,
@@ -354,6 +369,7 @@ def observe(
         documents["instances.json"] = inventory.describe_instances(ids)
     if metrics is not None:
         documents.update(metric_documents(metrics, request))
+        documents[XID_DOCUMENT] = xid_document(metrics, request)
     return Observation(documents)
 
 
@@ -496,4 +512,5 @@ def record(
             expr = query.expr(request.step_seconds, request.window_seconds)
             answer = metrics.query_range_raw(expr, start, stop, float(request.step_seconds))
             sink.put(query.path, bytes(answer) if isinstance(answer, bytes | bytearray) else answer)
+        sink.put(XID_DOCUMENT, xid_document(metrics, request))
     sink.put("snapshot.json", snapshot_meta(request))

@@ -71,9 +71,18 @@ class StatusReport:
                 "total_usd": round(sum(r["usd"] for r in self.savings_by_day), 6),
             },
             "failures": self.failures,
+            "reservations": reservations_of(self.plan),
             "restore_delays": self.restore_delays,
             "recommended_window": self.recommended_window,
         }
+
+
+def reservations_of(plan: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The capacity reservations the latest assessment saw, with their unused USD/h and advice
+    (``Plan.reservations`` kept in its summary; none before issue 28's assessments)."""
+    if plan is None:
+        return []
+    return list((plan.get("summary") or {}).get("reservations") or [])
 
 
 def _by_kind(entries: Iterable[LedgerEntry]) -> list[dict[str, Any]]:

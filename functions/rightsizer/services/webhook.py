@@ -134,12 +134,15 @@ class WebhookRequest:
         body: the body as text, or base64 text when ``is_base64_encoded``; ``None`` when empty.
         is_base64_encoded: the Function URL's ``isBase64Encoded``.
         request_id: ``requestContext.requestId`` (the correlation id of the log lines).
+        source_ip: ``requestContext.http.sourceIp`` (the address the Function URL saw; recorded with an
+            approval link's decision).
     """
 
     headers: Mapping[str, str]
     body: str | None
     is_base64_encoded: bool = False
     request_id: str = ""
+    source_ip: str = ""
 
 
 @dataclass(frozen=True)
@@ -415,7 +418,8 @@ class WebhookIntake:
     """Turns Alertmanager notifications into drain starts and cancels (see the module docstring).
 
     Args:
-        token: the bearer token Alertmanager sends (non-empty; fail closed otherwise).
+        token: the bearer token Alertmanager sends (non-empty; fail closed otherwise), or a provider of it
+            asked on every request (a rotation takes effect without a new intake).
         starter: starts drain workflows (Step Functions, or the in-process runner for ``serve``).
         leases: node leases (``get`` and ``request_cancel`` only).
         guard: per-alert de-duplication.
@@ -433,7 +437,7 @@ class WebhookIntake:
     def __init__(
         self,
         *,
-        token: str,
+        token: str | Callable[[], str],
         starter: WorkflowStarter,
         leases: LeaseStore,
         guard: DuplicateGuard,
@@ -443,12 +447,14 @@ class WebhookIntake:
         max_alerts: int = MAX_ALERTS,
         approvals: ApprovalDesk | None = None,
     ) -> None:
-        if not token:
+        # A provider is asked on every request (``adapters.secrets.CachedSecret``: a rotated token is
+        # accepted within minutes); it is asked once here so a missing token fails closed at once.
+        self._token = token if callable(token) else (lambda: token)
+        if not self._token():
             raise ConfigError(
                 "the webhook token is empty; refusing every request would be silent",
                 field="webhook.token_secret",
             )
-        self._token = token
         self.starter = starter
         self.leases = leases
         self.guard = guard
@@ -457,6 +463,11 @@ class WebhookIntake:
         self.max_body_bytes = max_body_bytes
         self.max_alerts = max_alerts
         self.approvals = approvals
+
+    def authenticates(self, headers: Mapping[str, str]) -> bool:
+        """True when ``headers`` carry the bearer token (:func:`bearer_token_matches`): ``serve`` asks this
+        before it reads a body, so an unauthenticated sender never holds a worker for its body."""
+        return bearer_token_matches(headers, self._token())
 
     def handle(self, request: WebhookRequest, *, lambda_context: Any = None) -> WebhookResponse:
         """Answer one webhook request.
@@ -471,7 +482,7 @@ class WebhookIntake:
             "ignored": [{"fingerprint", "node", "reason"}], "failed": [{"fingerprint", "node", "error"}],
             "truncated_alerts": int}`` (see :meth:`process`).
         """
-        if not bearer_token_matches(request.headers, self._token):
+        if not self.authenticates(request.headers):
             self.log.warning("webhook: missing or wrong bearer token")
             return _error(401, "unauthorized", "missing or wrong bearer token")
         try:
@@ -509,7 +520,8 @@ class WebhookIntake:
             body = b""
         if len(body) > 8192:
             return LinkResponse(413, "body too large")
-        answer = self.approvals.handle_link(method, query, body.decode("utf-8", "replace"))
+        source = f"{request.source_ip or 'an unknown address'} (request {request.request_id or 'unknown'})"
+        answer = self.approvals.handle_link(method, query, body.decode("utf-8", "replace"), source=source)
         self.log.info("webhook: approval link %s -> %d", method, answer.status_code)
         return answer
 

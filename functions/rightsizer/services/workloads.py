@@ -18,6 +18,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
 
+from rightsizer.domain.eligibility import (
+    WORKLOAD_GUARDS,
+    WorkloadFacts,
+    first_refusal_message,
+    workload_refusals,
+)
 from rightsizer.domain.workload_model import SCALABLE_KINDS, WorkloadRef
 from rightsizer.domain.workload_scale import SavedWorkload, capture, restore_patches, scale_down_patches
 from rightsizer.domain.workloads import WorkloadVerdict
@@ -92,11 +98,12 @@ class WorkloadScaler:
             ValueError: the verdict is not ``scale_to_zero`` or names no method.
         """
         w = verdict.workload
-        if verdict.verdict != "scale_to_zero" or verdict.method is None:
+        if workload_refusals(WorkloadFacts(verdict, True)) or verdict.method is None:
             raise ValueError(f"{w.text}: verdict {verdict.decision} is not scale_to_zero")
         owner = self._cluster.get_object(w.group, w.kind, w.namespace, w.name)
-        if owner is None:
-            return WorkloadOutcome(w.text, "not_found", None, "the owner is gone")
+        stale = first_refusal_message(WORKLOAD_GUARDS, WorkloadFacts(verdict, True, owner is not None))
+        if owner is None or stale is not None:
+            return WorkloadOutcome(w.text, "not_found", None, stale or "the owner is gone")
         saved = self._saves.get_workload(w.text) or SavedWorkload.from_object(owner)
         if saved is None:
             if verdict.method == "scale_subresource" and (owner.get("spec") or {}).get("replicas") == 0:

@@ -38,6 +38,7 @@ from rightsizer.testing.periodic import Periodic
 if TYPE_CHECKING:
     from moto.server import ThreadedMotoServer
     from mypy_boto3_ec2.literals import InstanceTypeType
+    from mypy_boto3_ec2.type_defs import TagSpecificationTypeDef
 
 __all__ = [
     "BuiltCluster",
@@ -309,12 +310,19 @@ def add_nodegroup(
 ) -> BuiltNodeGroup:
     """Create one managed node group of ``spec`` in ``cluster`` with its ASG (see :func:`build_cluster`)."""
     ec2, eks, asg = clients.ec2, clients.eks, clients.autoscaling
+    # An opted-in group's launch template is opted in too (the drain role writes versions of those only).
+    tagged: list[TagSpecificationTypeDef] = (
+        [{"ResourceType": "launch-template", "Tags": [{"Key": TAG_ENABLED, "Value": "true"}]}]
+        if spec.opted_in
+        else []
+    )
     template = ec2.create_launch_template(
         LaunchTemplateName=f"eks-{cluster}-{spec.name}",
         LaunchTemplateData={
             "ImageId": _image_for(clients, spec.instance_type),
             "InstanceType": cast("InstanceTypeType", spec.instance_type),
         },
+        TagSpecifications=tagged,
     )["LaunchTemplate"]
     shape: dict[str, Any] = (
         {"launchTemplate": {"id": template["LaunchTemplateId"], "version": "1"}}

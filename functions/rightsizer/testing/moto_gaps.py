@@ -9,6 +9,14 @@ the demo only; docs/architecture.md §7).
   numbers; a deleted one is gone from ``DescribeLaunchTemplateVersions`` (listing) and asking for it by
   number answers ``InvalidLaunchTemplateId.VersionNotFound``, as for a version that never existed.
 
+- Capacity reservations (issue 28): ``CreateCapacityReservation`` (an On-Demand Capacity Reservation:
+  ``InstanceType``, ``AvailabilityZone``, ``InstanceCount``, optional ``EndDate``) and
+  ``DescribeCapacityReservations`` (by id, or all; ``TotalInstanceCount``, ``AvailableInstanceCount``,
+  ``State`` ``active``, ``EndDate``, ``ReservationType`` ``default``), and ``RunInstances`` with
+  ``CapacityReservationSpecification.CapacityReservationTarget.CapacityReservationId``: each instance
+  launched into it takes one available slot and reports ``CapacityReservationId`` in DescribeInstances;
+  an unknown id answers ``InvalidCapacityReservationId.NotFound``, a full one
+  ``ReservationCapacityExceeded`` (EC2 API reference).
 - EKS ``UpdateNodegroupConfig`` ``warmPoolConfig`` (botocore EKS model 2017-11-01, shape
   ``WarmPoolConfig``): moto drops it. Here it is stored on the node group (a field left out of an update
   keeps its value, as the model documents), answered by ``DescribeNodegroup`` as ``warmPoolConfig``, and
@@ -28,7 +36,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-__all__ = ["install", "seed_warm_instance"]
+__all__ = ["install", "place_in_reservation", "seed_warm_instance"]
 
 _lock = threading.Lock()
 _installed = False
@@ -43,7 +51,7 @@ def _deleted(template: Any) -> set[int]:
 
 
 def install() -> None:
-    """Add ``DeleteLaunchTemplateVersions`` to moto's EC2 (idempotent)."""
+    """Add ``DeleteLaunchTemplateVersions`` and capacity reservations to moto's EC2 (idempotent)."""
     global _installed
     with _lock:
         if _installed:
@@ -103,11 +111,107 @@ def install() -> None:
                 }
             )
 
+        _install_capacity_reservations()
         _install_warm_pools()
         LaunchTemplate.get_version = get_version  # type: ignore[method-assign]
         LaunchTemplateBackend.describe_launch_template_versions = describe  # type: ignore[method-assign]
         LaunchTemplates.delete_launch_template_versions = delete_launch_template_versions  # type: ignore[attr-defined]
         _installed = True
+
+
+def _reservations(backend: Any) -> dict[str, dict[str, Any]]:
+    found: dict[str, dict[str, Any]] | None = getattr(backend, "_rightsizer_capacity_reservations", None)
+    if found is None:
+        found = {}
+        backend._rightsizer_capacity_reservations = found
+    return found
+
+
+def _install_capacity_reservations() -> None:
+    import secrets
+
+    from moto.core.responses import ActionResult
+    from moto.ec2.exceptions import EC2ClientError
+    from moto.ec2.responses.instances import InstanceResponse
+
+    original_run = InstanceResponse.run_instances
+
+    def create_capacity_reservation(self: Any) -> Any:
+        self.error_on_dryrun()
+        count = int(self._get_param("InstanceCount"))
+        rid = f"cr-{secrets.token_hex(9)[:17]}"
+        item = {
+            "CapacityReservationId": rid,
+            "OwnerId": self.current_account,
+            "InstanceType": self._get_param("InstanceType"),
+            "InstancePlatform": self._get_param("InstancePlatform"),
+            "AvailabilityZone": self._get_param("AvailabilityZone"),
+            "TotalInstanceCount": count,
+            "AvailableInstanceCount": count,
+            "State": "active",
+            "EndDateType": self._get_param("EndDateType") or "unlimited",
+            "ReservationType": "default",
+        }
+        if self._get_param("EndDate"):
+            item["EndDate"] = self._get_param("EndDate")
+        _reservations(self.ec2_backend)[rid] = item
+        return ActionResult({"CapacityReservation": item})
+
+    def describe_capacity_reservations(self: Any) -> Any:
+        wanted = self._get_param("CapacityReservationIds", [])
+        known = _reservations(self.ec2_backend)
+        missing = [r for r in wanted if r not in known]
+        if missing:
+            raise EC2ClientError(
+                "InvalidCapacityReservationId.NotFound",
+                f"The capacity reservation ID '{missing[0]}' does not exist",
+            )
+        return ActionResult({"CapacityReservations": [known[r] for r in (wanted or sorted(known))]})
+
+    def run_instances(self: Any) -> Any:
+        target = (self._get_param("CapacityReservationSpecification") or {}).get(
+            "CapacityReservationTarget"
+        ) or {}
+        rid = target.get("CapacityReservationId")
+        if not rid:
+            return original_run(self)
+        item = _reservations(self.ec2_backend).get(rid)
+        if item is None:
+            raise EC2ClientError(
+                "InvalidCapacityReservationId.NotFound", f"The capacity reservation ID '{rid}' does not exist"
+            )
+        count = int(self._get_param("MinCount", 1))
+        if item["AvailableInstanceCount"] < count:
+            raise EC2ClientError(
+                "ReservationCapacityExceeded", f"capacity reservation {rid} has no available capacity"
+            )
+        result = original_run(self)
+        launched: list[Any] = getattr(result.result, "instances", [])
+        for instance in launched:
+            instance.capacity_reservation_id = rid
+        item["AvailableInstanceCount"] -= len(launched)
+        return result
+
+    InstanceResponse.create_capacity_reservation = create_capacity_reservation  # type: ignore[attr-defined]
+    InstanceResponse.describe_capacity_reservations = describe_capacity_reservations  # type: ignore[attr-defined]
+    InstanceResponse.run_instances = run_instances  # type: ignore[method-assign]
+
+
+def place_in_reservation(account: str, region: str, instance_id: str, reservation_id: str) -> None:
+    """Mark a running instance as launched into capacity reservation ``reservation_id`` (one slot taken),
+    as an Auto Scaling launch template targeting it would have launched it: moto's Auto Scaling launches
+    ignore ``CapacityReservationSpecification``. The server must run in this process (``install`` first).
+
+    Raises:
+        KeyError: an unknown reservation id.
+    """
+    from moto.ec2.models import ec2_backends
+
+    backend = ec2_backends[account][region]
+    item = _reservations(backend)[reservation_id]
+    instance: Any = backend.get_instance(instance_id)
+    instance.capacity_reservation_id = reservation_id
+    item["AvailableInstanceCount"] -= 1
 
 
 _POOL_STATES = {"STOPPED": "Stopped", "RUNNING": "Running", "HIBERNATED": "Hibernated"}

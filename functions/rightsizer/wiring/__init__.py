@@ -5,22 +5,28 @@
   mode; :func:`lambda_runtime` is the warm Lambda's.
 - ``settings`` — the deployment environment (one pydantic-settings model) and the policy provider
   (``max_age``, default 60 s).
-- ``parts`` — the builders of single adapters and clients the runtime assembles.
+- ``parts`` — the builders of single adapters and clients the runtime assembles; ``intake`` — the webhook
+  intake's (token and link-key sources, intake, approval desk).
 
 Only this package and ``rightsizer.adapters`` import boto3, botocore, kubernetes or httpx (an import
 contract in pyproject.toml).
 """
 
-from rightsizer.wiring.parts import (
+from rightsizer.wiring.intake import (
+    APPROVAL_KEY_ENV,
     TOKEN_ENV,
-    Observers,
+    approval_key_source,
     build_intake,
+    webhook_token,
+    webhook_token_source,
+)
+from rightsizer.wiring.parts import (
+    Observers,
     build_metrics_reader,
     build_observers,
     live_signals,
     observe_request,
     snapshot_from_observation,
-    webhook_token,
 )
 from rightsizer.wiring.runtime import (
     CONFIG_ENV,
@@ -39,6 +45,7 @@ from rightsizer.wiring.settings import (
 from rightsizer.wiring.stack import config_from_stack, stack_region
 
 __all__ = [
+    "APPROVAL_KEY_ENV",
     "CONFIG_ENV",
     "POLICY_MAX_AGE_S",
     "STATE_MACHINE_TIMEOUT_S",
@@ -48,6 +55,7 @@ __all__ = [
     "Observers",
     "PolicyProvider",
     "Runtime",
+    "approval_key_source",
     "build_intake",
     "build_metrics_reader",
     "build_observers",
@@ -60,4 +68,5 @@ __all__ = [
     "stack_region",
     "webhook_intake_from_env",
     "webhook_token",
+    "webhook_token_source",
 ]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -44,10 +43,9 @@ if TYPE_CHECKING:
     from rightsizer.adapters.pricing import PriceListPrices
     from rightsizer.adapters.prometheus import PrometheusClient
     from rightsizer.domain.join import NodeJoiner
-    from rightsizer.services.approval import ApprovalDesk, ApprovalNotifier, TaskCallback
+    from rightsizer.services.approval import ApprovalNotifier, TaskCallback
     from rightsizer.services.assess import PlanningAssessor
     from rightsizer.services.warm_pools import WarmPoolPort
-    from rightsizer.services.webhook import DuplicateGuard, WebhookIntake
 
 __all__ = [
     "Observers",
@@ -55,7 +53,6 @@ __all__ = [
     "build_cluster_reader",
     "build_cluster_writer",
     "build_instance_reader",
-    "build_intake",
     "build_inventory",
     "build_local_state",
     "build_metrics_reader",
@@ -72,7 +69,6 @@ __all__ = [
     "observe_node_live",
     "observe_request",
     "snapshot_from_observation",
-    "webhook_token",
 ]
 
 log = logging.getLogger(__name__)
@@ -473,6 +469,13 @@ def build_task_callback(config: Config) -> TaskCallback:
     return StepFunctionsCallback(_aws_client(config, "stepfunctions"))
 
 
+def caller_arn(config: Config) -> str:
+    """The caller's principal ARN from its own credentials (``rightsizer.adapters.caller``)."""
+    from rightsizer.adapters.caller import caller_arn as ask
+
+    return ask(_aws_client(config, "sts"))
+
+
 def build_approval_notifier(config: Config) -> ApprovalNotifier | None:
     """The SNS topic ``approval.topic_arn`` (``rightsizer.adapters.sns``), or None (requests are logged)."""
     if not config.approval.topic_arn:
@@ -505,7 +508,20 @@ def observe_live(
     request = observe_request(config, policy, at)
     # Page by page, keeping only what the plan reads (issue 11 item 7): nothing here is written to disk.
     observation = observe(observers.cluster, observers.inventory, None, request, project=True)
-    return live_signals(config, policy, snapshot_from_observation(observation), observers.metrics)
+    snapshot = snapshot_from_observation(observation)
+    return live_signals(config, policy, _with_xids(snapshot, observers.metrics, request), observers.metrics)
+
+
+def _with_xids(
+    snapshot: ClusterSnapshot, metrics: PrometheusClient, request: ObserveRequest, scope: tuple[str, ...] = ()
+) -> ClusterSnapshot:
+    """``snapshot`` with the XID answers read live (``services.snapshot.xid_document``, issue 28): the same
+    two queries and the same decoding as a written snapshot's ``xid.json``."""
+    from rightsizer.adapters.snapshot_dir import decode_xid_document
+    from rightsizer.services.snapshot import xid_document
+
+    answers = decode_xid_document(xid_document(metrics, request, scope))
+    return dataclasses.replace(snapshot, xid_answers=answers)
 
 
 def observe_node_live(
@@ -553,6 +569,7 @@ def observe_node_live(
         signals = signals_from_observation(files, joiner, window, float(policy.gpu_activity_max_pct))
         return dataclasses.replace(snapshot, signals=signals)
     scope = node_series_matchers(here, snapshot.pods, node_label)
+    snapshot = _with_xids(snapshot, observers.metrics, request, scope)
     return live_signals(config, policy, snapshot, observers.metrics, joiner=joiner, scope=scope)
 
 
@@ -638,112 +655,3 @@ def build_nodegroup_sizer(config: Config) -> NodeGroupSizer:
     from rightsizer.adapters.eks_nodegroups import EksNodeGroups
 
     return EksNodeGroups(_aws_client(config, "eks"))
-
-
-# --------------------------------------------------------------------------------------------------
-# Webhook intake (the alert_webhook Lambda and ``rightsizer serve``)
-# --------------------------------------------------------------------------------------------------
-
-#: Overrides ``webhook.token_secret`` (``rightsizer serve``, tests).
-TOKEN_ENV = "RIGHTSIZER_WEBHOOK_TOKEN"  # noqa: S105 (a variable name, not a secret)
-
-
-def _secret_reference(name: str) -> str:
-    # ``webhook.token_secret`` is a bare Secrets Manager / SSM name (docs/architecture.md §5) or a full reference.
-    scheme = name.partition(":")[0]
-    if scheme in ("env", "file", "ssm", "secretsmanager"):
-        return name
-    if name.startswith("/") or name.startswith("arn:aws:ssm:"):
-        return f"ssm:{name}"
-    return f"secretsmanager:{name}"
-
-
-def webhook_token(config: Config, environ: Mapping[str, str] | None = None) -> str:
-    """The bearer token: ``RIGHTSIZER_WEBHOOK_TOKEN`` when set, else ``webhook.token_secret`` resolved
-    (Secrets Manager secret name/ARN, SSM SecureString ``/name``, or an ``env:``/``file:`` reference).
-
-    Raises:
-        ConfigError: neither is set, or the secret does not exist (fail closed: no token, no intake).
-        PermanentError / TransientError: AWS refused or failed (``rightsizer.adapters.secrets``).
-    """
-    env = os.environ if environ is None else environ
-    if env.get(TOKEN_ENV):
-        register_secret(env[TOKEN_ENV])
-        return env[TOKEN_ENV]
-    if not config.webhook.token_secret:
-        raise ConfigError(f"set webhook.token_secret or {TOKEN_ENV}", field="webhook.token_secret")
-    return resolve_config_secret(
-        config, _secret_reference(config.webhook.token_secret), field="webhook.token_secret", environ=env
-    )
-
-
-def build_intake(
-    config: Config,
-    *,
-    starter: WorkflowStarter,
-    leases: LeaseStore | None = None,
-    guard: DuplicateGuard | None = None,
-    environ: Mapping[str, str] | None = None,
-    approval_store: ApprovalStore | None = None,
-) -> WebhookIntake:
-    """The intake for ``config``: token, leases and de-duplication on the state table (``aws.table``)
-    unless ``leases``/``guard`` are given, node labels from the policy, the Powertools logger.
-
-    Idempotency items go to the state table under ``pk`` = ``idempotency#<AWS_LAMBDA_FUNCTION_NAME or
-    alert_webhook>`` (the prefix ``rightsizer.adapters.dynamodb_state`` reserves for them).
-
-    Raises:
-        ConfigError: no token, or no ``aws.table`` when leases or guard must be built.
-    """
-    from rightsizer.services.webhook import PowertoolsDuplicateGuard, WebhookIntake
-    from rightsizer.webhook_handler import FUNCTION_NAME, logger
-
-    token = webhook_token(config, environ)
-    if leases is None or guard is None:
-        if not config.aws.table:
-            raise ConfigError("the webhook needs the state table", field="aws.table")
-        import boto3
-        from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
-
-        from rightsizer.adapters.dynamodb_state import DynamoDbState
-
-        env = os.environ if environ is None else environ
-        client = boto3.session.Session(region_name=config.aws.region).client(
-            "dynamodb", endpoint_url=config.aws.endpoint_url
-        )
-        cluster = config.cluster.name or config.cluster.context or ""
-        leases = leases if leases is not None else DynamoDbState(client, config.aws.table, cluster)
-        if guard is None:
-            function = env.get("AWS_LAMBDA_FUNCTION_NAME") or FUNCTION_NAME
-            store = DynamoDBPersistenceLayer(
-                table_name=config.aws.table,
-                key_attr="pk",
-                sort_key_attr="sk",
-                expiry_attr="ttl",
-                static_pk_value=f"idempotency#{function}",
-                boto3_client=client,
-            )
-            guard = PowertoolsDuplicateGuard(store)
-    return WebhookIntake(
-        token=token,
-        starter=starter,
-        leases=leases,
-        guard=guard,
-        node_labels=config.policy.alert_node_labels,
-        logger=logger,
-        approvals=approval_desk(config, token, store=approval_store),
-    )
-
-
-def approval_desk(config: Config, secret: str, *, store: ApprovalStore | None = None) -> ApprovalDesk:
-    """The desk deciding approval requests: links signed with a key derived from ``secret`` (the webhook
-    token), the cluster's approval store, Step Functions callbacks. Builds clients, calls nothing."""
-    from rightsizer.domain.approval import derive_key
-    from rightsizer.services.approval import ApprovalDesk
-
-    return ApprovalDesk(
-        cluster=str(config.cluster.name or config.cluster.context or "local"),
-        store=store if store is not None else build_approvals(config),
-        callback=build_task_callback(config) if config.aws.table else None,
-        key=derive_key(secret),
-    )

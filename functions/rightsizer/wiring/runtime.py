@@ -38,7 +38,7 @@ from rightsizer.ports import (
     WorkloadWriter,
 )
 from rightsizer.state import ApprovalStore, LeaseStore, PlanHistory, StateStore
-from rightsizer.wiring import parts
+from rightsizer.wiring import intake, parts
 from rightsizer.wiring.settings import (
     DeploymentSettings,
     PolicyProvider,
@@ -217,16 +217,20 @@ class Runtime:
 
     @functools.cached_property
     def approval_gate(self) -> ApprovalGate:
-        """The drain's side of approval: the store, the SNS topic, links signed with a key derived from
-        the webhook token (no token: requests carry no links and are decided from the CLI)."""
-        from rightsizer.domain.approval import derive_key
+        """The drain's side of approval: the store, the SNS topic, links signed with the approval-link key
+        (its own secret, re-read every few minutes; ``serve`` and the demo, which verify their own links,
+        use a key of this process; without one, requests carry no links and are decided from the CLI)."""
         from rightsizer.services.approval import ApprovalGate
 
         try:
-            key: bytes | None = derive_key(parts.webhook_token(self._config))
+            key = intake.approval_key_source(self._config, process_key=self._verifies_own_links)
         except ConfigError as exc:
             log.warning("approval requests carry no links: %s", exc)
             key = None
+        if key is None:
+            log.info(
+                "approval requests carry no links: no approval.key_secret (RIGHTSIZER_APPROVAL_KEY_SECRET)"
+            )
         return ApprovalGate(
             cluster=self.cluster_name,
             store=self.approvals,
@@ -242,6 +246,11 @@ class Runtime:
 
         callback = parts.build_task_callback(self._config) if self._config.aws.table else None
         return ApprovalDesk(cluster=self.cluster_name, store=self.approvals, callback=callback)
+
+    def caller_arn(self) -> str:
+        """The ARN of the AWS principal running this process (STS ``GetCallerIdentity``): who decides
+        from the CLI (``rightsizer.adapters.caller``)."""
+        return parts.caller_arn(self._config)
 
     @functools.cached_property
     def _step_functions(self) -> WorkflowStarter:
@@ -456,18 +465,24 @@ class Runtime:
         if self.mode == "serve":
             from rightsizer.services.webhook import MemoryDuplicateGuard
 
-            parts.webhook_token(self._config, environ)  # fail closed before building anything else
+            intake.webhook_token(self._config, environ)  # fail closed before building anything else
             leases = leases if leases is not None else self.state
             if guard is None and not self._config.aws.table:
                 guard = MemoryDuplicateGuard()
-        return parts.build_intake(
+        return intake.build_intake(
             self.config,
             starter=starter or self.starter(),
             leases=leases,
             guard=guard,
             environ=environ,
             approval_store=self.approvals,
+            link_key=intake.approval_key_source(self._config, environ, process_key=self._verifies_own_links),
         )
+
+    @property
+    def _verifies_own_links(self) -> bool:
+        """``serve`` and the demo sign and verify approval links in one process."""
+        return self.mode in ("serve", "demo")
 
 
 # --------------------------------------------------------------------------------------------------

@@ -100,6 +100,10 @@ class DeploymentSettings(BaseSettings):
     approval_url: str | None = Field(
         None, description="The webhook's Function URL, base of approval links (RIGHTSIZER_APPROVAL_URL)."
     )
+    approval_key_secret: str | None = Field(
+        None,
+        description="Secrets Manager secret with the approval links' key (RIGHTSIZER_APPROVAL_KEY_SECRET).",
+    )
     aws_endpoint_url: str | None = Field(None, description="Endpoint override for every client (tests).")
     kube_context: str | None = Field(None, description="kubeconfig context instead of EKS auth (tests).")
     kubeconfig: str | None = Field(None, validation_alias="KUBECONFIG", description="kubeconfig path.")
@@ -198,6 +202,7 @@ def deployment_config(settings: DeploymentSettings, policy: Policy) -> Config:
         "approval": {
             "topic_arn": settings.approval_topic_arn,
             "url": settings.approval_url,
+            "key_secret": settings.approval_key_secret,
             "notify_actions": settings.notify_actions,
         },
     }
