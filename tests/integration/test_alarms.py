@@ -296,13 +296,30 @@ def test_every_failure_class_has_an_alarm_on_the_topic() -> None:
         assert alarm["TreatMissingData"] == "notBreaching", name
         assert alarm.get("AlarmDescription"), name
     functions = {n for n, r in template()["Resources"].items() if r["Type"] == "AWS::Serverless::Function"}
-    for name, metric in (("FunctionErrorsAlarm", "Errors"), ("FunctionThrottlesAlarm", "Throttles")):
-        watched = {
-            m["MetricStat"]["Metric"]["Dimensions"][0]["Value"]["Ref"]
-            for m in found[name]["Metrics"]
-            if "MetricStat" in m and m["MetricStat"]["Metric"]["MetricName"] == metric
-        }
-        assert watched == functions, name
+    # Every function is watched for errors and throttles, the fleet's (EnableFleet only) by alarms of the
+    # same condition as the functions themselves.
+    resources = template()["Resources"]
+    for names, metric in (
+        (("FunctionErrorsAlarm", "FleetFunctionErrorsAlarm"), "Errors"),
+        (("FunctionThrottlesAlarm", "FleetFunctionThrottlesAlarm"), "Throttles"),
+    ):
+        watched: set[str] = set()
+        for name in names:
+            refs = {
+                m["MetricStat"]["Metric"]["Dimensions"][0]["Value"]["Ref"]
+                for m in found[name]["Metrics"]
+                if "MetricStat" in m and m["MetricStat"]["Metric"]["MetricName"] == metric
+            }
+            conditions = {resources[ref].get("Condition") for ref in refs}
+            assert conditions == {resources[name].get("Condition")}, (name, conditions)
+            watched |= refs
+        assert watched == functions, names
+    fleet_states = {
+        m["MetricStat"]["Metric"]["Dimensions"][0]["Value"]["Ref"]
+        for m in found["FleetExecutionsFailedAlarm"]["Metrics"]
+        if "MetricStat" in m
+    }
+    assert fleet_states == {"FleetStateMachine"}
     states = {
         m["MetricStat"]["Metric"]["MetricName"]
         for m in found["DrainExecutionsFailedAlarm"]["Metrics"]
