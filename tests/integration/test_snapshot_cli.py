@@ -125,6 +125,7 @@ def test_snapshot_then_plan_reproduces_the_live_plan(
             "nodegroups.json",
             "instances.json",
             "xid.json",
+            "workloads.json",
             *(p for p in metric_queries()),
         ]
     )

@@ -47,8 +47,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         document = result.to_json_dict()
         if pools is not None:
             document["warm_pools"] = [r.to_json() for r in pools]
-        if args.config:
-            document["recommended_window"] = window
+        if window is not None:  # like warm_pools: present only when known, so a live plan and its
+            document["recommended_window"] = window  # snapshot's replay stay one document
         emit_json(document)
     else:
         print(render_plan(result))
