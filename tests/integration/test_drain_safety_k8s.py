@@ -207,7 +207,8 @@ def test_without_the_controller_grants_the_drain_fails_closed(
     status, scaler, reason = drain_with_reason(double, clock)
     assert status == "failed" and "get jobs.batch" in reason, reason
     # the remedy names the role that grants it to the drain's identity, not the assessment's read role
-    assert "Remedy: bind the ClusterRole rightsizer (infra/k8s/rbac.yaml; the drain and off-hours" in reason
+    # (the drain's own group since off-hours has a list-only group of its own, #26)
+    assert "Remedy: bind the ClusterRole rightsizer (infra/k8s/rbac.yaml; the drain function's EKS" in reason
     assert "rightsizer-read" not in reason
     assert scaler.terminated == [] and double.get_node("gpu-1")["spec"]["unschedulable"] is False
 
