@@ -441,7 +441,10 @@ def drain_flow(deployed: Deployed) -> list[Call]:
     )
     double.add_pod(exporter)
     double.add_pvc(pvc("data-db-0", "pv-ebs", namespace="web"))
-    double.add_pv(pv("pv-ebs"))
+    # A volume with a required node affinity (on the region label these nodes carry): the one-node read
+    # looks for another schedulable Node it reaches (a list of Nodes by selector) before it may call the
+    # claim portable.
+    double.add_pv(pv("pv-ebs", affinity={"topology.kubernetes.io/region": ["us-east-1"]}))
     double.add_pod(
         pod(
             "db-0",

@@ -220,8 +220,11 @@ def test_one_node_is_judged_as_the_whole_cluster_judges_it_without_reading_the_c
     double, config, observers = world(40, prometheus)
     try:
         policy = Policy(dry_run=False)
+        # the whole cluster's read is the assessment's, under its own identity (rightsizer-read)
+        double.bind_cluster_role(cluster_role("rightsizer-read"))
         full = PlanningAssessor(lambda at: parts.observe_live(config, policy, observers, at), policy)
         expected = full.assess_node(name(node), AT + timedelta(seconds=30))
+        double.bind_cluster_role(cluster_role("rightsizer"))
         transport = RecordingTransport()
         observers = parts.Observers(
             observers.cluster, None, PrometheusClient(prometheus, transport=transport)

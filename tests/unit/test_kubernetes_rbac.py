@@ -28,8 +28,11 @@ from rightsizer.ports import AccessCheck
             AccessCheck("list", "resourceslices", group="resource.k8s.io"),
             ["rightsizer-read", "rightsizer", "rightsizer-replace", "rightsizer-offhours"],
         ),
-        # whole-cluster node lists: never the drain's own role
-        (AccessCheck("list", "nodes"), ["rightsizer-read", "rightsizer-replace", "rightsizer-offhours"]),
+        # node lists: the drain's own role lists only by selector (a zonal volume's witness search)
+        (
+            AccessCheck("list", "nodes"),
+            ["rightsizer-read", "rightsizer", "rightsizer-replace", "rightsizer-offhours"],
+        ),
         # writes
         (AccessCheck("create", "pods", "eviction"), ["rightsizer"]),
         (AccessCheck("patch", "nodes"), ["rightsizer", "rightsizer-heal"]),

@@ -33,6 +33,7 @@ CLUSTER_ROLES: Final[Mapping[str, frozenset[tuple[str, str, str]]]] = {
     "rightsizer": frozenset(
         {
             ("", "nodes", "get"),
+            ("", "nodes", "list"),
             ("", "nodes", "patch"),
             ("", "pods", "list"),
             ("", "pods/eviction", "create"),
