@@ -351,9 +351,11 @@ def test_scenario_b_403_names_identity_and_the_refused_verb(double: KubernetesDo
     assert caught.value.status == 403
     message = str(caught.value)
     assert "arn:aws:iam::000000000000:role/rs may not list pods" in message
-    # list pods is granted by the assessment's read role and by the drain's role: both are named, with whose
+    # list pods is granted by each function's own role (issue 26: off-hours has its own): all are named,
+    # each with whose group it is
     assert "bind the ClusterRole rightsizer-read (infra/k8s/rbac.yaml; the assess function's" in message
-    assert "or the ClusterRole rightsizer (infra/k8s/rbac.yaml; the drain and off-hours functions'" in message
+    assert "or the ClusterRole rightsizer (infra/k8s/rbac.yaml; the drain function's EKS" in message
+    assert "or the ClusterRole rightsizer-offhours (infra/k8s/rbac.yaml; the off-hours function's" in message
     assert [r.status for r in calls(double, "/api/v1/pods")] == [403]  # 403 is never retried
 
 

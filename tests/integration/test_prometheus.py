@@ -352,8 +352,9 @@ def server(cluster: Cluster, prometheus_factory: Any) -> PrometheusServer:
 
 
 def test_live_and_snapshot_paths_decide_alike(cluster: Cluster, server: PrometheusServer) -> None:
-    # GIVEN the same series behind both paths (a budget large enough that idle nodes show as idle)
-    policy = Policy(max_nodes_per_run=10)
+    # GIVEN the same series behind both paths (a budget large enough that idle nodes show as idle, and no
+    # warm floor: the p4d family's default would keep the lone MIG node whatever its evidence)
+    policy = Policy(max_nodes_per_run=10, warm_floor={"p4d": 0})
     base = base_snapshot(cluster)
     # WHEN each path feeds plan()
     from_snapshot = plan(snapshot_path(server, base), policy)
