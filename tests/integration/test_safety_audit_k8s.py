@@ -399,7 +399,10 @@ def _drain_on_moto(
 def moto_double(clock: FakeClock, gpu_cluster: BuiltCluster) -> Any:
     group = gpu_cluster.nodegroups["gpu-a10g"]
     with KubernetesDouble(seed=11, resource_api_versions=None, clock=clock) as d:
-        d.bind_cluster_role(cluster_role("rightsizer"))
+        # The drain's writes under its own role; its assessor here reads the whole cluster (observe_now),
+        # as the assessment does under rightsizer-read (issue 26: the drain's role lists no volumes).
+        drain, read = cluster_role("rightsizer"), cluster_role("rightsizer-read")
+        d.bind_cluster_role({**drain, "rules": [*drain["rules"], *read["rules"]]})
         for name, instance in zip(NODES, group.instance_ids, strict=True):
             d.add_node(gpu_node(name, instance_type="g5.2xlarge", gpus=1, instance_id=instance))
         d.add_pod(pod("web-1", "gpu-1"))
