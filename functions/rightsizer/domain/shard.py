@@ -101,8 +101,9 @@ def shard_series_matchers(
     merged by union, so a series two matchers select is counted once).
 
     One ``<label>=~"n1|n2|…"`` per node-name label (``node_label`` first, then ``NODE_NAME_LABELS``) and one
-    ``instance`` matcher over every name the nodes' scrape targets go by (names, addresses, Running pods'
-    IPs and names, each with or without a port).
+    ``instance`` matcher over every name the nodes' scrape targets go by (names, addresses, and the IPs and
+    names of Running DaemonSet pods — a per-node exporter is one — each with or without a port; the
+    one-node read takes every Running pod's, which for a thousand nodes would make a regex of every pod).
     """
     names = sorted(n.name for n in nodes)
     alternatives = "|".join(re.escape(n) for n in names)
@@ -113,7 +114,13 @@ def shard_series_matchers(
     for node in nodes:
         targets.update(a.address for a in node.status.addresses if a.address)
     for pod in pods:
-        if pod.spec.nodeName in here and pod.status.phase == "Running":
+        owner = pod.controller
+        if (
+            pod.spec.nodeName in here
+            and pod.status.phase == "Running"
+            and owner
+            and owner.kind == "DaemonSet"
+        ):
             targets.update(n for n in (pod.status.podIP, pod.metadata.name) if n)
     pattern = r"\[?(?:" + "|".join(re.escape(n) for n in sorted(targets)) + r")\]?(?::[0-9]+)?"
     matchers.append(f"instance=~{promql_string(pattern)}")
