@@ -21,7 +21,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from rightsizer import logsafety
 from rightsizer.domain.decisions import DECISION_LOG_MESSAGE
 from rightsizer.domain.errors import RightsizerError
-from rightsizer.handler_support import (
+from rightsizer.handler_io import (
     METRICS_NAMESPACE,
     ScheduledTick,
     emit_dimensioned,
