@@ -17,9 +17,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from rightsizer.domain.model import ClusterSnapshot, Node, Pod
 from rightsizer.domain.shard import ShardPartial, ShardSpec, shard_series_matchers
 from rightsizer.ports import NodeReader
+from rightsizer.services import observe as live
 from rightsizer.services import shard as service
 from rightsizer.services.assess import AssessmentSummary
-from rightsizer.wiring import parts
 from rightsizer.wiring.runtime import Runtime
 
 
@@ -54,7 +54,7 @@ def _bucket(settings: ShardSettings) -> service.BlobStore:
 
 
 def _floored(runtime: Runtime, at: datetime) -> datetime:
-    """``at`` floored to the query step, as the live observation floors it (``parts.observe_live``)."""
+    """``at`` floored to the query step, as the live observation floors it (``services.observe``)."""
     step = int(runtime.config.prometheus.step)
     epoch = int(at.timestamp())
     return datetime.fromtimestamp(epoch - epoch % step, at.tzinfo)
@@ -132,8 +132,6 @@ def _signals_reader(runtime: Runtime, at: datetime) -> service.SignalsReader:
     (``shard_series_matchers``), joined by a ``ResolvingJoiner`` (a series naming a node of another shard
     is asked about, so it joins as the whole cluster's join would), with the XID facts over the plan's
     window."""
-    from rightsizer.adapters.prometheus import collect_live
-    from rightsizer.adapters.snapshot_dir import decode_xid_document
     from rightsizer.domain.health import xid_facts
     from rightsizer.domain.usage import Window
     from rightsizer.services.node_view import ResolvingJoiner
@@ -141,10 +139,10 @@ def _signals_reader(runtime: Runtime, at: datetime) -> service.SignalsReader:
 
     config, policy = runtime.config, runtime.policy()
     floored = _floored(runtime, at)
-    request = parts.observe_request(config, policy, floored)
+    request = live.observe_request(config, policy, floored)
     node_label = config.prometheus.node_label
     prom = config.prometheus
-    client = runtime.observers.metrics
+    observers = runtime.observers
     reader = cast(NodeReader, runtime.observers.cluster)
 
     def read(nodes: Sequence[Node], pods: Sequence[Pod]) -> ShardPartial:
@@ -153,8 +151,7 @@ def _signals_reader(runtime: Runtime, at: datetime) -> service.SignalsReader:
 
         def collect(seconds: int) -> Any:
             window = Window.ending(floored, seconds, int(prom.step))
-            return collect_live(
-                client,
+            return observers.collect(
                 joiner,
                 window,
                 policy,
@@ -169,7 +166,7 @@ def _signals_reader(runtime: Runtime, at: datetime) -> service.SignalsReader:
         longer = None
         if policy.workloads.scale_to_zero and policy.workloads.idle_window != policy.idle_window:
             longer = collect(int(policy.workloads.idle_window))
-        answers = decode_xid_document(xid_document(client, request, scope))
+        answers = dict(observers.decode_xids(xid_document(observers.metrics, request, scope)))
         # plan() joins the XID answers over the window ending at its own instant (the tick's): the same here
         start = Window.ending(at, policy.idle_window, int(prom.step)).start
         xids = xid_facts(answers, lambda labels: joiner.join(labels).node, start)
@@ -197,16 +194,15 @@ def observe_shard(
 def merge_run(runtime: Runtime, settings: ShardSettings, run: str, at: datetime) -> AssessmentSummary:
     """The final step (``services.shard.merge``): the cluster-wide facts, the partials, the assessment."""
     config, policy = runtime.config, runtime.policy()
-    request = parts.observe_request(config, policy, _floored(runtime, at))
+    request = live.observe_request(config, policy, _floored(runtime, at))
     cluster = runtime.observers.cluster
 
     def facts(nodes: Sequence[Node], pods: Sequence[Pod]) -> ClusterSnapshot:
         observation = service.cluster_facts(
             cluster, cast(NodeReader, cluster), runtime.inventory, request, nodes, pods
         )
-        return dataclasses.replace(
-            parts.snapshot_from_observation(observation), node_label=config.prometheus.node_label
-        )
+        snapshot = live.snapshot_from_observation(observation, runtime.observers.decode)
+        return dataclasses.replace(snapshot, node_label=config.prometheus.node_label)
 
     return service.merge(
         run, at, runtime.assessment(), _bucket(settings), facts, lock_seconds=settings.lock_seconds
