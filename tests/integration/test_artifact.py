@@ -72,7 +72,7 @@ def uncompiled(root: Path) -> list[str]:
 def test_every_function_uses_the_makefile_builder() -> None:
     template = yaml.load((ROOT / "template.yaml").read_text(), Loader=_Tagged)
     functions = {k: v for k, v in template["Resources"].items() if v["Type"] == "AWS::Serverless::Function"}
-    assert len(functions) == 7  # four, and EnableFleet's three (issue 31)
+    assert len(functions) == 11  # four, EnableFleet's three (issue 31), the sharded assessment's four (33)
     assert {k: v.get("Metadata", {}).get("BuildMethod") for k, v in functions.items()} == dict.fromkeys(
         functions, "makefile"
     )
@@ -97,7 +97,7 @@ def test_artifact_leaves_out_the_doubles_and_demo_data(artifact: Path) -> None:
 def test_handlers_import_from_the_artifact_without_test_support(artifact: Path) -> None:
     code = (
         "import sys, importlib\n"
-        "for m in ('assess.app', 'alert_webhook.app', 'drain.app', 'offhours.app', 'fleet.app'):\n"
+        "for m in ('assess.app', 'assess.shard', 'alert_webhook.app', 'drain.app', 'offhours.app', 'fleet.app'):\n"
         "    importlib.import_module(m)\n"
         "from rightsizer.domain.catalog import load_catalog\n"
         "assert load_catalog().get('g5.xlarge') is not None\n"
