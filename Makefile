@@ -122,6 +122,7 @@ validate: validate-config tools-validate audit
 	$(SAM_ENV) $(SAM) build --region us-east-1 --template-file template.yaml
 	$(ASL_VALIDATOR) --json-path infra/statemachine/drain.asl.json
 	$(ASL_VALIDATOR) --json-path infra/statemachine/fleet.asl.json
+	$(ASL_VALIDATOR) --json-path infra/statemachine/shard.asl.json
 	# Every checkov finding is fixed or triaged with a reason in infra/checkov/triage.yaml (issue 14).
 	$(CHECKOV) -f template.yaml --framework cloudformation --skip-download --quiet -o json \
 		| $(CHECKOV_VENV)/bin/python tests/support/checkov_gate.py infra/checkov/triage.yaml

@@ -9,7 +9,7 @@ included, as a Lambda's memory is):
   shards of ``--shard-nodes`` nodes, then ``plan``;
 - **whole**: what the assess Lambda does between its cold start and its decision records: a ``Runtime``
   (``rightsizer.wiring``) whose config points at the Kubernetes API double (kubeconfig context) and at
-  the Prometheus, ``Runtime.observe_fresh`` (= ``parts.observe_live``: discovery, the preflight, every
+  the Prometheus, ``Runtime.observe_fresh`` (= ``services.observe.observe_live``: discovery, the preflight, every
   list page by page projected to what the plan reads, then ``live_signals`` with the product's default
   device shards), then ``plan`` as ``services.assess.run_assessment`` calls it. The double serves, from a
   forked child process (its memory is not the client's), N realistic EKS GPU nodes (the repository's
@@ -101,7 +101,7 @@ def whole_child(prom_url: str, k8s_url: str, size: int, at_epoch: float) -> dict
     from rightsizer.adapters.kubernetes import KubernetesCluster
     from rightsizer.config import Config
     from rightsizer.domain.planner import plan
-    from rightsizer.wiring import parts
+    from rightsizer.services import observe as live
     from rightsizer.wiring.runtime import Runtime
 
     kubeconfig = Path(tempfile.mkdtemp(prefix="assess-memory-")) / "kubeconfig"
@@ -126,13 +126,13 @@ def whole_child(prom_url: str, k8s_url: str, size: int, at_epoch: float) -> dict
         "double", str(kubeconfig), request_timeout=600.0
     )
     figures: dict[str, Any] = {"before": _status_mib("VmRSS")}
-    live_signals = parts.live_signals
+    live_signals = live.live_signals
 
     def probed(*args: Any, **kwargs: Any) -> Any:  # the Kubernetes part is done: the snapshot is held
         figures["k8s_peak"], figures["k8s_rss"] = _status_mib("VmHWM"), _status_mib("VmRSS")
         return live_signals(*args, **kwargs)
 
-    parts.live_signals = probed  # observe_live calls it by its module name
+    live.live_signals = probed  # type: ignore[assignment]  # observe_live calls it by its module name
     at = datetime.fromtimestamp(at_epoch, UTC)
     cpu, wall = time.process_time(), time.perf_counter()
     snapshot = runtime.observe_fresh(at)

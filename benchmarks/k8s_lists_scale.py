@@ -9,7 +9,7 @@ are not the client's. Then, each in a FRESH process (the figure a Lambda cold st
 
 - ``live``: the assess function's read — ``services.snapshot.observe(project=True)`` (discovery, the
   preflight, every list page by page, projected to the typed objects the plan reads) decoded into the
-  ``ClusterSnapshot`` (``parts.snapshot_from_observation``), exactly what ``parts.observe_live`` does
+  ``ClusterSnapshot`` (``services.observe.snapshot_from_observation``), exactly what ``services.observe.observe_live`` does
   before it asks Prometheus;
 - ``snapshot``: ``rightsizer snapshot``'s Kubernetes part — ``services.snapshot.record`` into a
   ``SnapshotDirectoryWriter`` (projected object by object and written as read).
@@ -17,7 +17,7 @@ are not the client's. Then, each in a FRESH process (the figure a Lambda cold st
 Each prints peak RSS (``VmHWM`` of the process: imports included, as a Lambda's memory is), the peak
 above the process' RSS after its imports, CPU seconds (``process_time``: user + system of the read),
 wall seconds and the Kubernetes requests the double answered; then the slope per 1,000 nodes (least
-squares over the sizes). Pages of 500 (``parts.build_observers``' default). Usage::
+squares over the sizes). Pages of 500 (``wiring.builders.build_observers``' default). Usage::
 
     timeout 3600 flock /tmp/bench.lock .venv/bin/python benchmarks/k8s_lists_scale.py \
         [--sizes 1000,5000,10000] [--gpu-share 0.25] [--pods-per-node 15]
@@ -200,8 +200,9 @@ def measure(mode: str, url: str, out: Path) -> dict[str, float]:
     from rightsizer.adapters.kubernetes import KubernetesCluster
     from rightsizer.adapters.snapshot_writer import SnapshotDirectoryWriter
     from rightsizer.domain.catalog import load_catalog
+    from rightsizer.services.observe import snapshot_from_observation
     from rightsizer.services.snapshot import ObserveRequest, observe, record
-    from rightsizer.wiring.parts import snapshot_from_observation
+    from rightsizer.wiring.builders import decode_live_documents
 
     load_catalog()
     request = ObserveRequest(at=AT, window_seconds=1800, step_seconds=60, cluster="prod", region="us-east-1")
@@ -217,7 +218,9 @@ def measure(mode: str, url: str, out: Path) -> dict[str, float]:
     Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS, so the peak below is the read's
     c0, w0 = time.process_time(), time.perf_counter()
     if mode == "live":
-        snapshot = snapshot_from_observation(observe(cluster, None, None, request, project=True))
+        snapshot = snapshot_from_observation(
+            observe(cluster, None, None, request, project=True), decode_live_documents
+        )
         kept = {"nodes": len(snapshot.nodes), "pods": len(snapshot.pods)}
     else:
         with SnapshotDirectoryWriter(out, policy_node_labels=()) as writer:

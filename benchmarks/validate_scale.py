@@ -6,9 +6,9 @@ three namespaces with PodDisruptionBudgets, one zonal EBS volume), the Kubernete
 child process (so its own CPU is not the client's) and a real Prometheus 2.x holds one A10G's DCGM series
 per node (60 s scrapes; ``tests.support.prometheus_server``). It then times, in this process:
 
-- ``node``: the drain's assessor (``parts.build_assessor`` → ``observe_node_live``), what validate and
+- ``node``: the drain's assessor (``wiring.builders.build_assessor`` → ``services.observe.observe_node_live``), what validate and
   revalidate run now;
-- ``cluster``: the whole cluster's observation and plan (``parts.observe_live``), what they ran before.
+- ``cluster``: the whole cluster's observation and plan (``services.observe.observe_live``), what they ran before.
 
 Prints per method and size: Kubernetes requests, PromQL queries, client CPU seconds (``process_time`` of
 this process: adapters, JSON, the join and the plan), wall seconds (medians of ``--runs``), and the ratio
@@ -47,8 +47,9 @@ from rightsizer.adapters.prometheus import PrometheusClient  # noqa: E402
 from rightsizer.config import Config  # noqa: E402
 from rightsizer.domain.planner import plan  # noqa: E402
 from rightsizer.domain.policy import Policy  # noqa: E402
+from rightsizer.services import observe as live  # noqa: E402
 from rightsizer.testing.k8s import KubernetesDouble  # noqa: E402
-from rightsizer.wiring import parts  # noqa: E402
+from rightsizer.wiring import builders  # noqa: E402
 
 NODE = 3  # the node judged: it has a zonal volume, so the witness search runs too
 
@@ -115,11 +116,11 @@ def _one_size(
         }
     )
     transport = Counting()
-    observers = parts.Observers(cluster, None, PrometheusClient(prometheus_url, transport=transport))
-    assessor = parts.build_assessor(config, policy, observers)
+    observers = builders.live_observers(cluster, None, PrometheusClient(prometheus_url, transport=transport))
+    assessor = builders.build_assessor(config, policy, observers)
 
     def whole() -> Any:
-        return plan(parts.observe_live(config, policy, observers, at), policy, at).node(name(NODE))
+        return plan(live.observe_live(config, policy, observers, at), policy, at).node(name(NODE))
 
     return {
         ("node", size): _measure(lambda: assessor.assess_node(name(NODE), at), conn, transport, runs),

@@ -10,6 +10,7 @@ A run that fails (Prometheus unavailable past ``prometheus.deadline``, most metr
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
@@ -20,7 +21,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from rightsizer import logsafety
 from rightsizer.domain.decisions import DECISION_LOG_MESSAGE
 from rightsizer.domain.errors import RightsizerError
-from rightsizer.handler_support import (
+from rightsizer.handler_io import (
     METRICS_NAMESPACE,
     ScheduledTick,
     emit_dimensioned,
@@ -36,6 +37,15 @@ logsafety.install([logger.registered_handler])
 metrics = Metrics(namespace=METRICS_NAMESPACE, service="assess")
 
 
+def _sharded(runtime: Any, event: ScheduledTick) -> str | None:
+    """The sharded run started for this tick, or None (no sharding configured, or a small cluster)."""
+    if not os.environ.get("RIGHTSIZER_SHARD_STATE_MACHINE_ARN"):
+        return None  # imported only where sharding is deployed: the cold start stays as it was
+    from rightsizer.wiring.shards import ShardSettings, start_if_large
+
+    return start_if_large(runtime, ShardSettings(), event.scheduled_time, event.execution_id)
+
+
 @logger.inject_lambda_context(correlation_id_path="execution_id", clear_state=True)
 @metrics.log_metrics
 @traced
@@ -43,9 +53,15 @@ metrics = Metrics(namespace=METRICS_NAMESPACE, service="assess")
 def handler(event: ScheduledTick, context: LambdaContext) -> dict[str, Any]:
     """Assess at ``event.scheduled_time``; returns the :class:`AssessmentSummary` as JSON."""
     metrics.add_metric(name="AssessInvocations", unit=MetricUnit.Count, value=1)  # flushed even on failure
-    deps = lambda_runtime().assessment()
+    runtime = lambda_runtime()
+    deps = runtime.assessment()
     metrics.add_dimension(name="cluster", value=deps.cluster_name)
     try:
+        # Over ``ShardAboveGpuNodes`` GPU nodes the run is sharded: the state machine assesses (issue 33).
+        sharded = _sharded(runtime, event)
+        if sharded is not None:
+            logger.info("assessment sharded", extra={"execution": sharded})
+            return {"sharded": sharded}
         summary = run_assessment(deps, event.scheduled_time, event.execution_id)
     except RightsizerError as exc:
         # a failed run is loud: its own metric (AssessmentsFailedAlarm) beside the Lambda Errors it raises

@@ -18,7 +18,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from rightsizer import logsafety
 from rightsizer.domain.errors import TransientError
-from rightsizer.handler_support import (
+from rightsizer.handler_io import (
     METRICS_NAMESPACE,
     drain_metrics,
     drain_workflow,

@@ -15,7 +15,7 @@ from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from rightsizer import logsafety
-from rightsizer.handler_support import METRICS_NAMESPACE, ScheduledTick, emit_dimensioned, traced
+from rightsizer.handler_io import METRICS_NAMESPACE, ScheduledTick, emit_dimensioned, traced
 from rightsizer.services.offhours import run_offhours
 from rightsizer.wiring import lambda_runtime
 

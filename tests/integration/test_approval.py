@@ -354,7 +354,7 @@ def test_a_snooze_makes_the_node_protected_in_the_assessment_until_it_ends() -> 
 
 
 def test_the_approval_task_payload_is_what_the_handler_parses() -> None:
-    from rightsizer.handler_support import RequestApprovalTask, parse_drain_task
+    from rightsizer.handler_io import RequestApprovalTask, parse_drain_task
 
     payload = load_asl()["States"]["AwaitApproval"]["Parameters"]["Payload"]
     assert payload == {"action": "request_approval", "execution_id.$": "$.execution_id",

@@ -22,11 +22,12 @@ from rightsizer.adapters.snapshot_writer import SnapshotDirectoryWriter
 from rightsizer.domain.planner import plan
 from rightsizer.domain.policy import Policy
 from rightsizer.services.assess import run_assessment
+from rightsizer.services.observe import observe_request
 from rightsizer.services.snapshot import record
 from rightsizer.testing.demo_env import DemoEnvironment
 from rightsizer.testing.moto_eks import ACCOUNT_ID
 from rightsizer.testing.moto_gaps import place_in_reservation
-from rightsizer.wiring import Runtime, observe_request
+from rightsizer.wiring import Runtime
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -22,10 +22,11 @@ from rightsizer.domain.model import ClusterSnapshot
 from rightsizer.domain.policy import Policy
 from rightsizer.services.assess import AssessmentDeps, run_assessment
 from rightsizer.services.drain import DrainRequest
+from rightsizer.services.observe import observe_request, snapshot_from_observation
 from rightsizer.services.snapshot import observe
 from rightsizer.state import LedgerEntry
 from rightsizer.testing.demo_env import DemoEnvironment, demo_snapshot_dir
-from rightsizer.wiring import parts as wiring
+from rightsizer.wiring import builders as wiring
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -55,8 +56,9 @@ def _deps(env: DemoEnvironment, starter: RecordingStarter) -> AssessmentDeps:
 
     @functools.lru_cache(maxsize=4)
     def snapshot_at(at: datetime) -> ClusterSnapshot:
-        request = wiring.observe_request(config, policy, at)
-        return wiring.snapshot_from_observation(observe(writer, inventory, env.metrics, request))  # type: ignore[arg-type]
+        request = observe_request(config, policy, at)
+        observation = observe(writer, inventory, env.metrics, request)  # type: ignore[arg-type]
+        return snapshot_from_observation(observation, wiring.decode_live_documents)
 
     return AssessmentDeps(
         cluster_name=env.cluster_name,

@@ -24,6 +24,7 @@ from rightsizer.adapters.autoscaling import AutoScalingGroups
 from rightsizer.domain.planner import plan
 from rightsizer.domain.policy import Policy
 from rightsizer.domain.usage import ENERGY, GPU_UTIL
+from rightsizer.services.observe import observe_request, snapshot_from_observation
 from rightsizer.services.snapshot import metric_queries, observe
 from rightsizer.testing.demo_env import (
     DemoEnvironment,
@@ -32,12 +33,7 @@ from rightsizer.testing.demo_env import (
     shift_timestamps,
 )
 from rightsizer.testing.snapshot_metrics import SnapshotMetrics
-from rightsizer.wiring.parts import (
-    build_cluster_reader,
-    build_inventory,
-    observe_request,
-    snapshot_from_observation,
-)
+from rightsizer.wiring.builders import build_cluster_reader, build_inventory, decode_live_documents
 
 pytestmark = pytest.mark.integration
 
@@ -174,7 +170,7 @@ def test_observe_through_the_real_adapters_decides_as_expected_json(env: DemoEnv
     started = time.perf_counter()
     observation = observe(build_cluster_reader(config), build_inventory(config), env.metrics, request)
     observed = time.perf_counter()
-    result = plan(snapshot_from_observation(observation), policy)
+    result = plan(snapshot_from_observation(observation, decode_live_documents), policy)
     planned = time.perf_counter()
     print(f"observe {observed - started:.2f} s, plan {planned - observed:.2f} s")
 

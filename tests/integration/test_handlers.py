@@ -25,10 +25,11 @@ import pytest
 
 from rightsizer.adapters.aws import AwsClients
 from rightsizer.cli import main
+from rightsizer.services import observe as live
 from rightsizer.testing.dynamodb_table import create_state_table
 from rightsizer.testing.k8s import KubernetesDouble
 from rightsizer.testing.moto_eks import BuiltCluster, MotoServer
-from rightsizer.wiring import clear_lambda_runtime, lambda_runtime, parts, settings
+from rightsizer.wiring import clear_lambda_runtime, lambda_runtime, settings
 from tests.builders import AT, STEP
 from tests.integration.test_statemachine import LambdaContext, load_asl
 from tests.support.planted_cluster import dcgm_families, seed_cluster, write_kubeconfig
@@ -349,15 +350,15 @@ def test_a_policy_change_in_ssm_reaches_the_warm_handler_after_max_age(
 
 
 def _count_observations(monkeypatch: pytest.MonkeyPatch) -> list[datetime]:
-    """Record every live observation of the cluster (``wiring.parts.observe_live``) made from now on."""
+    """Record every live observation of the cluster (``services.observe.observe_live``) made from now on."""
     seen: list[datetime] = []
-    real = parts.observe_live
+    real = live.observe_live
 
     def counting(*args: Any, **kwargs: Any) -> Any:
         seen.append(args[3])
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(parts, "observe_live", counting)
+    monkeypatch.setattr(live, "observe_live", counting)
     return seen
 
 

@@ -20,7 +20,7 @@ import boto3
 import pytest
 
 from rightsizer.adapters.aws import AwsClients
-from rightsizer.handler_support import use_drain_workflow
+from rightsizer.handler_io import use_drain_workflow
 from rightsizer.testing.moto_eks import MotoServer
 from tests.builders import AT
 from tests.integration.test_replace_nodegroup_moto import EXECUTION, NudgingClock, World, make_world

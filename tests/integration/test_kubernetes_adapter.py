@@ -27,7 +27,7 @@ from rightsizer.ports import AccessCheck, ClusterReader
 from rightsizer.services.snapshot import DRA_READ_CHECKS, READ_CHECKS
 from rightsizer.testing.k8s import KubernetesDouble, RecordedRequest
 from rightsizer.testing.moto_eks import BuiltCluster, MotoServer
-from rightsizer.wiring.parts import build_cluster_reader
+from rightsizer.wiring.builders import build_cluster_reader
 from tests.builders import gpu_node, pdb, pod
 
 pytestmark = pytest.mark.integration

@@ -2,7 +2,7 @@
 
 GIVEN a cluster of many GPU nodes in the Kubernetes API double (real HTTP, the ClusterRole ``rightsizer``
 of ``infra/k8s/rbac.yaml`` enforced) and DCGM series of some of them in a real, backfilled Prometheus,
-WHEN the drain's assessor (``parts.build_assessor``: ``observe_node_live``) judges one node,
+WHEN the drain's assessor (``builders.build_assessor``: ``observe_node_live``) judges one node,
 THEN it lists no Node or Pod without a field selector, reads budgets and claims of its pods' namespaces
 only, every PromQL query it sends carries the node's matchers, the number of requests is the same for a
 cluster twice the size — and its report is the report the whole cluster's observation gives that node,
@@ -29,9 +29,10 @@ from rightsizer.config import Config
 from rightsizer.domain.plan import NodeReport
 from rightsizer.domain.policy import Policy
 from rightsizer.domain.usage import ENERGY, FB_FREE, FB_USED, GPU_UTIL, POWER, UP
+from rightsizer.services import observe as live
 from rightsizer.services.assess import PlanningAssessor
 from rightsizer.testing.k8s import KubernetesDouble, RecordedRequest
-from rightsizer.wiring import parts
+from rightsizer.wiring import builders
 from tests.builders import AT, WINDOW, claim_volume, exporter_pod, gpu_node, pdb, pod, pv, pvc
 
 pytestmark = pytest.mark.integration
@@ -162,7 +163,7 @@ def fill(double: KubernetesDouble, nodes: int) -> None:
     double.add_pod(pod("trainer-pending", None, namespace="team-1", gpus=1, phase="Pending"))
 
 
-def world(nodes: int, url: str) -> tuple[KubernetesDouble, Config, parts.Observers]:
+def world(nodes: int, url: str) -> tuple[KubernetesDouble, Config, live.Observers]:
     double = KubernetesDouble(seed=11, resource_api_versions=None)
     double.start()
     double.bind_cluster_role(cluster_role("rightsizer"))
@@ -173,7 +174,7 @@ def world(nodes: int, url: str) -> tuple[KubernetesDouble, Config, parts.Observe
     config = Config.model_validate(
         {"cluster": {"name": "prod", "region": "us-east-1"}, "prometheus": {"url": url, "job": JOB}}
     )
-    observers = parts.Observers(cluster=cluster, inventory=None, metrics=PrometheusClient(url))
+    observers = builders.live_observers(cluster, None, PrometheusClient(url))
     return double, config, observers
 
 
@@ -222,15 +223,15 @@ def test_one_node_is_judged_as_the_whole_cluster_judges_it_without_reading_the_c
         policy = Policy(dry_run=False)
         # the whole cluster's read is the assessment's, under its own identity (rightsizer-read)
         double.bind_cluster_role(cluster_role("rightsizer-read"))
-        full = PlanningAssessor(lambda at: parts.observe_live(config, policy, observers, at), policy)
+        full = PlanningAssessor(lambda at: live.observe_live(config, policy, observers, at), policy)
         expected = full.assess_node(name(node), AT + timedelta(seconds=30))
         double.bind_cluster_role(cluster_role("rightsizer"))
         transport = RecordingTransport()
-        observers = parts.Observers(
+        observers = builders.live_observers(
             observers.cluster, None, PrometheusClient(prometheus, transport=transport)
         )
         double.clear_requests()
-        got = parts.build_assessor(config, policy, observers).assess_node(
+        got = builders.build_assessor(config, policy, observers).assess_node(
             name(node), AT + timedelta(seconds=30)
         )
         # THEN the verdict and every reason and figure are those of the whole cluster's observation
@@ -259,7 +260,7 @@ def test_the_cases_differ_so_the_comparison_is_not_vacuous(prometheus: str) -> N
     double, config, observers = world(40, prometheus)
     try:
         policy = Policy(dry_run=False)
-        assessor = parts.build_assessor(config, policy, observers)
+        assessor = builders.build_assessor(config, policy, observers)
         at = AT + timedelta(seconds=30)
         reports = {i: assessor.assess_node(name(i), at) for i in (0, 1, 2, 3, 4, 5, 6, 8)}
         assert all(r is not None for r in reports.values())
@@ -293,7 +294,7 @@ def test_the_requests_of_one_node_do_not_grow_with_the_cluster(prometheus: str) 
         double, config, observers = world(size, prometheus)
         try:
             double.clear_requests()
-            parts.build_assessor(config, Policy(dry_run=False), observers).assess_node(
+            builders.build_assessor(config, Policy(dry_run=False), observers).assess_node(
                 name(3), AT + timedelta(seconds=30)
             )
             counts[size] = len(double.requests)

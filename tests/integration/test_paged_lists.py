@@ -34,9 +34,10 @@ from rightsizer.domain.pods import (
 )
 from rightsizer.domain.policy import Policy
 from rightsizer.domain.read_fields import POD_ANNOTATIONS
+from rightsizer.services.observe import snapshot_from_observation
 from rightsizer.services.snapshot import ObserveRequest, observe
 from rightsizer.testing.k8s import KubernetesDouble
-from rightsizer.wiring.parts import snapshot_from_observation
+from rightsizer.wiring.builders import decode_live_documents
 from tests.builders import AT, claim_volume, exporter_pod, gpu_node, pdb, pod, pv, pvc, rfc
 from tests.support.child_double import child_doubles
 
@@ -86,9 +87,9 @@ REQUEST = ObserveRequest(at=AT, window_seconds=1800, step_seconds=60, cluster="p
 
 @pytest.mark.parametrize("page_size", [1, 7, 5000])
 def test_the_projected_plan_is_the_plan_of_the_raw_lists(double: KubernetesDouble, page_size: int) -> None:
-    raw = snapshot_from_observation(observe(reader(double, 5000), None, None, REQUEST))
+    raw = snapshot_from_observation(observe(reader(double, 5000), None, None, REQUEST), decode_live_documents)
     projected = snapshot_from_observation(
-        observe(reader(double, page_size), None, None, REQUEST, project=True)
+        observe(reader(double, page_size), None, None, REQUEST, project=True), decode_live_documents
     )
     policy = Policy()
     expected, got = plan(raw, policy, AT), plan(projected, policy, AT)
@@ -190,7 +191,9 @@ def test_the_live_snapshot_keeps_only_what_the_join_reads_of_other_nodes_pods(
 
         # WHEN the live plan's ClusterSnapshot is read, page by page
         def live(cluster: KubernetesCluster = cluster) -> Any:
-            return snapshot_from_observation(observe(cluster, None, None, REQUEST, project=True))
+            return snapshot_from_observation(
+                observe(cluster, None, None, REQUEST, project=True), decode_live_documents
+            )
 
         kept[pods] = retained_bytes(live)
     # THEN each pod no decision reads costs about what the join reads of it (~0.2 KB), not a Pod (~2 KB):
@@ -236,8 +239,12 @@ def test_the_live_observation_reads_no_list_whole_dra_included(double: Kubernete
             page_size=3,
         )
         # WHEN the live plan observes the cluster
-        projected = snapshot_from_observation(observe(lean, None, None, REQUEST, project=True))
-        raw = snapshot_from_observation(observe(reader(double, 5000), None, None, REQUEST))
+        projected = snapshot_from_observation(
+            observe(lean, None, None, REQUEST, project=True), decode_live_documents
+        )
+        raw = snapshot_from_observation(
+            observe(reader(double, 5000), None, None, REQUEST), decode_live_documents
+        )
     finally:
         double.set_resource_api_versions(None)  # the module's other tests see no DRA
 
@@ -446,8 +453,12 @@ def every_field() -> Iterator[KubernetesDouble]:
 def test_the_projection_keeps_every_field_a_rule_reads(every_field: KubernetesDouble, policy: Policy) -> None:
     # GIVEN pods and nodes exercising each field the pod, node, volume and GPU rules read, dressed as the
     # API server sends them; WHEN the live plan reads them projected, page by page
-    raw = snapshot_from_observation(observe(reader(every_field, 5000), None, None, REQUEST))
-    projected = snapshot_from_observation(observe(reader(every_field, 4), None, None, REQUEST, project=True))
+    raw = snapshot_from_observation(
+        observe(reader(every_field, 5000), None, None, REQUEST), decode_live_documents
+    )
+    projected = snapshot_from_observation(
+        observe(reader(every_field, 4), None, None, REQUEST, project=True), decode_live_documents
+    )
     # THEN it plans exactly as from the whole objects
     expected, got = plan(raw, policy, AT), plan(projected, policy, AT)
     assert got.model_dump(mode="json") == expected.model_dump(mode="json")

@@ -36,7 +36,7 @@ from rightsizer.adapters.memory_state import MemoryState
 from rightsizer.domain.catalog import load_catalog
 from rightsizer.domain.model import ANN_CORDONED_BY, TAG_ENABLED
 from rightsizer.domain.policy import Policy
-from rightsizer.handler_support import use_drain_workflow
+from rightsizer.handler_io import use_drain_workflow
 from rightsizer.services.drain import DrainDeps, DrainRequest, StepResult
 from rightsizer.services.realized import realized_savings
 from rightsizer.services.replace import ReplaceRequest, ReplaceWorkflow, lease_key

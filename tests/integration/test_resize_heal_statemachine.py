@@ -20,7 +20,7 @@ import pytest
 
 from rightsizer.adapters.stepfunctions import execution_name
 from rightsizer.domain.model import ANN_CORDONED_BY
-from rightsizer.handler_support import use_drain_workflow
+from rightsizer.handler_io import use_drain_workflow
 from rightsizer.services.assess import AssessmentDeps, run_assessment
 from rightsizer.services.resize import ResizeRequest
 from rightsizer.state import lease_ttl_seconds
@@ -214,7 +214,7 @@ def test_a_restart_has_its_own_execution_name_within_the_80_character_limit() ->
 def test_the_state_machine_input_validates_resume(request_input: dict[str, Any], problem: str) -> None:
     from pydantic import ValidationError
 
-    from rightsizer.handler_support import DrainRequestModel
+    from rightsizer.handler_io import DrainRequestModel
 
     with pytest.raises(ValidationError, match=problem):
         DrainRequestModel.model_validate(request_input)

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from rightsizer.domain.model import ANN_CORDONED_BY
-from rightsizer.handler_support import use_drain_workflow
+from rightsizer.handler_io import use_drain_workflow
 from rightsizer.services.resize import ResizeRequest
 from rightsizer.services.runner import InProcessRunner
 from tests.integration.test_resize_statemachine import (

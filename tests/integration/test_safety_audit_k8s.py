@@ -25,12 +25,13 @@ from rightsizer.domain.policy import Policy
 from rightsizer.ports import TerminateResult
 from rightsizer.services.assess import PlanningAssessor
 from rightsizer.services.drain import DrainDeps, DrainRequest, DrainWorkflow
+from rightsizer.services.observe import snapshot_from_observation
 from rightsizer.services.runner import InProcessRunner
 from rightsizer.services.snapshot import ObserveRequest, observe
 from rightsizer.testing.fakes import FakeClock
 from rightsizer.testing.k8s import KubernetesDouble
 from rightsizer.testing.moto_eks import BuiltCluster
-from rightsizer.wiring.parts import snapshot_from_observation
+from rightsizer.wiring.builders import decode_live_documents
 from tests.builders import AT, gpu_node, merge_metrics, node_devices, pdb, pod, rfc, snapshot
 from tests.integration.test_drain_safety_k8s import NODES, cluster_role, drain_with_reason
 
@@ -368,7 +369,9 @@ def _drain_on_moto(
     def observe_now(now: datetime) -> ClusterSnapshot:
         request = ObserveRequest(at=AT, window_seconds=1800, step_seconds=60, cluster=built.cluster,
                                  region="us-east-1", eks_cluster=built.cluster)  # fmt: skip
-        live = snapshot_from_observation(observe(cluster, AwsInventory(aws), None, request))
+        live = snapshot_from_observation(
+            observe(cluster, AwsInventory(aws), None, request), decode_live_documents
+        )
         # Kubernetes objects and AWS inventory as read live; the DCGM samples of an idle window (format 1).
         idle = snapshot([], [], metrics, at=AT)
         return dataclasses.replace(live, meta=idle.meta, metrics=idle.metrics, source="snapshot")

@@ -24,10 +24,11 @@ from rightsizer.adapters.snapshot_dir import load_snapshot
 from rightsizer.adapters.snapshot_writer import SnapshotDirectoryWriter
 from rightsizer.domain.planner import plan
 from rightsizer.domain.policy import Policy
+from rightsizer.services.observe import snapshot_from_observation
 from rightsizer.services.snapshot import ObserveRequest, observe, record
 from rightsizer.testing.k8s import KubernetesDouble
 from rightsizer.testing.k8s.api import RecordedRequest
-from rightsizer.wiring.parts import snapshot_from_observation
+from rightsizer.wiring.builders import decode_live_documents
 from tests.builders import AT, claim_volume, gpu_node, pdb, pod, pv, pvc
 from tests.integration.test_paged_lists import cpu_node, peak_bytes
 from tests.support.child_double import child_doubles
@@ -126,8 +127,12 @@ def double() -> Iterator[KubernetesDouble]:
 def test_the_written_snapshot_decides_like_the_live_plan(double: KubernetesDouble, tmp_path: Path) -> None:
     # WHEN the cluster is written page by page and observed as the live plan observes it
     out = write(reader(double.base_url, page_size=7), tmp_path / "snap")
-    live = snapshot_from_observation(observe(reader(double.base_url), None, None, REQUEST, project=True))
-    raw = snapshot_from_observation(observe(reader(double.base_url, 5000), None, None, REQUEST))
+    live = snapshot_from_observation(
+        observe(reader(double.base_url), None, None, REQUEST, project=True), decode_live_documents
+    )
+    raw = snapshot_from_observation(
+        observe(reader(double.base_url, 5000), None, None, REQUEST), decode_live_documents
+    )
 
     # THEN the three plans are one document, and the deciding cases are there
     policy = Policy(node_selector={"rack": "r0"})

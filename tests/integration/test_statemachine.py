@@ -20,7 +20,7 @@ import pytest
 from rightsizer.adapters.memory_state import MemoryState
 from rightsizer.domain.plan import NodeReport
 from rightsizer.domain.policy import Policy
-from rightsizer.handler_support import STATE_MACHINE_TIMEOUT_S
+from rightsizer.handler_io import STATE_MACHINE_TIMEOUT_S
 from rightsizer.ports import EvictionOutcome
 from rightsizer.services.drain import DrainDeps, DrainWorkflow
 from rightsizer.services.notices import notifying
@@ -339,7 +339,7 @@ def test_a_node_that_vanished_ends_abandoned_and_succeeds(world: World) -> None:
 
 def test_wait_seconds_are_integers_rounded_up() -> None:
     # The Wait state needs a non-negative integer: 0.5 s must become 1, never 0 (a busy loop).
-    from rightsizer.handler_support import _output
+    from rightsizer.handler_io import _output
     from rightsizer.services.drain import StepResult
 
     assert _output(StepResult("e", "wait", "wait", "running", 0.5))["wait_seconds"] == 1

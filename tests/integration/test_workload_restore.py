@@ -284,8 +284,9 @@ def test_the_written_snapshot_reads_the_same_workloads_as_the_live_plan(
     from rightsizer.adapters.snapshot_writer import SnapshotDirectoryWriter
     from rightsizer.domain.planner import plan
     from rightsizer.domain.policy import Policy
+    from rightsizer.services.observe import snapshot_from_observation
     from rightsizer.services.snapshot import ObserveRequest, observe, record
-    from rightsizer.wiring.parts import snapshot_from_observation
+    from rightsizer.wiring.builders import decode_live_documents
     from tests.builders import AT as T
     from tests.builders import gpu_node, pod
 
@@ -306,7 +307,9 @@ def test_the_written_snapshot_reads_the_same_workloads_as_the_live_plan(
     request = ObserveRequest(at=T, window_seconds=1800, step_seconds=60, cluster="prod", region="us-east-1")
 
     # WHEN the live plan reads it, and `rightsizer snapshot` writes it
-    live = snapshot_from_observation(observe(cluster(double), None, None, request, project=True))
+    live = snapshot_from_observation(
+        observe(cluster(double), None, None, request, project=True), decode_live_documents
+    )
     out = tmp_path / "snap"
     with SnapshotDirectoryWriter(out) as writer:
         record(cluster(double), None, None, request, writer)

@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from rightsizer.handler_support import use_drain_workflow
+from rightsizer.handler_io import use_drain_workflow
 from rightsizer.services.drain import DrainWorkflow
 from rightsizer.testing.fakes import FakeClock
 
@@ -401,7 +401,7 @@ def drain_machine(clock: FakeClock, *, tokens: TaskTokens | None = None) -> AslI
 
 @contextmanager
 def serving(workflow: DrainWorkflow) -> Iterator[DrainWorkflow]:
-    """Install ``workflow`` as the drain handler's (``handler_support.use_drain_workflow``) for the block."""
+    """Install ``workflow`` as the drain handler's (``handler_io.use_drain_workflow``) for the block."""
     use_drain_workflow(workflow)
     try:
         yield workflow

@@ -98,8 +98,8 @@ def test_sam_build_installs_exactly_the_lock() -> None:
     follow = makefile[makefile.index(install) :].split("\n\n", 1)[0]
     assert "--require-hashes" in follow and "--no-deps" in follow and "-r requirements.txt" in follow
     template = (ROOT / "template.yaml").read_text(encoding="utf-8")
-    # every function is built by functions/Makefile (the four and EnableFleet's three)
-    assert template.count("BuildMethod: makefile") == template.count("Type: AWS::Serverless::Function") == 7
+    # every function is built by functions/Makefile (the four, EnableFleet's three, EnableSharding's four)
+    assert template.count("BuildMethod: makefile") == template.count("Type: AWS::Serverless::Function") == 11
 
 
 # ------------------------------------------------------------------------------------- pip-audit gate

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import gc
 import gzip
 import hashlib
@@ -369,7 +370,7 @@ def test_config_prometheus_compression_reaches_the_wire(
     from pydantic import ValidationError
 
     from rightsizer.config import Config
-    from rightsizer.wiring.parts import build_metrics_reader
+    from rightsizer.wiring.builders import build_metrics_reader
 
     url, script = prom
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", AKID)
@@ -737,7 +738,7 @@ def test_the_live_plan_shards_large_fleets_by_node_label_else_by_gpu_index(
     when the fleet is larger than ``prometheus.shard_nodes``: by ``prometheus.node_label`` when set, else
     by the GPU index (label ``gpu``) every DCGM series carries."""
     from rightsizer.config import Config
-    from rightsizer.wiring.parts import live_signals
+    from rightsizer.services.observe import live_signals
 
     asked: list[str] = []
 
@@ -749,7 +750,7 @@ def test_the_live_plan_shards_large_fleets_by_node_label_else_by_gpu_index(
     cpu = gpu_node("cpu-0", instance_type="m5.large", gpus=0, labels={"nvidia.com/gpu.present": "false"})
     base = snapshot([*(gpu_node(f"gpu-{i}") for i in range(5)), cpu], [])
     with PrometheusClient("http://prometheus", transport=httpx.MockTransport(answer)) as client:
-        live_signals(config, Policy(), base, client)
+        live_signals(config, Policy(), base, functools.partial(collect_live, client))
     util = sorted(q for q in asked if q.startswith("max_over_time(DCGM_FI_DEV_GPU_UTIL"))
     if not expected:
         assert util == ["max_over_time(DCGM_FI_DEV_GPU_UTIL[60s])"]

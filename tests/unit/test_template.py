@@ -113,7 +113,14 @@ def test_python312_functions_from_one_code_uri(template: dict[str, Any]) -> None
         "fleet/app.discover",
         "fleet/app.member",
         "fleet/app.summarize",
+        # EnableSharding (issue 33): the sharded assessment's four tasks
+        "assess/shard.prepare",
+        "assess/shard.observe",
+        "assess/shard.merge",
+        "assess/shard.release",
     }
+    shard = {n for n, f in functions.items() if f["Properties"]["Handler"].startswith("assess/shard.")}
+    assert all(functions[n]["Condition"] == "Sharding" for n in shard)
     fleet = {n for n, f in functions.items() if f["Properties"]["Handler"].startswith("fleet/")}
     assert all(functions[n]["Condition"] == "Fleet" for n in fleet)
     globals_ = template["Globals"]["Function"]
@@ -193,15 +200,23 @@ def test_access_entries_groups(template: dict[str, Any]) -> None:
         # the whole-cluster lists of a replacement's fresh plan only when replacement is enabled
         "DrainRole": {"Fn::If": ["ReplaceNodeGroups", ["rightsizer", "rightsizer-replace"], ["rightsizer"]]},
         "OffhoursRole": ["rightsizer-offhours"],
+        # EnableSharding (issue 33): the shards read; the merge assesses, as the assess function does
+        "ShardPrepareRole": ["rightsizer-read"],
+        "ShardObserveRole": ["rightsizer-read"],
+        "ShardMergeRole": ["rightsizer-read", "rightsizer-heal"],
     }
-    assert all(e["Condition"] == "AccessEntries" for e in entries.values())
+    assert all(
+        e["Condition"] == ("ShardAccessEntries" if name.startswith("Shard") else "AccessEntries")
+        for name, e in entries.items()
+    )
     assert template["Parameters"]["CreateAccessEntries"]["AllowedValues"] == ["true", "false"]
 
 
 def test_one_role_per_function(template: dict[str, Any]) -> None:
     functions = resources(template, "AWS::Serverless::Function")
     roles = [f["Properties"]["Role"]["Fn::GetAtt"][0] for f in functions.values()]
-    assert len(set(roles)) == len(roles) == 7  # four functions, and the fleet's three (EnableFleet)
+    # four functions, the fleet's three (EnableFleet) and the sharded assessment's four (EnableSharding)
+    assert len(set(roles)) == len(roles) == 11
     assert set(roles) <= set(resources(template, "AWS::IAM::Role"))
 
 
@@ -266,7 +281,8 @@ def test_who_may_start_drains(template: dict[str, Any]) -> None:
         for name, role in resources(template, "AWS::IAM::Role").items()
         if {"Ref": "StartDrainPolicy"} in role["Properties"]["ManagedPolicyArns"]
     }
-    assert starters == {"AssessRole", "AlertWebhookRole", "OffhoursRole"}
+    # ... and the sharded assessment's merge (EnableSharding), which is the assessment
+    assert starters == {"AssessRole", "AlertWebhookRole", "OffhoursRole", "ShardMergeRole"}
     webhook = template["Resources"]["AlertWebhookRole"]["Properties"]["ManagedPolicyArns"]
     assert {"Ref": "ObservePolicy"} not in webhook  # intake only: no cluster, no Prometheus
 

@@ -76,7 +76,7 @@ def warm_pools(
     from rightsizer.domain.catalog import load_catalog
     from rightsizer.services.warm_pools import warm_pool_reports
     from rightsizer.wiring import Runtime
-    from rightsizer.wiring.parts import build_warm_pools
+    from rightsizer.wiring.builders import build_warm_pools
 
     if not config.cluster.name:
         raise ConfigError("warm pools need the EKS cluster name", field="cluster.name")
@@ -122,8 +122,9 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     not grow with the number of objects (docs/architecture.md §8).
     """
     from rightsizer.adapters.snapshot_writer import SnapshotDirectoryWriter, require_free_output
+    from rightsizer.services.observe import observe_request
     from rightsizer.services.snapshot import record
-    from rightsizer.wiring import Runtime, observe_request
+    from rightsizer.wiring import Runtime
 
     config = load_config(args.config)
     at = parse_time(args.at) if args.at else now_on_step(config.prometheus.step)

@@ -45,7 +45,7 @@ def cmd_prices(args: argparse.Namespace) -> int:
     1 it was denied or unreachable (the error is printed; plans price from the packaged catalog);
     2 a bad config file (``ConfigError``, handled by the caller).
     """
-    from rightsizer.wiring.parts import build_prices
+    from rightsizer.wiring.builders import build_prices
 
     config = load_config(args.config)
     region = config.cluster.region or config.aws.region

@@ -79,7 +79,7 @@ class PlanningAssessor:
         leases: LeaseStore | None = None,
     ) -> None:
         """``observe_node``, when given, is used instead of ``observe``: the snapshot of the node asked
-        about only (``observe_node(node, at)``, ``rightsizer.wiring.parts.observe_node_live``) — the
+        about only (``observe_node(node, at)``, ``rightsizer.services.observe.observe_node_live``) — the
         drain's validate and revalidate steps, whose cost then does not grow with the cluster (issue 11
         item 5).
 

@@ -5,13 +5,15 @@
   mode; :func:`lambda_runtime` is the warm Lambda's.
 - ``settings`` — the deployment environment (one pydantic-settings model) and the policy provider
   (``max_age``, default 60 s).
-- ``parts`` — the builders of single adapters and clients the runtime assembles; ``intake`` — the webhook
+- ``builders`` — the builders of single adapters and clients the runtime assembles (the use cases, the
+  live observation among them, live in ``rightsizer.services``); ``intake`` — the webhook
   intake's (token and link-key sources, intake, approval desk).
 
 Only this package and ``rightsizer.adapters`` import boto3, botocore, kubernetes or httpx (an import
 contract in pyproject.toml).
 """
 
+from rightsizer.wiring.builders import build_metrics_reader, build_observers
 from rightsizer.wiring.intake import (
     APPROVAL_KEY_ENV,
     TOKEN_ENV,
@@ -19,14 +21,6 @@ from rightsizer.wiring.intake import (
     build_intake,
     webhook_token,
     webhook_token_source,
-)
-from rightsizer.wiring.parts import (
-    Observers,
-    build_metrics_reader,
-    build_observers,
-    live_signals,
-    observe_request,
-    snapshot_from_observation,
 )
 from rightsizer.wiring.runtime import (
     CONFIG_ENV,
@@ -52,7 +46,6 @@ __all__ = [
     "TOKEN_ENV",
     "DeploymentSettings",
     "Mode",
-    "Observers",
     "PolicyProvider",
     "Runtime",
     "approval_key_source",
@@ -62,9 +55,6 @@ __all__ = [
     "clear_lambda_runtime",
     "config_from_stack",
     "lambda_runtime",
-    "live_signals",
-    "observe_request",
-    "snapshot_from_observation",
     "stack_region",
     "webhook_intake_from_env",
     "webhook_token",

@@ -1,7 +1,7 @@
 """The webhook intake's parts (the alert_webhook Lambda and ``rightsizer serve``): the bearer token and
 the approval-link key as rotatable sources, the intake and the approval desk.
 
-Like ``parts``, nothing here runs at import time but the process's random link key.
+Like ``builders``, nothing here runs at import time but the process's random link key.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from rightsizer.domain.errors import ConfigError
 from rightsizer.logsafety import register_secret
 from rightsizer.ports import WorkflowStarter
 from rightsizer.state import ApprovalStore, LeaseStore
-from rightsizer.wiring.parts import build_approvals, build_task_callback, resolve_config_secret
+from rightsizer.wiring.builders import build_approvals, build_task_callback, resolve_config_secret
 
 if TYPE_CHECKING:
     from rightsizer.services.approval import ApprovalDesk, LinkKey

@@ -1,4 +1,4 @@
-"""The composition root: one :class:`Runtime` per process and mode builds every use case from its parts.
+"""The composition root: one :class:`Runtime` per process and mode builds every use case from its builders.
 
 Every entry point asks it for what it needs — the four Lambda handlers (:func:`lambda_runtime`), every CLI
 command, ``rightsizer serve`` and the demo — so SDK clients, adapters and services are put together in one
@@ -37,8 +37,10 @@ from rightsizer.ports import (
     WorkflowStarter,
     WorkloadWriter,
 )
+from rightsizer.services import observe as live
+from rightsizer.services.observe import Observers
 from rightsizer.state import ApprovalStore, LeaseStore, PlanHistory, StateStore
-from rightsizer.wiring import intake, parts
+from rightsizer.wiring import builders, intake
 from rightsizer.wiring.settings import (
     DeploymentSettings,
     PolicyProvider,
@@ -152,37 +154,35 @@ class Runtime:
         """True unless both the caller's switch and the policy allow acting."""
         return self.dry_run or (policy or self.policy()).dry_run
 
-    # ------------------------------------------------------------------------------------------- parts
+    # ---------------------------------------------------------------------------------------- builders
 
     @functools.cached_property
     def cluster(self) -> ClusterWriter:
         """The Kubernetes adapter (reads and writes; one token source)."""
-        return parts.build_cluster_writer(self._config)
+        return builders.build_cluster_writer(self._config)
 
     @functools.cached_property
-    def observers(self) -> parts.Observers:
+    def observers(self) -> Observers:
         """The read side: the Kubernetes adapter, the AWS inventory and the Prometheus client."""
-        return parts.Observers(
-            cluster=cast(ClusterReader, self.cluster),
-            inventory=self.inventory,
-            metrics=parts.build_metrics_reader(self._config),
+        return builders.live_observers(
+            cast(ClusterReader, self.cluster), self.inventory, builders.build_metrics_reader(self._config)
         )
 
     @functools.cached_property
     def inventory(self) -> NodeGroupInventory | None:
         """The AWS inventory (EKS, Auto Scaling, EC2) when ``cluster.name`` is set."""
-        return parts.build_inventory(self._config)
+        return builders.build_inventory(self._config)
 
     @functools.cached_property
     def scaler(self) -> NodeScaler:
         """The Auto Scaling node scaler of the drain's remove step."""
-        return parts.build_node_scaler(self._config)
+        return builders.build_node_scaler(self._config)
 
     @functools.cached_property
     def nodegroups(self) -> NodeGroupSizer:
         """The EKS managed node group sizer of off-hours (sizes are read from the Auto Scaling group,
         :attr:`scaler`)."""
-        return parts.build_nodegroup_sizer(self._config)
+        return builders.build_nodegroup_sizer(self._config)
 
     @functools.cached_property
     def state(self) -> StateStore:
@@ -192,14 +192,16 @@ class Runtime:
             ConfigError: no ``aws.table`` (every mode but ``serve``).
         """
         if self.mode == "serve":
-            return parts.build_local_state(self._config)
-        state = parts.build_state(self._config)
+            return builders.build_local_state(self._config)
+        state = builders.build_state(self._config)
         if not self._config.approval.notify_actions:
             return state
         # every completed or rolled-back action announced on the alarm topic (services.notices, opt-in)
         from rightsizer.services.notices import notifying
 
-        return notifying(state, parts.build_approval_notifier(self._config), self._config.cluster.name or "")
+        return notifying(
+            state, builders.build_approval_notifier(self._config), self._config.cluster.name or ""
+        )
 
     @functools.cached_property
     def plans(self) -> PlanHistory:
@@ -208,12 +210,12 @@ class Runtime:
         Raises:
             ConfigError: no ``aws.table``.
         """
-        return parts.build_plan_history(self._config)
+        return builders.build_plan_history(self._config)
 
     @functools.cached_property
     def approvals(self) -> ApprovalStore:
         """Approval requests and snoozes (the state table; in memory without one)."""
-        return parts.build_approvals(self._config)
+        return builders.build_approvals(self._config)
 
     @functools.cached_property
     def approval_gate(self) -> ApprovalGate:
@@ -234,7 +236,7 @@ class Runtime:
         return ApprovalGate(
             cluster=self.cluster_name,
             store=self.approvals,
-            notifier=parts.build_approval_notifier(self._config),
+            notifier=builders.build_approval_notifier(self._config),
             key=key,
             base_url=self._config.approval.url,
         )
@@ -244,17 +246,17 @@ class Runtime:
         Step Functions callbacks; no link key (the CLI is authenticated by IAM, not by a link)."""
         from rightsizer.services.approval import ApprovalDesk
 
-        callback = parts.build_task_callback(self._config) if self._config.aws.table else None
+        callback = builders.build_task_callback(self._config) if self._config.aws.table else None
         return ApprovalDesk(cluster=self.cluster_name, store=self.approvals, callback=callback)
 
     def caller_arn(self) -> str:
         """The ARN of the AWS principal running this process (STS ``GetCallerIdentity``): who decides
         from the CLI (``rightsizer.adapters.caller``)."""
-        return parts.caller_arn(self._config)
+        return builders.caller_arn(self._config)
 
     @functools.cached_property
     def _step_functions(self) -> WorkflowStarter:
-        return parts.build_workflow_starter(self._config, self.state_machine_arn)
+        return builders.build_workflow_starter(self._config, self.state_machine_arn)
 
     # ------------------------------------------------------------------------------------- observation
 
@@ -263,15 +265,15 @@ class Runtime:
         is floored to the query step unless ``floor`` is false (``rightsizer plan --at``)."""
         self.observations += 1
         if self._range_metrics is None:
-            return parts.observe_live(self._config, self.policy(), self.observers, at, floor=floor)
+            return live.observe_live(self._config, self.policy(), self.observers, at, floor=floor)
         from rightsizer.services.snapshot import observe
 
-        request = parts.observe_request(self._config, self.policy(), at)
+        request = live.observe_request(self._config, self.policy(), at)
         # The demo's lists are read as the live plan reads them: page by page, projected (issue 11 item 7).
         observation = observe(
             cast(ClusterReader, self.cluster), self.inventory, self._range_metrics, request, project=True
         )
-        return parts.snapshot_from_observation(observation)
+        return live.snapshot_from_observation(observation, builders.decode_live_documents)
 
     def observe(self, at: datetime) -> ClusterSnapshot:
         """The tick's observation at ``at``: observed once per instant and policy, then reused — one tick of
@@ -289,13 +291,13 @@ class Runtime:
 
     def drain_deps(self, policy: Policy | None = None) -> DrainDeps:
         """The drain workflow's ports around ``policy`` (default: the current one); validate and revalidate
-        always observe afresh, and only the node they judge (``parts.observe_node_live``)."""
+        always observe afresh, and only the node they judge (``services.observe.observe_node_live``)."""
         from rightsizer.services.drain import DrainDeps
 
         if not self._config.cluster.name:
             raise ConfigError("acting needs the EKS cluster name", field="cluster.name")
         policy = policy or self.policy()
-        assessor = parts.build_assessor(
+        assessor = builders.build_assessor(
             self._config,
             policy,
             self.observers,
@@ -317,17 +319,17 @@ class Runtime:
     @functools.cached_property
     def instance_type_changer(self) -> InstanceTypeChanger:
         """The EC2 calls of a standalone instance's type change (the resize workflow)."""
-        return parts.build_instance_type_changer(self._config)
+        return builders.build_instance_type_changer(self._config)
 
     @functools.cached_property
     def nodegroup_replacer(self) -> NodeGroupReplacer:
         """The EKS calls of a managed node group replacement."""
-        return parts.build_nodegroup_replacer(self._config)
+        return builders.build_nodegroup_replacer(self._config)
 
     @functools.cached_property
     def launch_templates(self) -> LaunchTemplateVersions:
         """The EC2 launch template calls of a managed node group replacement."""
-        return parts.build_launch_templates(self._config)
+        return builders.build_launch_templates(self._config)
 
     def drain_workflow(self) -> DrainWorkflow:
         """The drain workflow — drains, resizes of opted-in standalone instances and replacements of opted-in
@@ -385,7 +387,7 @@ class Runtime:
 
         return WorkloadScaler(
             cast(WorkloadWriter, self.cluster),
-            parts.build_workload_saves(self._config),
+            builders.build_workload_saves(self._config),
             dry_run=self.effective_dry_run(),
             by=by,
         )
@@ -445,7 +447,7 @@ class Runtime:
             dry_run=self.effective_dry_run(policy),
             snoozes=self.approvals,
             pods=self.cluster,
-            instances=parts.build_instance_reader(self._config),
+            instances=builders.build_instance_reader(self._config),
         )
 
     def webhook_intake(

@@ -1,20 +1,20 @@
-"""The parts the composition root assembles: SDK clients and adapters built from a validated ``Config``.
+"""Builders of the composition root: SDK clients and adapters built from a validated ``Config``.
 
 Services receive ports (``rightsizer.ports``); :class:`rightsizer.wiring.Runtime` asks this module for
-them. Nothing here runs at import time — clients, tokens and the Kubernetes package are created on the
-first call, so a handler that never needs Kubernetes (the webhook) never imports it.
+them and hands them to the use cases (the live observation is ``rightsizer.services.observe``). Nothing
+here decides or orchestrates, and nothing runs at import time — clients, tokens and the Kubernetes
+package are created on the first call, so a handler that never needs Kubernetes (the webhook) never
+imports it.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 import logging
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from rightsizer.config import Config
 from rightsizer.domain.errors import ConfigError
@@ -30,58 +30,52 @@ from rightsizer.ports import (
     NodeGroupInventory,
     NodeGroupReplacer,
     NodeGroupSizer,
-    NodeReader,
     NodeScaler,
     SnoozeReader,
     WorkflowStarter,
     WorkloadSaves,
 )
-from rightsizer.services.snapshot import Observation, ObserveRequest
+from rightsizer.services.observe import Observers
 from rightsizer.state import ApprovalStore, LeaseStore, PlanHistory, StateStore
 
 if TYPE_CHECKING:
     from rightsizer.adapters.pricing import PriceListPrices
     from rightsizer.adapters.prometheus import PrometheusClient
-    from rightsizer.domain.join import NodeJoiner
     from rightsizer.services.approval import ApprovalNotifier, TaskCallback
     from rightsizer.services.assess import PlanningAssessor
     from rightsizer.services.warm_pools import WarmPoolPort
 
 __all__ = [
-    "Observers",
+    "aws_session",
+    "build_approval_notifier",
+    "build_approvals",
     "build_assessor",
     "build_cluster_reader",
     "build_cluster_writer",
     "build_instance_reader",
+    "build_instance_type_changer",
     "build_inventory",
+    "build_launch_templates",
     "build_local_state",
     "build_metrics_reader",
     "build_node_scaler",
+    "build_nodegroup_replacer",
     "build_nodegroup_sizer",
     "build_observers",
     "build_plan_history",
     "build_prices",
     "build_state",
+    "build_task_callback",
     "build_warm_pools",
     "build_workflow_starter",
-    "live_signals",
-    "observe_live",
-    "observe_node_live",
-    "observe_request",
-    "snapshot_from_observation",
+    "build_workload_saves",
+    "caller_arn",
+    "decode_live_documents",
+    "live_observers",
+    "resolve_config_secret",
 ]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Observers:
-    """The read-side ports of one cluster: Kubernetes, AWS inventory (None without an EKS name), metrics
-    (the Prometheus client: a ``MetricsRangeReader`` for snapshots, the ``collect_live`` client for plans)."""
-
-    cluster: ClusterReader
-    inventory: NodeGroupInventory | None
-    metrics: PrometheusClient
 
 
 def _region(config: Config) -> str:
@@ -268,120 +262,44 @@ def build_metrics_reader(config: Config) -> PrometheusClient:
     )
 
 
-def live_signals(
-    config: Config,
-    policy: Policy,
-    snapshot: ClusterSnapshot,
-    client: PrometheusClient,
-    *,
-    joiner: NodeJoiner | None = None,
-    scope: tuple[str, ...] = (),
-) -> ClusterSnapshot:
-    """``snapshot`` with ``signals`` read from Prometheus for the window ending at ``taken_at``
-    (``collect_live``: the snapshot's queries, a constant number whatever the node count, docs/architecture.md §8).
-    With more GPU nodes than ``prometheus.shard_nodes``, each DCGM query is split into series shards:
-    of that many nodes by ``prometheus.node_label`` when it is set (``series_shards``), else by the GPU
-    index (label ``gpu``) every DCGM series carries, ⌈GPU nodes / ``shard_nodes``⌉ shards rounded up to
-    a power of two, at most 16 (``device_shards``).
-
-    ``joiner`` (default: one over the snapshot's Nodes and Pods) maps series to nodes; ``scope``, when
-    given, reads only the series its label matchers select (one node's, ``join.node_series_matchers``).
-
-    Raises:
-        PrometheusUnavailable: ``prometheus.deadline`` passed with queries unanswered.
-        MetricsFailed: most queries of a whole-cluster read failed.
-    """
-    from rightsizer.adapters.prometheus import collect_live
-    from rightsizer.domain.catalog import load_catalog
-    from rightsizer.domain.gpu import is_gpu_node
-    from rightsizer.domain.join import NodeJoiner
-    from rightsizer.domain.observation import Shard, device_shards, series_shards
-    from rightsizer.domain.usage import Window
-
-    node_label = config.prometheus.node_label
-    window = Window.ending(snapshot.meta.taken_at, policy.idle_window, snapshot.meta.step_seconds)
-    shards: tuple[Shard, ...] = ()
-    per_shard = config.prometheus.shard_nodes
-    if not scope:  # one node's read needs no shards
-        catalog = load_catalog()
-        gpu_nodes = [n.name for n in snapshot.nodes if is_gpu_node(n, catalog)]
-        if len(gpu_nodes) > per_shard and node_label:
-            shards = series_shards(node_label, gpu_nodes, per_shard)
-        elif len(gpu_nodes) > per_shard:
-            shards = device_shards(-(-len(gpu_nodes) // per_shard))
-    signals = collect_live(
-        client,
-        joiner or NodeJoiner(snapshot.nodes, snapshot.pods, node_label, snapshot.pod_addresses),
-        window,
-        policy,
-        node_label,
-        job=config.prometheus.job,
-        shards=shards,
-        scope=scope,
-        deadline_seconds=float(config.prometheus.deadline),
-        # a whole-cluster read with most queries failed is a failed run; one node's read (the drain's
-        # validate) keeps its failed metrics as problems: that node is then unknown and not drained
-        fail_share=None if scope else 0.5,
-    )
-    longer = None
-    if not scope and policy.workloads.scale_to_zero and policy.workloads.idle_window != policy.idle_window:
-        # Workload verdicts judge nodes over the workloads' own window (issue 32): one more read, only when
-        # the policy acts on workloads (docs/workloads.md).
-        longer = collect_live(
-            client,
-            joiner or NodeJoiner(snapshot.nodes, snapshot.pods, node_label, snapshot.pod_addresses),
-            Window.ending(snapshot.meta.taken_at, policy.workloads.idle_window, snapshot.meta.step_seconds),
-            policy,
-            node_label,
-            job=config.prometheus.job,
-            shards=shards,
-            deadline_seconds=float(config.prometheus.deadline),
-            fail_share=0.5,
-        )
-    return dataclasses.replace(snapshot, signals=signals, workload_signals=longer)
-
-
-def build_observers(config: Config, *, page_size: int = 500) -> Observers:
-    """All read-side ports for ``config`` (see the ``build_*`` functions for what each needs)."""
-    return Observers(
-        cluster=build_cluster_reader(config, page_size=page_size),
-        inventory=build_inventory(config),
-        metrics=build_metrics_reader(config),
-    )
-
-
-def observe_request(config: Config, policy: Policy, at: datetime) -> ObserveRequest:
-    """The observation parameters for ``config`` at ``at``: window from ``policy.idle_window``.
-
-    Raises:
-        ConfigError: ``prometheus.step`` is longer than the (possibly overridden) idle window.
-    """
-    if config.prometheus.step > policy.idle_window:
-        raise ConfigError("prometheus.step must be ≤ policy.idle_window", field="prometheus.step")
-    return ObserveRequest(
-        at=at.replace(microsecond=0),
-        window_seconds=int(policy.idle_window),
-        step_seconds=int(config.prometheus.step),
-        cluster=str(config.cluster.name or config.cluster.context),
-        region=_region(config),
-        eks_cluster=config.cluster.name,
-        job=config.prometheus.job,
-        node_label=config.prometheus.node_label,
-    )
-
-
-def snapshot_from_observation(observation: Observation) -> ClusterSnapshot:
-    """Decode an observation into a ``ClusterSnapshot`` exactly as ``load_snapshot`` would decode its
-    written directory, without touching the disk (``rightsizer plan --config``): both use
-    ``snapshot_dir.snapshot_from_documents``, so the two paths cannot drift.
+def decode_live_documents(documents: Mapping[str, Any]) -> ClusterSnapshot:
+    """A live observation's documents decoded as ``load_snapshot`` decodes a written directory
+    (``adapters.snapshot_dir.snapshot_from_documents``), without touching the disk.
 
     Raises:
         SnapshotError: a document does not match its schema (names the document and the field).
     """
     from rightsizer.adapters.snapshot_dir import snapshot_from_documents
 
-    snapshot = snapshot_from_documents(observation.documents, root=Path("<live>"))
-    return dataclasses.replace(snapshot, source="live")
+    return snapshot_from_documents(documents, root=Path("<live>"))
+
+
+def live_observers(
+    cluster: ClusterReader, inventory: NodeGroupInventory | None, metrics: PrometheusClient
+) -> Observers:
+    """The live observation's collaborators (``services.observe.Observers``) around these ports:
+    ``metrics`` serves as the snapshot's ``MetricsRangeReader`` and, bound, as ``collect_live``'s client;
+    the decoders are the snapshot directory's (``adapters.snapshot_dir``)."""
+    from rightsizer.adapters.prometheus import collect_live
+    from rightsizer.adapters.snapshot_dir import decode_xid_document
+
+    return Observers(
+        cluster=cluster,
+        inventory=inventory,
+        metrics=metrics,
+        collect=functools.partial(collect_live, metrics),
+        decode=decode_live_documents,
+        decode_xids=decode_xid_document,
+    )
+
+
+def build_observers(config: Config, *, page_size: int = 500) -> Observers:
+    """All read-side ports for ``config`` (see the ``build_*`` functions for what each needs)."""
+    return live_observers(
+        build_cluster_reader(config, page_size=page_size),
+        build_inventory(config),
+        build_metrics_reader(config),
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -494,85 +412,6 @@ def build_cluster_writer(config: Config, *, page_size: int = 500) -> ClusterWrit
     return cluster
 
 
-def observe_live(
-    config: Config, policy: Policy, observers: Observers, at: datetime, *, floor: bool = True
-) -> ClusterSnapshot:
-    """A live ``ClusterSnapshot`` at ``at`` (floored to the query step unless ``floor`` is false, so range
-    and subquery points coincide) with GPU signals aggregated in Prometheus (``collect_live``)."""
-    from rightsizer.services.snapshot import observe
-
-    if floor:
-        step = int(config.prometheus.step)
-        epoch = int(at.timestamp())
-        at = datetime.fromtimestamp(epoch - epoch % step, at.tzinfo)
-    request = observe_request(config, policy, at)
-    # Page by page, keeping only what the plan reads (issue 11 item 7): nothing here is written to disk.
-    observation = observe(observers.cluster, observers.inventory, None, request, project=True)
-    snapshot = snapshot_from_observation(observation)
-    return live_signals(config, policy, _with_xids(snapshot, observers.metrics, request), observers.metrics)
-
-
-def _with_xids(
-    snapshot: ClusterSnapshot, metrics: PrometheusClient, request: ObserveRequest, scope: tuple[str, ...] = ()
-) -> ClusterSnapshot:
-    """``snapshot`` with the XID answers read live (``services.snapshot.xid_document``, issue 28): the same
-    two queries and the same decoding as a written snapshot's ``xid.json``."""
-    from rightsizer.adapters.snapshot_dir import decode_xid_document
-    from rightsizer.services.snapshot import xid_document
-
-    answers = decode_xid_document(xid_document(metrics, request, scope))
-    return dataclasses.replace(snapshot, xid_answers=answers)
-
-
-def observe_node_live(
-    config: Config,
-    policy: Policy,
-    observers: Observers,
-    node: str,
-    at: datetime,
-    *,
-    range_metrics: MetricsRangeReader | None = None,
-) -> ClusterSnapshot:
-    """One node's ``ClusterSnapshot`` at ``at``, read without any cluster-wide list or query
-    (``services.node_view``; the drain's validate and revalidate steps, issue 11 item 5).
-
-    Live (``range_metrics`` None), ``at`` is floored to the query step and the node's series are read
-    with ``collect_live(scope=…)``; with ``range_metrics`` (the demo) the node's series are asked as
-    snapshot files. Either way a :class:`~rightsizer.services.node_view.ResolvingJoiner` maps them.
-
-    Raises:
-        PermanentError / TransientError: a Kubernetes or AWS read failed.
-        PrometheusUnavailable: ``prometheus.deadline`` passed with queries unanswered.
-    """
-    from rightsizer.domain.join import node_series_matchers
-    from rightsizer.domain.observation import signals_from_observation
-    from rightsizer.domain.usage import Window
-    from rightsizer.services.node_view import ResolvingJoiner, observe_node
-
-    if range_metrics is None:
-        step = int(config.prometheus.step)
-        epoch = int(at.timestamp())
-        at = datetime.fromtimestamp(epoch - epoch % step, at.tzinfo)
-    reader = cast(NodeReader, observers.cluster)
-    request = observe_request(config, policy, at)
-    snapshot = snapshot_from_observation(
-        observe_node(reader, observers.inventory, range_metrics, request, node)
-    )
-    here = next((n for n in snapshot.nodes if n.name == node), None)
-    if here is None:
-        return snapshot
-    node_label = config.prometheus.node_label
-    joiner = ResolvingJoiner(snapshot.nodes, snapshot.pods, node_label, reader)
-    if range_metrics is not None:
-        files = {"step": snapshot.metrics, "timestamp": snapshot.timestamps, **snapshot.metric_extras}
-        window = Window.ending(snapshot.meta.taken_at, policy.idle_window, snapshot.meta.step_seconds)
-        signals = signals_from_observation(files, joiner, window, float(policy.gpu_activity_max_pct))
-        return dataclasses.replace(snapshot, signals=signals)
-    scope = node_series_matchers(here, snapshot.pods, node_label)
-    snapshot = _with_xids(snapshot, observers.metrics, request, scope)
-    return live_signals(config, policy, snapshot, observers.metrics, joiner=joiner, scope=scope)
-
-
 def build_assessor(
     config: Config,
     policy: Policy,
@@ -583,9 +422,10 @@ def build_assessor(
     leases: LeaseStore | None = None,
 ) -> PlanningAssessor:
     """The ``Assessor`` of the drain's validate/revalidate steps: a fresh plan of the one node asked about
-    (:func:`observe_node_live`), whose cost does not grow with the cluster; ``snoozes`` protect nodes
+    (``services.observe.observe_node_live``), whose cost does not grow with the cluster; ``snoozes`` protect nodes
     people snoozed, ``leases`` the node groups being replaced or settling."""
     from rightsizer.services.assess import PlanningAssessor
+    from rightsizer.services.observe import observe_node_live
 
     return PlanningAssessor(
         None,
