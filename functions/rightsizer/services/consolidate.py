@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from rightsizer.domain.catalog import Catalog
 from rightsizer.domain.eligibility import DrainFacts, Judged
@@ -106,19 +106,9 @@ class Consolidate:
     def start(self, request: DrainRequest) -> WorkflowRecord:
         """Create the consolidation's record (idempotent: an existing record is returned)."""
         assert isinstance(request, ConsolidateRequest)
-        existing = self.deps.state.load(request.execution_id)
-        if existing is not None:
-            return existing
-        now = self.drain.ops.now()
-        record = WorkflowRecord(
-            execution_id=request.execution_id,
-            node=request.node,
-            instance_id=None,
-            step="validate",
-            status="running",
-            started_at=now,
-            deadline=now + timedelta(seconds=self.deps.policy.drain_timeout),
-            details=ConsolidateDetails(
+        return self.drain.ops.create(
+            request,
+            ConsolidateDetails(
                 kind=KIND,
                 trigger=request.trigger,
                 offhours=False,
@@ -127,7 +117,6 @@ class Consolidate:
                 moves=request.moves,
             ),
         )
-        return self.deps.state.save(record, expected_version=0)
 
     def steps(self) -> Mapping[str, StepFn]:
         """The scale-in's table with its own evict (the placement check first)."""

@@ -13,7 +13,6 @@ is undone, nothing is scaled, and the reason is recorded (BUG-14, BUG-21, BUG-31
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import timedelta
 
 from rightsizer.domain.eligibility import DrainFacts, DrainMode, Judged
 from rightsizer.domain.plan import NodeReport
@@ -62,26 +61,15 @@ class ScaleIn:
 
     def start(self, request: DrainRequest) -> WorkflowRecord:
         """Create the workflow record (idempotent: an existing record of that execution is returned)."""
-        existing = self.deps.state.load(request.execution_id)
-        if existing is not None:
-            return existing
-        now = self.drain.ops.now()
-        record = WorkflowRecord(
-            execution_id=request.execution_id,
-            node=request.node,
-            instance_id=None,
-            step="validate",
-            status="running",
-            started_at=now,
-            deadline=now + timedelta(seconds=self.deps.policy.drain_timeout),
-            details=ScaleInDetails(
+        return self.drain.ops.create(
+            request,
+            ScaleInDetails(
                 trigger=request.trigger,
                 offhours=request.offhours,
                 dry_run=self.deps.dry_run,
                 hourly_savings_usd=request.hourly_savings_usd,
             ),
         )
-        return self.deps.state.save(record, expected_version=0)
 
     def steps(self) -> Mapping[str, StepFn]:
         """validate → approval → cordon → revalidate → evict → wait → remove → verify, and ``rollback``

@@ -38,7 +38,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from functools import partial
 from typing import Protocol
 
@@ -217,19 +217,9 @@ class Replace:
     def start(self, request: DrainRequest) -> WorkflowRecord:
         """Create the replacement's record (idempotent: an existing record of that execution is returned)."""
         assert isinstance(request, ReplaceRequest)
-        existing = self.deps.state.load(request.execution_id)
-        if existing is not None:
-            return existing
-        now = self.ops.now()
-        record = WorkflowRecord(
-            execution_id=request.execution_id,
-            node=request.node,
-            instance_id=None,
-            step="ng_validate",
-            status="running",
-            started_at=now,
-            deadline=now + timedelta(seconds=self.deps.policy.replace_ready_timeout),
-            details=ReplaceDetails(
+        return self.ops.create(
+            request,
+            ReplaceDetails(
                 kind=KIND,
                 nodegroup=request.nodegroup,
                 target_type=request.target_type,
@@ -237,8 +227,9 @@ class Replace:
                 dry_run=self.deps.dry_run,
                 hourly_savings_usd=request.hourly_savings_usd,
             ),
+            step="ng_validate",
+            timeout=self.deps.policy.replace_ready_timeout,
         )
-        return self.deps.state.save(record, expected_version=0)
 
     def rollback(
         self, execution_id: str, reason: str, *, status: str = "rolled_back", step: str = "rollback"

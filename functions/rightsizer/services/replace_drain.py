@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import timedelta
 
 from rightsizer.domain.eligibility import DrainFacts, Judged, drain_refusals
 from rightsizer.domain.model import ANN_CORDONED_BY, Node
@@ -74,19 +73,9 @@ class ReplaceDrain:
     def start(self, request: DrainRequest) -> WorkflowRecord:
         """Create the child's record (idempotent: an existing record is returned)."""
         assert isinstance(request, ReplaceDrainRequest)
-        existing = self.deps.state.load(request.execution_id)
-        if existing is not None:
-            return existing
-        now = self.drain.ops.now()
-        record = WorkflowRecord(
-            execution_id=request.execution_id,
-            node=request.node,
-            instance_id=None,
-            step="validate",
-            status="running",
-            started_at=now,
-            deadline=now + timedelta(seconds=self.deps.policy.drain_timeout),
-            details=ReplaceDrainDetails(
+        return self.drain.ops.create(
+            request,
+            ReplaceDrainDetails(
                 kind=KIND,
                 parent=request.parent,
                 offhours=False,
@@ -95,7 +84,6 @@ class ReplaceDrain:
                 hourly_savings_usd=request.hourly_savings_usd,
             ),
         )
-        return self.deps.state.save(record, expected_version=0)
 
     def steps(self) -> Mapping[str, StepFn]:
         """validate → approval → cordon → revalidate → evict → wait → drained, and ``rollback``."""

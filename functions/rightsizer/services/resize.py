@@ -118,16 +118,9 @@ class Resize:
             ):
                 return self._resume(existing, request.resume)
             return existing
-        now = self.ops.now()
-        record = WorkflowRecord(
-            execution_id=request.execution_id,
-            node=request.node,
-            instance_id=None,
-            step="validate",
-            status="running",
-            started_at=now,
-            deadline=now + timedelta(seconds=self.deps.policy.drain_timeout),
-            details=ResizeDetails(
+        return self.ops.create(
+            request,
+            ResizeDetails(
                 kind=KIND,
                 trigger=request.trigger,
                 offhours=False,
@@ -136,7 +129,6 @@ class Resize:
                 target_type=request.target_type,
             ),
         )
-        return self.deps.state.save(record, expected_version=0)
 
     def _resume(self, record: WorkflowRecord, epoch: int) -> WorkflowRecord:
         """Take up a resize whose workflow died after the stop, for the healer that took its lease back

@@ -15,9 +15,9 @@ from typing import Any
 
 from rightsizer.domain.catalog import HOURS_PER_MONTH
 from rightsizer.domain.errors import PermanentError, StalePlan
-from rightsizer.domain.workflow_details import DrainStepDetails
+from rightsizer.domain.workflow_details import DrainStepDetails, WorkflowDetails
 from rightsizer.services.workflow.engine import StepResult
-from rightsizer.services.workflow.requests import DrainDeps
+from rightsizer.services.workflow.requests import DrainDeps, DrainRequest
 from rightsizer.state import LedgerEntry, WorkflowRecord, lease_ttl_seconds
 
 log = logging.getLogger(__name__)
@@ -53,6 +53,33 @@ class RecordOps:
         self.deps = deps
         self._also_renew = also_renew
         self._also_release = also_release
+
+    def create(
+        self,
+        request: DrainRequest,
+        details: WorkflowDetails,
+        *,
+        step: str = "validate",
+        timeout: float | None = None,
+    ) -> WorkflowRecord:
+        """The record of ``request`` at ``step`` with ``details``, its deadline ``timeout`` seconds away
+        (the drain timeout by default); idempotent: an existing record of that execution is returned."""
+        existing = self.deps.state.load(request.execution_id)
+        if existing is not None:
+            return existing
+        now = self.now()
+        seconds = self.deps.policy.drain_timeout if timeout is None else timeout
+        record = WorkflowRecord(
+            execution_id=request.execution_id,
+            node=request.node,
+            instance_id=None,
+            step=step,
+            status="running",
+            started_at=now,
+            deadline=now + timedelta(seconds=seconds),
+            details=details,
+        )
+        return self.deps.state.save(record, expected_version=0)
 
     @property
     def ttl(self) -> int:
