@@ -42,9 +42,8 @@ NEVER_AT_IMPORT = (
     "rightsizer.services.offhours",
     "rightsizer.services.fleet",
 )
-#: What one handler's import may hold all the same: the webhook parses its Function URL event with
-#: Powertools' model (every request, 401s included, needs it).
-ALLOWED = {"alert_webhook.app": ("aws_lambda_powertools.utilities.parser",)}
+#: What one handler's import may hold all the same (none today).
+ALLOWED: dict[str, tuple[str, ...]] = {}
 #: … and must not, beyond the rest: the webhook never loads the drain service or the snapshot reader
 #: (they come with the first alert that starts a drain); the fleet's events load with its first task.
 ALSO_FORBIDDEN = {
