@@ -26,6 +26,7 @@ from rightsizer.domain.plan import NodeReport
 from rightsizer.domain.pods import PodContext, classify_pods, pdbs_by_namespace
 from rightsizer.domain.policy import Policy
 from rightsizer.domain.volumes import VolumeFacts
+from rightsizer.domain.workflow_details import ConsolidateDetails
 from rightsizer.services.drain import DrainRequest, StepResult
 from rightsizer.services.replace import ReplaceWorkflow
 from rightsizer.state import WorkflowRecord
@@ -87,7 +88,7 @@ class ConsolidateWorkflow(ReplaceWorkflow):
 
     @staticmethod
     def _consolidating(record: WorkflowRecord) -> bool:
-        return record.details.get("kind") == KIND
+        return isinstance(record.details, ConsolidateDetails)
 
     def start(self, request: DrainRequest) -> WorkflowRecord:
         """Create the record; a :class:`ConsolidateRequest` makes a consolidation record (idempotent)."""
@@ -105,14 +106,14 @@ class ConsolidateWorkflow(ReplaceWorkflow):
             status="running",
             started_at=now,
             deadline=now + timedelta(seconds=self.deps.policy.drain_timeout),
-            details={
-                "kind": KIND,
-                "trigger": request.trigger,
-                "offhours": False,
-                "dry_run": self.deps.dry_run,
-                "hourly_savings_usd": request.hourly_savings_usd,
-                "moves": [[pod, to] for pod, to in request.moves],
-            },
+            details=ConsolidateDetails(
+                kind=KIND,
+                trigger=request.trigger,
+                offhours=False,
+                dry_run=self.deps.dry_run,
+                hourly_savings_usd=request.hourly_savings_usd,
+                moves=request.moves,
+            ),
         )
         return self.deps.state.save(record, expected_version=0)
 
@@ -130,14 +131,19 @@ class ConsolidateWorkflow(ReplaceWorkflow):
     def _step_evict(self, record: WorkflowRecord) -> StepResult:
         """Before the first eviction of a consolidation, the placement check on a fresh read of the
         cluster (module docstring); then the drain's evict step."""
-        if self._consolidating(record) and not record.evicted and not record.details.get("placement_checked"):
+        details = record.details
+        if (
+            isinstance(details, ConsolidateDetails)
+            and not record.evicted
+            and details.placement_checked is None
+        ):
             self._renew(record)
             if self.observe_cluster is None:
                 return self.rollback(record.execution_id, "placement_unverifiable", step="evict")
             now = self._now()
-            planned = [str(pod) for pod, _to in record.details.get("moves", [])]
+            planned = [pod for pod, _to in details.moves]
             why = recheck(self.observe_cluster(now), record.node, planned, now, self.deps.policy)
             if why is not None:
                 return self.rollback(record.execution_id, why, step="evict")
-            record = self._save(record, details={**record.details, "placement_checked": now.isoformat()})
+            record = self._save(record, details=details.but(placement_checked=now))
         return super()._step_evict(record)

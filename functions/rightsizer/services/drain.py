@@ -27,7 +27,7 @@ from rightsizer.domain.eligibility import (
     drain_refusals,
     first_refusal_message,
 )
-from rightsizer.domain.errors import RightsizerError, StalePlan, TransientError
+from rightsizer.domain.errors import PermanentError, RightsizerError, StalePlan, TransientError
 from rightsizer.domain.holds import stamp
 from rightsizer.domain.model import ANN_CORDONED_BY, Node, Pod, PodDisruptionBudget
 from rightsizer.domain.names import dns1123_subdomain_problem
@@ -35,6 +35,12 @@ from rightsizer.domain.plan import NodeReport
 from rightsizer.domain.pods import PodContext, classify_pods
 from rightsizer.domain.policy import Policy
 from rightsizer.domain.volumes import UNKNOWN_VOLUMES, VolumeFacts
+from rightsizer.domain.workflow_details import (
+    ApprovalShown,
+    DrainStepDetails,
+    PendingRollback,
+    ScaleInDetails,
+)
 from rightsizer.ports import Assessor, ClusterWriter, EvictionOutcome, NodeScaler
 from rightsizer.services.approval import ApprovalGate, tell_cluster
 from rightsizer.services.backoff import failure_backoff
@@ -56,6 +62,17 @@ POLL_S = 5.0
 MAX_RETRY_AFTER_S = 60.0
 UNCORDON_ATTEMPTS = 5
 UNCORDON_BACKOFF_S = 2.0
+
+
+def drain_details(record: WorkflowRecord) -> DrainStepDetails:
+    """The details of a record that runs the drain's steps (every kind but a node group replacement).
+
+    Raises:
+        PermanentError: the record is a replacement's (its own steps never reach the drain's).
+    """
+    if not isinstance(record.details, DrainStepDetails):
+        raise PermanentError(f"not_a_drain_record:{record.details.kind}")
+    return record.details
 
 
 @dataclass(frozen=True)
@@ -108,14 +125,14 @@ class DrainWorkflow:
     def _ledger(
         self, record: WorkflowRecord, step: str, result: str, reason: str, *, savings: bool = False
     ) -> None:
-        hourly = record.details.get("hourly_savings_usd") if savings else None
+        hourly = record.details.hourly_savings_usd if savings else None
         self.deps.state.record(
             LedgerEntry(
                 execution_id=record.execution_id,
                 node=record.node,
                 instance_id=record.instance_id,
-                node_group=record.details.get("node_group"),
-                kind=str(record.details.get("kind", "scale_in")),
+                node_group=record.details.node_group,
+                kind=record.details.kind,
                 step=step,
                 result=result,  # type: ignore[arg-type]
                 reason=reason,
@@ -143,7 +160,7 @@ class DrainWorkflow:
         self, record: WorkflowRecord, status: str, reason: str, *, step: str, savings: bool | None = None
     ) -> StepResult:
         self._release(record)
-        record = self._save(record, status=status, step="done", details={**record.details, "outcome": reason})
+        record = self._save(record, status=status, step="done", details=record.details.but(outcome=reason))
         result = {
             "abandoned": "abandoned",
             "dry_run": "dry_run",
@@ -178,14 +195,14 @@ class DrainWorkflow:
     def _facts(self, record: WorkflowRecord, report: NodeReport | None, asg: str | None) -> DrainFacts:
         """The drain's eligibility facts; a drain the plan started shrinks its group anyway (issue 28:
         unhealthy nodes go first)."""
-        mode: DrainMode = "offhours" if record.details.get("offhours") else "scale_in"
-        shrinking = record.details.get("trigger") == "schedule"
+        mode: DrainMode = "offhours" if drain_details(record).offhours else "scale_in"
+        shrinking = record.details.trigger == "schedule"
         return DrainFacts(Judged.of(report), asg, mode, record.execution_id, shrinking=shrinking)
 
     def _slot_floor(self, record: WorkflowRecord, min_size: int) -> int:
         """The group size the budget slot may not take the group below (a hook: off-hours and a node group
         replacement take their groups to 0)."""
-        return 0 if record.details.get("offhours") else min_size
+        return 0 if drain_details(record).offhours else min_size
 
     def _after_drain(self, record: WorkflowRecord) -> str:
         """The step that follows a drained node (a hook: resize stops the instance instead)."""
@@ -265,12 +282,12 @@ class DrainWorkflow:
             status="running",
             started_at=now,
             deadline=now + timedelta(seconds=self.deps.policy.drain_timeout),
-            details={
-                "trigger": request.trigger,
-                "offhours": request.offhours,
-                "dry_run": self.deps.dry_run,
-                "hourly_savings_usd": request.hourly_savings_usd,
-            },
+            details=ScaleInDetails(
+                trigger=request.trigger,
+                offhours=request.offhours,
+                dry_run=self.deps.dry_run,
+                hourly_savings_usd=request.hourly_savings_usd,
+            ),
         )
         return self.deps.state.save(record, expected_version=0)
 
@@ -287,7 +304,7 @@ class DrainWorkflow:
         if record.step == "validate" and (problem := dns1123_subdomain_problem(record.node)) is not None:
             # Not a name any Node can have: it never reaches a request path (issue 14, ".." and "/").
             return self._end(record, "abandoned", f"invalid_node_name:{problem}", step="validate")
-        return run_step(record, self.steps(str(record.details.get("kind", "scale_in"))), self.rollback)
+        return run_step(record, self.steps(record.details.kind), self.rollback)
 
     def steps(self, kind: str) -> Mapping[str, StepFn]:
         """The step table of workflow kind ``kind`` (the record's ``kind``): the drain's
@@ -325,19 +342,18 @@ class DrainWorkflow:
             return StepResult(execution_id, step, None, record.status, 0.0, "already finished")
         undone = False
         yielding = "spot_interruption:" in reason  # the handler's cordon, and the node, are its now
-        if record.cordoned_at is not None and not record.details.get("dry_run") and not yielding:
+        if record.cordoned_at is not None and not record.details.dry_run and not yielding:
             try:
                 undone = self.deps.cluster.uncordon(record.node, execution_id)
             except (TransientError, StalePlan) as exc:
-                tries = int(record.details.get("uncordon_attempts", 0)) + 1
+                tries = drain_details(record).uncordon_attempts + 1
                 log.warning("uncordon of %s failed (attempt %d): %s", record.node, tries, exc)
                 if tries < UNCORDON_ATTEMPTS:
                     wait = UNCORDON_BACKOFF_S * 2 ** (tries - 1)
-                    details = {
-                        **record.details,
-                        "uncordon_attempts": tries,
-                        "rollback": {"reason": reason, "status": status, "step": step},
-                    }
+                    details = drain_details(record).but(
+                        uncordon_attempts=tries,
+                        rollback=PendingRollback(reason=reason, status=status, step=step),
+                    )
                     return self._next(record, step, "rollback", wait=wait, details=details,
                                       message=f"uncordon failed ({exc}); retrying in {wait:g} s")  # fmt: skip
                 return self._uncordon_failed(record, reason, exc, step=step)
@@ -357,7 +373,7 @@ class DrainWorkflow:
         self, record: WorkflowRecord, reason: str, exc: Exception, *, step: str
     ) -> StepResult:
         log.error("uncordon of %s failed for good: %s", record.node, exc)
-        record = self._save(record, details={**record.details, "uncordon_pending": True})
+        record = self._save(record, details=drain_details(record).but(uncordon_pending=True))
         self.deps.cluster.emit_event(
             record.node,
             "UncordonFailed",
@@ -368,19 +384,14 @@ class DrainWorkflow:
 
     def _step_rollback(self, record: WorkflowRecord) -> StepResult:
         """Retry the uncordon of a rollback whose first attempt failed (see :meth:`rollback`)."""
-        pending = record.details.get("rollback") or {}
-        return self.rollback(
-            record.execution_id,
-            str(pending.get("reason", "rollback")),
-            status=str(pending.get("status", "rolled_back")),
-            step=str(pending.get("step", "rollback")),
-        )
+        pending = drain_details(record).rollback or PendingRollback()
+        return self.rollback(record.execution_id, pending.reason, status=pending.status, step=pending.step)
 
     # ------------------------------------------------------------------------------------- steps
 
     def _step_validate(self, record: WorkflowRecord) -> StepResult:
         deps, now = self.deps, self._now()
-        offhours = bool(record.details.get("offhours"))
+        offhours = drain_details(record).offhours
         node_obj = deps.cluster.get_node(record.node)
         if node_obj is None:
             return self._end(record, "abandoned", "node_not_found", step="validate")
@@ -427,19 +438,18 @@ class DrainWorkflow:
         pods, blocking = self._classify(*self._pods_and_budgets(record.node), record)
         if blocking:
             return self._end(record, "abandoned", "protected:" + ",".join(blocking), step="validate")
-        hourly = record.details.get("hourly_savings_usd")
+        hourly = record.details.hourly_savings_usd
         if hourly is None and report is not None and reserved_kept(report.reasons) is None:
             hourly = report.hourly_usd  # a node in a Capacity Reservation or Block saves nothing while held
-        details = {
-            **record.details,
-            "asg": asg,
-            "node_group": (report.node_group if report is not None else None) or asg,
-            "validated_pods": sorted(p.metadata.uid for p in pods),
-            "desired_before": desired,
-            "hourly_savings_usd": hourly,
-        }
+        details = drain_details(record).but(
+            asg=asg,
+            node_group=(report.node_group if report is not None else None) or asg,
+            validated_pods=sorted(p.metadata.uid for p in pods),
+            desired_before=desired,
+            hourly_savings_usd=hourly,
+        )
         record = self._save(record, details=details)
-        if record.details.get("dry_run"):
+        if record.details.dry_run:
             message = (
                 f"dry run: would cordon {record.node}, evict {len(pods)} pod(s), terminate {node.instance_id} "
                 f"in {asg} (desired {desired} -> {desired - 1})"
@@ -454,7 +464,7 @@ class DrainWorkflow:
         held = failure_backoff(deps.state, [record.node], now, policy.drain_failure_backoff)
         if held:
             return self._end(record, "abandoned", held[record.node], step="validate")
-        if not policy.approval_required(record.details.get("node_group"), record.details.get("asg")):
+        if not policy.approval_required(record.details.node_group, record.details.asg):
             return self._next(record, "validate", "cordon", message=message)
         if deps.approvals is None:
             return self._end(record, "abandoned", "approval_unavailable", step="validate")
@@ -463,14 +473,14 @@ class DrainWorkflow:
         deps.state.renew(record.node, record.execution_id, record.lease_epoch, now,
                          self._ttl + policy.approval_timeout)  # fmt: skip
         expires = now + timedelta(seconds=policy.approval_timeout)
-        shown = (
-            {"verdict": report.verdict, "reasons": report.reasons, "instance_type": report.instance_type}
+        approval = (
+            ApprovalShown(verdict=report.verdict, reasons=tuple(report.reasons),
+                          instance_type=report.instance_type, expires_at=expires)
             if report
-            else {}
-        )
-        approval = {**shown, "expires_at": expires.isoformat()}
+            else ApprovalShown(expires_at=expires)
+        )  # fmt: skip
         return self._next(record, "validate", "approval", wait=policy.approval_timeout,
-                          message=f"{message}; waiting for approval", details={**record.details, "approval": approval})  # fmt: skip
+                          message=f"{message}; waiting for approval", details=drain_details(record).but(approval=approval))  # fmt: skip
 
     def request_approval(self, execution_id: str, task_token: str | None) -> StepResult:
         """Open and publish the approval request of a workflow waiting in step ``approval`` (the state
@@ -480,10 +490,16 @@ class DrainWorkflow:
             raise KeyError(execution_id)
         if record.status in FINAL_STATUSES or record.step != "approval" or self.deps.approvals is None:
             return StepResult(execution_id, "approval", record.step, record.status, 0.0, "not waiting")
-        approval = dict(record.details.get("approval", {}))
-        expires = datetime.fromisoformat(approval.pop("expires_at"))
-        keys = ("node_group", "instance_id", "hourly_savings_usd")
-        shown = {**approval, **{k: record.details.get(k) for k in keys}, "instance_id": record.instance_id}
+        details = drain_details(record)
+        if details.approval is None:
+            return StepResult(execution_id, "approval", record.step, record.status, 0.0, "not waiting")
+        expires = details.approval.expires_at
+        shown = {
+            **details.approval.model_dump(mode="json", exclude_unset=True, exclude={"expires_at"}),
+            "node_group": details.node_group,
+            "hourly_savings_usd": details.hourly_savings_usd,
+            "instance_id": record.instance_id,
+        }
         opened, published = self.deps.approvals.open(
             execution_id, record.node, shown, now=self._now(), expires_at=expires,
             snooze_seconds=self.deps.policy.approval_snooze, task_token=task_token,
@@ -499,7 +515,10 @@ class DrainWorkflow:
         gate, now = self.deps.approvals, self._now()
         if gate is None:
             return self._end(record, "abandoned", "approval_unavailable", step="approval")
-        expires = datetime.fromisoformat(record.details["approval"]["expires_at"])
+        approval = drain_details(record).approval
+        if approval is None:
+            raise PermanentError("approval_lost: the record holds no approval request")
+        expires = approval.expires_at
         request = gate.store.get_approval(record.execution_id)
         # Each outcome is told on the node once the record moved on (a retried step then says nothing).
         if request is None or not request.notified:  # the request could not be published: nobody asked
@@ -557,7 +576,7 @@ class DrainWorkflow:
         self._renew(record)
         deps, now = self.deps, self._now()
         pods, blocking = self._classify(*self._pods_and_budgets(record.node), record)
-        validated = set(record.details.get("validated_pods", []))
+        validated = set(drain_details(record).validated_pods)
         landed = sorted(
             f"{p.metadata.namespace}/{p.metadata.name}" for p in pods if p.metadata.uid not in validated
         )
@@ -601,9 +620,9 @@ class DrainWorkflow:
         if too_late:
             # No eviction may start that cannot finish before the deadline: it is as good as reached.
             names = ",".join(p.key for p in too_late)
-            why = "; ".join(record.details.get("blocked", [])) or f"grace_period_exceeds_deadline:{names}"
+            why = "; ".join(drain_details(record).blocked) or f"grace_period_exceeds_deadline:{names}"
             return self.rollback(record.execution_id, f"drain_timeout:{why}", step="evict")
-        attempts: dict[str, int] = dict(record.details.get("attempts", {}))
+        attempts: dict[str, int] = dict(drain_details(record).attempts)
         blocked: list[str] = []
         with ThreadPoolExecutor(max_workers=max(1, min(EVICTION_CONCURRENCY, len(todo)))) as pool:
             outcomes: list[EvictionOutcome] = list(
@@ -645,9 +664,9 @@ class DrainWorkflow:
                     step="evict",
                 )
             # gone (404) and uid_mismatch (409) are done for that UID; a replacement is re-classified next round.
-        details = {**record.details, "attempts": attempts, "blocked": blocked}
+        details = drain_details(record).but(attempts=attempts, blocked=blocked)
         if blocked:
-            if blocked != record.details.get("blocked"):
+            if tuple(blocked) != drain_details(record).blocked:
                 deps.cluster.emit_event(
                     record.node, "DrainBlocked", "eviction blocked: " + "; ".join(blocked), warning=True
                 )
@@ -694,8 +713,8 @@ class DrainWorkflow:
         ]
         stuck = [p for p in remaining if self._stuck(Pod.model_validate(listed[p.uid]))]
         names = ", ".join(f"{p.namespace}/{p.name}" for p in stuck)
-        if stuck and record.details.get("stuck") != names:
-            record = self._save(record, details={**record.details, "stuck": names})
+        if stuck and drain_details(record).stuck != names:
+            record = self._save(record, details=drain_details(record).but(stuck=names))
             log.warning("%s: not waiting for pods stuck terminating: %s", record.node, names)
             limit = deps.policy.skip_wait_for_delete_timeout
             deps.cluster.emit_event(record.node, "SkippedStuckPods", f"rightsizer no longer waits for pods "
@@ -728,8 +747,8 @@ class DrainWorkflow:
             pods, _ = self._classify(deps.cluster.list_pods_on_node(record.node), [], record, live=False)
             if pods:
                 return self._next(record, "remove", "evict", message="pods appeared; evicting again")
-        asg = str(record.details["asg"])
-        assert record.instance_id is not None
+        asg = record.details.asg
+        assert record.instance_id is not None and asg is not None  # validate found both
         removed = deps.scaler.terminate(asg, record.instance_id)
         before, after, already = removed.desired_before, removed.desired_after, removed.already_done
         deps.cluster.emit_event(
@@ -737,12 +756,7 @@ class DrainWorkflow:
             "ScaledIn",
             f"rightsizer terminated {record.instance_id} in {asg}: desired {before} -> {after}",
         )
-        details = {
-            **record.details,
-            "desired_before": before,
-            "desired_after": after,
-            "already_done": already,
-        }
+        details = drain_details(record).but(desired_before=before, desired_after=after, already_done=already)
         return self._next(
             record,
             "remove",
@@ -753,7 +767,7 @@ class DrainWorkflow:
 
     def _step_verify(self, record: WorkflowRecord) -> StepResult:
         deps = self.deps
-        asg = str(record.details["asg"])
+        asg = str(record.details.asg)
         group = deps.scaler.describe_group(asg)
         desired_now = group.sizes.desired
         if record.instance_id in group.in_service:
@@ -764,9 +778,10 @@ class DrainWorkflow:
             )
         # Savings happened only if *our* terminate removed the instance and the group got smaller: an
         # instance someone else had already replaced (already_done, desired unchanged) saved nothing.
-        before, after = record.details.get("desired_before"), record.details.get("desired_after")
+        details = drain_details(record)
+        before, after = details.desired_before, details.desired_after
         saved = (
-            not record.details.get("already_done")
+            not details.already_done
             and isinstance(before, int)
             and isinstance(after, int)
             and after == before - 1
@@ -782,5 +797,5 @@ class DrainWorkflow:
         )
 
     def _timeout(self, record: WorkflowRecord) -> StepResult:
-        blocked = "; ".join(record.details.get("blocked", [])) or "pods still terminating"
+        blocked = "; ".join(drain_details(record).blocked) or "pods still terminating"
         return self.rollback(record.execution_id, f"drain_timeout:{blocked}", step="evict")

@@ -40,7 +40,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Protocol
 
 from rightsizer.domain.catalog import HOURS_PER_MONTH, Catalog
 from rightsizer.domain.eligibility import (
@@ -59,6 +59,12 @@ from rightsizer.domain.model import (
 )
 from rightsizer.domain.plan import NodeReport, Plan
 from rightsizer.domain.replacement import KnownReplacement
+from rightsizer.domain.workflow_details import (
+    NewGroupSpec,
+    ReplaceDetails,
+    ReplaceDrainDetails,
+    TemplateVersion,
+)
 from rightsizer.ports import InstanceTypeChanger, LaunchTemplateVersions, ManagedNodeGroup, NodeGroupReplacer
 from rightsizer.services.drain import FINAL_STATUSES, POLL_S, DrainDeps, DrainRequest, StepResult
 from rightsizer.services.resize import ResizeWorkflow
@@ -81,6 +87,17 @@ DRAIN_ATTEMPTS = 3
 LEASE_PREFIX = "nodegroup:"
 #: The owner suffix of a finished replacement's hold on its new group while it settles.
 SETTLE_SUFFIX = ":settle"
+
+
+def replace_details(record: WorkflowRecord) -> ReplaceDetails:
+    """The details of a node group replacement's record.
+
+    Raises:
+        PermanentError: the record is of another kind.
+    """
+    if not isinstance(record.details, ReplaceDetails):
+        raise PermanentError(f"not_a_replacement_record:{record.details.kind}")
+    return record.details
 
 
 def lease_key(nodegroup: str) -> str:
@@ -188,13 +205,13 @@ class ReplaceWorkflow(ResizeWorkflow):
 
     @staticmethod
     def _kind(record: WorkflowRecord) -> str:
-        return str(record.details.get("kind", ""))
+        return record.details.kind
 
     def _facts(self, record: WorkflowRecord, report: NodeReport | None, asg: str | None) -> DrainFacts:
         """A child drain's eligibility is the drain's in mode ``replace`` (busy is what it moves)."""
         if self._kind(record) != CHILD_KIND:
             return super()._facts(record, report, asg)
-        parent = str(record.details.get("parent", ""))
+        parent = record.details.parent if isinstance(record.details, ReplaceDrainDetails) else ""
         return DrainFacts(Judged.of(report), asg, "replace", record.execution_id, parent)
 
     def steps(self, kind: str) -> Mapping[str, StepFn]:
@@ -217,21 +234,21 @@ class ReplaceWorkflow(ResizeWorkflow):
 
     def _renew(self, record: WorkflowRecord) -> None:
         super()._renew(record)
-        epoch = record.details.get("new_lease_epoch")
-        if self._kind(record) == KIND and epoch is not None:
+        details = record.details
+        if isinstance(details, ReplaceDetails) and details.new_lease_epoch is not None:
             # The new group's lease: while it is held, the plan protects the new group's nodes.
             self.deps.state.renew(
-                str(record.details["new_lease"]), record.execution_id, int(epoch), self._now(), self._ttl
+                str(details.new_lease), record.execution_id, details.new_lease_epoch, self._now(), self._ttl
             )
 
     def _release(self, record: WorkflowRecord) -> None:
         super()._release(record)
-        epoch = record.details.get("new_lease_epoch")
-        if self._kind(record) != KIND or epoch is None:
+        details = record.details
+        if not isinstance(details, ReplaceDetails) or details.new_lease_epoch is None:
             return
-        key, settle = str(record.details["new_lease"]), self.deps.policy.replace_settle_seconds
-        self.deps.state.release(key, record.execution_id, int(epoch))
-        if record.details.get("point_of_no_return") and settle > 0:
+        key, settle = str(details.new_lease), self.deps.policy.replace_settle_seconds
+        self.deps.state.release(key, record.execution_id, details.new_lease_epoch)
+        if details.point_of_no_return and settle > 0:
             # The new group serves: it settles before anything may take it apart (domain.replacement).
             self.deps.state.acquire(key, record.execution_id + SETTLE_SUFFIX, self._now(), settle)
 
@@ -262,16 +279,22 @@ class ReplaceWorkflow(ResizeWorkflow):
         if existing is not None:
             return existing
         now = self._now()
+        common = {
+            "trigger": request.trigger,
+            "dry_run": self.deps.dry_run,
+            "hourly_savings_usd": request.hourly_savings_usd,
+        }
+        details: ReplaceDetails | ReplaceDrainDetails
         if isinstance(request, ReplaceRequest):
             step, timeout = "ng_validate", self.deps.policy.replace_ready_timeout
-            details: dict[str, Any] = {
-                "kind": KIND,
-                "nodegroup": request.nodegroup,
-                "target_type": request.target_type,
-            }
+            details = ReplaceDetails.model_validate(
+                {"kind": KIND, "nodegroup": request.nodegroup, "target_type": request.target_type, **common}
+            )
         else:
             step, timeout = "validate", self.deps.policy.drain_timeout
-            details = {"kind": CHILD_KIND, "parent": request.parent, "offhours": False}
+            details = ReplaceDrainDetails.model_validate(
+                {"kind": CHILD_KIND, "parent": request.parent, "offhours": False, **common}
+            )
         record = WorkflowRecord(
             execution_id=request.execution_id,
             node=request.node,
@@ -280,12 +303,7 @@ class ReplaceWorkflow(ResizeWorkflow):
             status="running",
             started_at=now,
             deadline=now + timedelta(seconds=timeout),
-            details={
-                **details,
-                "trigger": request.trigger,
-                "dry_run": self.deps.dry_run,
-                "hourly_savings_usd": request.hourly_savings_usd,
-            },
+            details=details,
         )
         return self.deps.state.save(record, expected_version=0)
 
@@ -296,15 +314,15 @@ class ReplaceWorkflow(ResizeWorkflow):
         group's sizes if changed, delete the new group and the launch template version validate made; after it (the old group already scaling to 0) the
         workflow ends ``failed`` with the reason. Other records: the drain's / resize's rollback."""
         record = self.deps.state.load(execution_id)
-        if record is None or self._kind(record) != KIND:
+        if record is None or not isinstance(record.details, ReplaceDetails):
             return super().rollback(execution_id, reason, status=status, step=step)
         if record.status in FINAL_STATUSES:
             return StepResult(execution_id, step, None, record.status, 0.0, "already finished")
         details = record.details
-        if details.get("point_of_no_return"):
+        if details.point_of_no_return:
             return self._end(record, "failed", f"after scaling the old group to 0: {reason}", step=step)
         cluster = self.deps.state.cluster
-        for node, child_id in sorted({**details.get("drained", {}), **details.get("children", {})}.items()):
+        for node, child_id in sorted({**details.drained, **details.children}.items()):
             child = self.deps.state.load(child_id)
             if child is not None and child.status not in FINAL_STATUSES:
                 super().rollback(child_id, f"replacement rolled back: {reason}")
@@ -315,26 +333,28 @@ class ReplaceWorkflow(ResizeWorkflow):
                     f"rightsizer rolled back the node group replacement: {reason}",
                     warning=True,
                 )
-        sizes = details.get("old_scaling")
-        if details.get("old_sizes_changed") and sizes:
-            self._replacer().update_sizes(cluster, str(details["nodegroup"]), GroupSizes(*sizes))
+        sizes = details.old_scaling
+        if details.old_sizes_changed and sizes:
+            self._replacer().update_sizes(cluster, details.nodegroup, GroupSizes(*sizes))
         deleted = ""
-        if details.get("creating"):
-            gone = not self._replacer().delete_nodegroup(cluster, str(details["new_nodegroup"]))
-            deleted = f"; new node group {details['new_nodegroup']} {'already gone' if gone else 'deleted'}"
-        made = details.get("template_version_created")
+        if details.creating:
+            gone = not self._replacer().delete_nodegroup(cluster, str(details.new_nodegroup))
+            deleted = f"; new node group {details.new_nodegroup} {'already gone' if gone else 'deleted'}"
+        made = details.template_version_created
         if made and self.templates is not None:
             # Ours alone: the old group runs its own version and the new group is being deleted.
-            now_gone = self.templates.delete_version(str(made["id"]), str(made["version"]))
-            deleted += f"; launch template {made['id']} v{made['version']} {'deleted' if now_gone else 'already gone'}"
-        log.warning("replacement %s of %s rolled back: %s", execution_id, details.get("nodegroup"), reason)
+            now_gone = self.templates.delete_version(made.id, made.version)
+            deleted += (
+                f"; launch template {made.id} v{made.version} {'deleted' if now_gone else 'already gone'}"
+            )
+        log.warning("replacement %s of %s rolled back: %s", execution_id, details.nodegroup, reason)
         return self._end(record, status, reason + deleted, step=step)
 
     # ------------------------------------------------------------------------------------ replacement steps
 
     def _step_ng_validate(self, record: WorkflowRecord) -> StepResult:
         deps, now, policy = self.deps, self._now(), self.deps.policy
-        old, target = str(record.details["nodegroup"]), str(record.details["target_type"])
+        old, target = replace_details(record).nodegroup, replace_details(record).target_type
         cluster = deps.state.cluster
         lease = deps.state.acquire(record.node, record.execution_id, now, self._ttl)
         if lease is None:
@@ -346,7 +366,7 @@ class ReplaceWorkflow(ResizeWorkflow):
             # Another replacement made (or is making) a group of that name, or it is still settling.
             return self._end(record, "abandoned", f"lease_held_by_other:{new_key}", step="ng_validate")
         record = self._save(
-            record, details={**record.details, "new_lease": new_key, "new_lease_epoch": held.epoch}
+            record, details=replace_details(record).but(new_lease=new_key, new_lease_epoch=held.epoch)
         )
         if not policy.allow_replace_node_group:
             return self._end(
@@ -390,24 +410,23 @@ class ReplaceWorkflow(ResizeWorkflow):
         members = sum(1 for n in fresh_plan.nodes if n.node_group == old)
         saved = fresh[0].hourly_savings_usd
         per_node = None if saved is None or not members else saved / members
-        details = {
-            **record.details,
-            "node_group": old,
-            "asg": group.asg_name,
-            "old_type": current,
-            "old_scaling": [group.scaling.min, group.scaling.desired, group.scaling.max],
-            "old_nodes": sorted(old_nodes),
-            "new_nodegroup": spec.name,
-            # Stored as JSON: the sizes as [min, desired, max], as records in flight hold them.
-            "new_spec": {
+        details = replace_details(record).but(
+            node_group=old,
+            asg=group.asg_name,
+            old_type=current,
+            old_scaling=(group.scaling.min, group.scaling.desired, group.scaling.max),
+            old_nodes=sorted(old_nodes),
+            new_nodegroup=spec.name,
+            # The sizes as [min, desired, max], as records in flight hold them.
+            new_spec={
                 **spec._asdict(),
-                "scaling": [spec.scaling.min, spec.scaling.desired, spec.scaling.max],
+                "scaling": (spec.scaling.min, spec.scaling.desired, spec.scaling.max),
             },
-            "per_node_savings_usd": per_node,
-            "hourly_savings_usd": None if per_node is None else per_node * len(old_nodes),
-        }
+            per_node_savings_usd=per_node,
+            hourly_savings_usd=None if per_node is None else per_node * len(old_nodes),
+        )
         record = self._save(record, details=details)
-        if record.details.get("dry_run"):
+        if record.details.dry_run:
             message = (
                 f"dry run: would create node group {spec.name} ({target}, {template_note}, sizes "
                 f"{group.scaling.min}/{group.scaling.desired}/{group.scaling.max}), wait for its GPUs, drain {len(old_nodes)} node(s) of {old} "
@@ -450,20 +469,20 @@ class ReplaceWorkflow(ResizeWorkflow):
                 note = f"launch template {template['id']} v{template['version']} as is"
             else:
                 assert self.templates is not None  # checked by validate
-                made = record.details.get("template_version_created")
-                if record.details.get("dry_run"):
+                made = replace_details(record).template_version_created
+                if record.details.dry_run:
                     version = "(new)"
                 elif made is not None:
-                    version = str(made["version"])
+                    version = made.version
                 else:
                     version = self.templates.new_version(template["id"], template["version"], target)
-                    created = {"id": template["id"], "version": version}
+                    created = TemplateVersion(id=template["id"], version=version)
                     record = self._save(
-                        record, details={**record.details, "template_version_created": created}
+                        record, details=replace_details(record).but(template_version_created=created)
                     )
                 note = (
                     f"launch template {template['id']} v{version} (v{template['version']} pinned {pinned})"
-                    if not record.details.get("dry_run")
+                    if not record.details.dry_run
                     else f"a new version of launch template {template['id']} (v{template['version']} pins {pinned})"
                 )
                 template = {"id": template["id"], "version": version}
@@ -487,17 +506,19 @@ class ReplaceWorkflow(ResizeWorkflow):
 
     def _step_ng_create(self, record: WorkflowRecord) -> StepResult:
         self._renew(record)
-        stored = dict(record.details["new_spec"])
-        minimum, desired, maximum = (int(v) for v in stored.pop("scaling"))
-        spec = ManagedNodeGroup(**stored, scaling=GroupSizes(minimum, desired, maximum))
+        stored = replace_details(record).new_spec
+        assert stored is not None  # validate made it
+        minimum, desired, maximum = stored.scaling
+        fields = {name: getattr(stored, name) for name in NewGroupSpec.model_fields}
+        spec = ManagedNodeGroup(**{**fields, "scaling": GroupSizes(minimum, desired, maximum)})
         # Persisted before the call: from here on a rollback deletes the new group.
-        record = self._save(record, details={**record.details, "creating": True})
+        record = self._save(record, details=replace_details(record).but(creating=True))
         self._replacer().create_nodegroup(self.deps.state.cluster, spec, record.execution_id[-64:])
         return self._next(record, "ng_create", "ng_created", wait=POLL_S, message=f"creating {spec.name}")
 
     def _step_ng_created(self, record: WorkflowRecord) -> StepResult:
         self._renew(record)
-        name = str(record.details["new_nodegroup"])
+        name = str(replace_details(record).new_nodegroup)
         group = self._replacer().describe_managed(self.deps.state.cluster, name)
         if group is None:
             return self.rollback(record.execution_id, f"new node group {name} disappeared", step="ng_created")
@@ -523,25 +544,20 @@ class ReplaceWorkflow(ResizeWorkflow):
         """As many Nodes of the new group as the old group's desired size, Ready as the new type with its
         GPUs allocatable."""
         self._renew(record)
-        name, target = str(record.details["new_nodegroup"]), str(record.details["target_type"])
+        details = replace_details(record)
+        name, target = str(details.new_nodegroup), details.target_type
         group = self._replacer().describe_managed(self.deps.state.cluster, name)
         failed = "new node group disappeared" if group is None else self._failed(group)
         if failed:
             return self.rollback(record.execution_id, failed, step="ng_ready")
-        want = int(record.details["old_scaling"][1])
+        want = self._old_sizes(record).desired
         row = self.catalog.get(target)
         gpus = row.gpu_count if row else 1
         ready = [n for n in self._group_nodes(name).values() if _serves(n, target, gpus)]
         if len(ready) >= want:
-            drains = math.ceil(len(record.details["old_nodes"]) / self._budget(record)) + 1
+            drains = math.ceil(len(details.old_nodes) / self._budget(record)) + 1
             deadline = self._now() + timedelta(seconds=self.deps.policy.drain_timeout * drains)
-            details = {
-                **record.details,
-                "drain_deadline": deadline.isoformat(),
-                "children": {},
-                "drained": {},
-            }
-            return self._next(record, "ng_ready", "ng_drain", details=details,
+            return self._next(record, "ng_ready", "ng_drain", details=details.but(drain_deadline=deadline, children={}, drained={}),
                               message=f"{len(ready)} node(s) of {name} Ready as {target}, {gpus} GPU(s) each")  # fmt: skip
         missing = f"{len(ready)}/{want} node(s) of {name} Ready as {target} with {gpus} GPU(s) allocatable"
         if self._now() > record.deadline:
@@ -551,17 +567,24 @@ class ReplaceWorkflow(ResizeWorkflow):
     def _budget(self, record: WorkflowRecord) -> int:
         policy = self.deps.policy
         return max(
-            1, min(policy.max_nodes_per_run, policy.node_group_budget(int(record.details["old_scaling"][1])))
+            1, min(policy.max_nodes_per_run, policy.node_group_budget(self._old_sizes(record).desired))
         )
+
+    @staticmethod
+    def _old_sizes(record: WorkflowRecord) -> GroupSizes:
+        """The old group's sizes as validate found them."""
+        sizes = replace_details(record).old_scaling
+        assert sizes is not None  # validate saved them
+        return GroupSizes(*sizes)
 
     def _step_ng_drain(self, record: WorkflowRecord) -> StepResult:
         """Step the children in flight once; start new ones up to the disruption budget; done when every
         old node that still exists was drained."""
         self._renew(record)
-        details = dict(record.details)
-        children: dict[str, str] = dict(details.get("children", {}))
-        drained: dict[str, str] = dict(details.get("drained", {}))
-        failures: dict[str, int] = dict(details.get("failures", {}))
+        details = replace_details(record)
+        children: dict[str, str] = dict(details.children)
+        drained: dict[str, str] = dict(details.drained)
+        failures: dict[str, int] = dict(details.failures)
         notes: list[str] = []
         for node, child_id in sorted(children.items()):
             result = self._advance(child_id)
@@ -574,39 +597,39 @@ class ReplaceWorkflow(ResizeWorkflow):
                 drained[node] = child_id
             elif child is not None and _refused(child):
                 # The node's eligibility refuses the drain on fresh facts: retrying cannot help (issue 25).
-                self._save(record, details={**details, "children": children, "drained": drained})
-                return self.rollback(record.execution_id, f"drain_refused:{node}: {child.details.get('outcome')}",
+                self._save(record, details=details.but(children=children, drained=drained))
+                return self.rollback(record.execution_id, f"drain_refused:{node}: {child.details.outcome}",
                                      step="ng_drain")  # fmt: skip
             elif status != "abandoned":
                 failures[node] = failures.get(node, 0) + 1
                 reason = result.message if result is not None else status
                 if failures[node] >= DRAIN_ATTEMPTS:
-                    self._save(record, details={**details, "children": children, "drained": drained})
+                    self._save(record, details=details.but(children=children, drained=drained))
                     return self.rollback(
                         record.execution_id, f"drain_failed:{node}: {reason}", step="ng_drain"
                     )
                 notes.append(f"{node}: {status} ({reason}); will retry")
             else:
                 notes.append(f"{node}: {result.message if result else status}; will retry")
-        present = set(self._group_nodes(str(details["nodegroup"])))
-        todo = [n for n in details["old_nodes"] if n in present and n not in drained and n not in children]
+        present = set(self._group_nodes(details.nodegroup))
+        todo = [n for n in details.old_nodes if n in present and n not in drained and n not in children]
         if not todo and not children:
-            record = self._save(record, details={**details, "children": children, "drained": drained})
+            record = self._save(record, details=details.but(children=children, drained=drained))
             return self._next(
                 record, "ng_drain", "ng_scale_old", message=f"{len(drained)} old node(s) drained"
             )
-        if self._now() > datetime.fromisoformat(str(details["drain_deadline"])):
-            self._save(record, details={**details, "children": children, "drained": drained})
+        if details.drain_deadline is not None and self._now() > details.drain_deadline:
+            self._save(record, details=details.but(children=children, drained=drained))
             return self.rollback(record.execution_id, "drain deadline: " + ("; ".join(notes) or f"{len(todo)} left"),
                                  step="ng_drain")  # fmt: skip
-        tries: dict[str, int] = dict(details.get("tries", {}))
+        tries: dict[str, int] = dict(details.tries)
         for node in todo[: max(0, self._budget(record) - len(children))]:
             tries[node] = tries.get(node, 0) + 1
-            child_id = f"{record.execution_id}.{details['old_nodes'].index(node)}.{tries[node]}"
+            child_id = f"{record.execution_id}.{details.old_nodes.index(node)}.{tries[node]}"
             children[node] = child_id
             # The child is recorded before it starts: a crash here resumes it instead of starting another.
-            record = self._save(record, details={**details, "children": children, "drained": drained,
-                                                 "failures": failures, "tries": tries})  # fmt: skip
+            record = self._save(record, details=details.but(children=children, drained=drained,
+                                                            failures=failures, tries=tries))  # fmt: skip
             self.start(
                 ReplaceDrainRequest(
                     node, child_id, f"replace:{record.execution_id}", parent=record.execution_id
@@ -619,23 +642,17 @@ class ReplaceWorkflow(ResizeWorkflow):
                 if child is not None and child.status == "succeeded":
                     drained[node] = child_id
                 elif child is not None and _refused(child):
-                    self._save(record, details={**details, "children": children, "drained": drained,
-                                                "failures": failures, "tries": tries})  # fmt: skip
-                    return self.rollback(record.execution_id, f"drain_refused:{node}: {child.details.get('outcome')}",
+                    self._save(record, details=details.but(children=children, drained=drained,
+                                                           failures=failures, tries=tries))  # fmt: skip
+                    return self.rollback(record.execution_id, f"drain_refused:{node}: {child.details.outcome}",
                                          step="ng_drain")  # fmt: skip
                 else:
                     notes.append(f"{node}: {result.message}; will retry")
         record = self._save(
             record,
-            details={
-                **details,
-                "children": children,
-                "drained": drained,
-                "failures": failures,
-                "tries": tries,
-            },
+            details=details.but(children=children, drained=drained, failures=failures, tries=tries),
         )
-        message = f"{len(drained)}/{len(details['old_nodes'])} drained, {len(children)} draining"
+        message = f"{len(drained)}/{len(details.old_nodes)} drained, {len(children)} draining"
         return self._next(record, "ng_drain", "ng_drain", wait=POLL_S,
                           message=message + ("; " + "; ".join(notes) if notes else ""))  # fmt: skip
 
@@ -662,7 +679,7 @@ class ReplaceWorkflow(ResizeWorkflow):
         ):
             return self.rollback(record.execution_id, "our cordon is gone", step="drained")
         self.deps.cluster.emit_event(
-            record.node, "Drained", f"rightsizer drained the node for {record.details.get('parent')}; it stays "
+            record.node, "Drained", f"rightsizer drained the node for {_parent(record)}; it stays "
             "cordoned until its node group scales to 0",
         )  # fmt: skip
         return self._end(record, "succeeded", "drained; stays cordoned until the old group is at 0",
@@ -670,11 +687,11 @@ class ReplaceWorkflow(ResizeWorkflow):
 
     def _step_ng_scale_old(self, record: WorkflowRecord) -> StepResult:
         self._renew(record)
-        old = str(record.details["nodegroup"])
-        maximum = max(1, int(record.details["old_scaling"][2]))
+        old = replace_details(record).nodegroup
+        maximum = max(1, self._old_sizes(record).max)
         deadline = self._now() + timedelta(seconds=self.deps.policy.replace_ready_timeout)
-        record = self._save(record, details={**record.details, "point_of_no_return": True,
-                                             "old_sizes_changed": True, "gone_deadline": deadline.isoformat()})  # fmt: skip
+        record = self._save(record, details=replace_details(record).but(
+            point_of_no_return=True, old_sizes_changed=True, gone_deadline=deadline))  # fmt: skip
         self._replacer().update_sizes(self.deps.state.cluster, old, GroupSizes(0, 0, maximum))
         return self._next(
             record,
@@ -687,22 +704,23 @@ class ReplaceWorkflow(ResizeWorkflow):
     def _step_ng_gone(self, record: WorkflowRecord) -> StepResult:
         """Savings are booked once no instance of the old group is in service any more."""
         self._renew(record)
-        asg, old = str(record.details["asg"]), str(record.details["nodegroup"])
+        details = replace_details(record)
+        asg, old = str(details.asg), details.nodegroup
         group = self.deps.scaler.describe_group(asg)
         desired, ids = group.sizes.desired, group.in_service
         if ids or desired:
-            if self._now() > datetime.fromisoformat(str(record.details["gone_deadline"])):
+            if details.gone_deadline is not None and self._now() > details.gone_deadline:
                 return self._end(record, "failed", f"{old} still has {len(ids)} instance(s) in service", step="ng_gone",
                                  savings=False)  # fmt: skip
             return self._next(
                 record, "ng_gone", "ng_gone", wait=POLL_S, message=f"{len(ids)} old instance(s) left"
             )
-        left = len(record.details.get("drained", {}))
-        per_node = record.details.get("per_node_savings_usd")
+        left = len(details.drained)
+        per_node = details.per_node_savings_usd
         hourly = None if per_node is None else float(per_node) * left
-        record = self._save(record, details={**record.details, "hourly_savings_usd": hourly})
-        new, target = record.details["new_nodegroup"], record.details["target_type"]
-        reason = f"{old} ({record.details['old_type']}) at 0 after {left} node(s) moved to {new} ({target})"
+        record = self._save(record, details=details.but(hourly_savings_usd=hourly))
+        new, target = details.new_nodegroup, details.target_type
+        reason = f"{old} ({details.old_type}) at 0 after {left} node(s) moved to {new} ({target})"
         # One entry for the group, the savings of its ``left`` old instances from now on (services.realized).
         entry = LedgerEntry(
             execution_id=record.execution_id,
@@ -724,15 +742,15 @@ class ReplaceWorkflow(ResizeWorkflow):
             return self._end(
                 record, "succeeded", reason + f"; {old} kept at size 0", step="ng_gone", savings=False
             )
-        details = {**record.details, "delete_after": (self._now() + timedelta(seconds=after)).isoformat()}
+        details = details.but(delete_after=self._now() + timedelta(seconds=after))
         return self._next(
             record, "ng_gone", "ng_delete_old", wait=float(after), details=details, message=reason
         )
 
     def _step_ng_delete_old(self, record: WorkflowRecord) -> StepResult:
         self._renew(record)
-        old = str(record.details["nodegroup"])
-        due = datetime.fromisoformat(str(record.details["delete_after"]))
+        old = replace_details(record).nodegroup
+        due = replace_details(record).delete_after or self._now()
         if self._now() < due:
             return self._next(
                 record, "ng_delete_old", "ng_delete_old", wait=(due - self._now()).total_seconds()
@@ -756,8 +774,13 @@ REFUSED_OUTCOMES = ("not_a_candidate:", "protected:")
 
 def _refused(child: WorkflowRecord) -> bool:
     """Whether the child drain ended refused by its node's eligibility (not the budget, a lease or a race)."""
-    outcome = str(child.details.get("outcome", ""))
+    outcome = child.details.outcome or ""
     return child.status in ("abandoned", "rolled_back") and outcome.startswith(REFUSED_OUTCOMES)
+
+
+def _parent(record: WorkflowRecord) -> str:
+    """The replacement a child drain works for (its record's ``parent``)."""
+    return record.details.parent if isinstance(record.details, ReplaceDrainDetails) else ""
 
 
 def _serves(node: Node, instance_type: str, gpus: int) -> bool:

@@ -22,7 +22,6 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any
 
 from rightsizer.domain.catalog import Catalog, load_catalog
 from rightsizer.domain.drivers import driver_check
@@ -37,6 +36,7 @@ from rightsizer.domain.errors import PermanentError, RightsizerError, TransientE
 from rightsizer.domain.model import ANN_CORDONED_BY, GPU_RESOURCE, Node
 from rightsizer.domain.plan import NodeReport
 from rightsizer.domain.policy import Policy
+from rightsizer.domain.workflow_details import ResizeDetails
 from rightsizer.ports import InstanceTypeChanger
 from rightsizer.services.drain import POLL_S, DrainDeps, DrainRequest, DrainWorkflow, StepResult
 from rightsizer.services.workflow.engine import StepFn
@@ -61,6 +61,17 @@ class ResizeRequest(DrainRequest):
 
     target_type: str = ""
     resume: int = 0
+
+
+def resize_details(record: WorkflowRecord) -> ResizeDetails:
+    """The details of a resize record.
+
+    Raises:
+        PermanentError: the record is of another kind.
+    """
+    if not isinstance(record.details, ResizeDetails):
+        raise PermanentError(f"not_a_resize_record:{record.details.kind}")
+    return record.details
 
 
 def resize_facts(
@@ -140,7 +151,7 @@ class ResizeWorkflow(DrainWorkflow):
 
     @staticmethod
     def _is_resize(record: WorkflowRecord) -> bool:
-        return record.details.get("kind") == KIND
+        return isinstance(record.details, ResizeDetails)
 
     def _still_candidate(self, record: WorkflowRecord, report: NodeReport | None) -> tuple[bool, list[str]]:
         if not self._is_resize(record):
@@ -180,14 +191,14 @@ class ResizeWorkflow(DrainWorkflow):
             status="running",
             started_at=now,
             deadline=now + timedelta(seconds=self.deps.policy.drain_timeout),
-            details={
-                "kind": KIND,
-                "trigger": request.trigger,
-                "offhours": False,
-                "dry_run": self.deps.dry_run,
-                "hourly_savings_usd": request.hourly_savings_usd,
-                "target_type": request.target_type,
-            },
+            details=ResizeDetails(
+                kind=KIND,
+                trigger=request.trigger,
+                offhours=False,
+                dry_run=self.deps.dry_run,
+                hourly_savings_usd=request.hourly_savings_usd,
+                target_type=request.target_type,
+            ),
         )
         return self.deps.state.save(record, expected_version=0)
 
@@ -216,12 +227,14 @@ class ResizeWorkflow(DrainWorkflow):
             return replace(record, status="abandoned")
         if record.lease_epoch != epoch:
             why = f"workflow died at step {record.step}; restarted by the healer (lease epoch {epoch})"
-            resumes = int(record.details.get("resumes", 0)) + 1
-            record = self._save(record, lease_epoch=epoch, details={**record.details, "resumes": resumes})
+            resumes = resize_details(record).resumes + 1
+            record = self._save(
+                record, lease_epoch=epoch, details=resize_details(record).but(resumes=resumes)
+            )
             self._ledger(record, f"heal:{epoch}", "applied", f"resumed: {why}")
             self.deps.cluster.emit_event(record.node, "ResizeResumed", f"rightsizer: {why}", warning=True)
             before_ready = record.step in ("stop", "stopped", "set_type", "start")
-            if before_ready and not record.details.get("restoring"):
+            if before_ready and not resize_details(record).restoring:
                 self._restore(record, why, step=record.step)
         found = self.deps.state.load(record.execution_id)
         assert found is not None
@@ -233,11 +246,11 @@ class ResizeWorkflow(DrainWorkflow):
         """Before the instance was touched: the drain's rollback (uncordon, release). After: restore the
         original type and start it, then uncordon once its Node is Ready (the workflow goes on)."""
         record = self.deps.state.load(execution_id)
-        if record is None or not self._is_resize(record) or not record.details.get("stopping"):
+        if record is None or not isinstance(record.details, ResizeDetails) or not record.details.stopping:
             return super().rollback(execution_id, reason, status=status, step=step)
         if record.status != "running":
             return StepResult(execution_id, step, None, record.status, 0.0, "already finished")
-        if record.details.get("restoring"):
+        if resize_details(record).restoring:
             # A failure while restoring: keep trying the restore from where it stands.
             if self._now() <= self._deadline(record) + timedelta(seconds=self.deps.policy.resize_timeout):
                 return self._next(record, step, "stopped", wait=POLL_S, message=f"restoring after: {reason}")
@@ -247,7 +260,7 @@ class ResizeWorkflow(DrainWorkflow):
             # Never end with the instance stopped (it is the user's): past the restore deadline the start
             # is retried every RESTORE_RETRY_S, the Node stays cordoned, each retry warns on the Node.
             message = (
-                f"{record.instance_id} still not running as {record.details.get('original_type')}: {reason}"
+                f"{record.instance_id} still not running as {resize_details(record).original_type}: {reason}"
             )
             self.deps.cluster.emit_event(
                 record.node, "ResizeRestoreRetrying", f"rightsizer: {message}", warning=True
@@ -294,7 +307,7 @@ class ResizeWorkflow(DrainWorkflow):
         # data and the AMI's driver against the target's GPU (issue 17), before any EC2 call or cordon.
         report = deps.assessor.assess_node(record.node, now)
         facts = self.changer.describe(node.instance_id)
-        target = str(record.details["target_type"])
+        target = resize_details(record).target_type
         current_row, target_row = self.catalog.get(facts.instance_type), self.catalog.get(target)
         eligibility = resize_facts(
             report, record.execution_id, policy, self.catalog,
@@ -331,21 +344,20 @@ class ResizeWorkflow(DrainWorkflow):
         pods, blocked = self._classify(*self._pods_and_budgets(record.node), record)
         if blocked:
             return self._end(record, "abandoned", "protected:" + ",".join(blocked), step="validate")
-        hourly = record.details.get("hourly_savings_usd")
+        hourly = record.details.hourly_savings_usd
         if hourly is None and current_row and current_row.hourly_usd and target_row.hourly_usd:
             hourly = current_row.hourly_usd - target_row.hourly_usd
-        details = {
-            **record.details,
-            "asg": None,
-            "node_group": None,
-            "original_type": facts.instance_type,
-            "want_type": target,
-            "validated_pods": sorted(p.metadata.uid for p in pods),
-            "hourly_savings_usd": hourly,
-            "driver_check": driver_summary(eligibility),
-        }
+        details = resize_details(record).but(
+            asg=None,
+            node_group=None,
+            original_type=facts.instance_type,
+            want_type=target,
+            validated_pods=sorted(p.metadata.uid for p in pods),
+            hourly_savings_usd=hourly,
+            driver_check=driver_summary(eligibility),
+        )
         record = self._save(record, details=details)
-        if record.details.get("dry_run"):
+        if record.details.dry_run:
             message = (
                 f"dry run: would cordon {record.node}, evict {len(pods)} pod(s), stop {node.instance_id}, "
                 f"change its type {facts.instance_type} -> {target} and start it"
@@ -369,7 +381,7 @@ class ResizeWorkflow(DrainWorkflow):
         deadline = self._now() + timedelta(seconds=deps.policy.resize_timeout)
         # Persisted before the call: from here on every failure restores the original type.
         record = self._save(
-            record, details={**record.details, "stopping": True, "resize_deadline": deadline.isoformat()}
+            record, details=resize_details(record).but(stopping=True, resize_deadline=deadline)
         )
         self._changer().stop(instance)
         deps.cluster.emit_event(
@@ -383,24 +395,24 @@ class ResizeWorkflow(DrainWorkflow):
         state = self._changer().describe(record.instance_id).state
         if state == "stopped":
             return self._next(record, "stopped", "set_type", message=f"{record.instance_id} stopped")
-        if state in ("running", "pending") and record.details.get("restoring"):
+        if state in ("running", "pending") and resize_details(record).restoring:
             return self._next(record, "stopped", "ready", wait=POLL_S, message="running again")
         if state == "running":
             self._changer().stop(record.instance_id)
-        if self._now() > self._deadline(record) and not record.details.get("restoring"):
+        if self._now() > self._deadline(record) and not resize_details(record).restoring:
             return self._restore(record, f"deadline: still {state}", step="stopped")
         return self._next(record, "stopped", "stopped", wait=POLL_S, message=f"waiting: {state}")
 
     def _step_set_type(self, record: WorkflowRecord) -> StepResult:
         self._renew(record)
         assert record.instance_id is not None
-        want = str(record.details["want_type"])
+        want = str(resize_details(record).want_type)
         try:
             self._changer().set_type(record.instance_id, want)
         except TransientError:
             raise
         except PermanentError as exc:
-            if record.details.get("restoring"):
+            if resize_details(record).restoring:
                 raise
             return self._restore(record, f"modify refused: {exc}", step="set_type")
         return self._next(record, "set_type", "start", message=f"type set to {want}")
@@ -411,18 +423,18 @@ class ResizeWorkflow(DrainWorkflow):
         try:
             self._changer().start(record.instance_id)
         except RightsizerError as exc:
-            if record.details.get("restoring"):
+            if resize_details(record).restoring:
                 raise  # retried by the runner / the state machine; the rollback keeps restoring
             return self._restore(record, f"start failed: {exc}", step="start")
-        want = record.details["want_type"]
+        want = resize_details(record).want_type
         return self._next(record, "start", "ready", wait=POLL_S, message=f"starting as {want}")
 
     def _step_ready(self, record: WorkflowRecord) -> StepResult:
         """The Node is back: Ready, labelled with the wanted type, that type's GPUs allocatable."""
         self._renew(record)
         assert record.instance_id is not None
-        want = str(record.details["want_type"])
-        restoring = bool(record.details.get("restoring"))
+        want = str(resize_details(record).want_type)
+        restoring = bool(resize_details(record).restoring)
         facts = self._changer().describe(record.instance_id)
         if facts.state in ("stopping", "stopped"):
             if restoring:
@@ -445,8 +457,8 @@ class ResizeWorkflow(DrainWorkflow):
         deps = self.deps
         # A Node that re-registered carries no cordon of ours: nothing to undo then.
         deps.cluster.uncordon(record.node, record.execution_id)
-        original, want = record.details["original_type"], record.details["want_type"]
-        reason = record.details.get("restoring")
+        details = resize_details(record)
+        original, want, reason = details.original_type, details.want_type, details.restoring
         if reason:
             deps.cluster.emit_event(
                 record.node, "RolledBack", f"rightsizer restored {original}: {reason}", warning=True
@@ -462,20 +474,15 @@ class ResizeWorkflow(DrainWorkflow):
     # ------------------------------------------------------------------------------------ helpers
 
     def _deadline(self, record: WorkflowRecord) -> datetime:
-        text = record.details.get("resize_deadline")
-        return datetime.fromisoformat(text) if text else record.deadline
+        return resize_details(record).resize_deadline or record.deadline
 
     def _restore(self, record: WorkflowRecord, reason: str, *, step: str) -> StepResult:
         """Go back to the original type: stop (if it runs), set the type, start, wait for the Node."""
         log.warning("resize %s of %s restores %s: %s", record.execution_id, record.node,
-                    record.details.get("original_type"), reason)  # fmt: skip
+                    resize_details(record).original_type, reason)  # fmt: skip
         deadline = self._now() + timedelta(seconds=self.deps.policy.resize_timeout)
-        details: dict[str, Any] = {
-            **record.details,
-            "restoring": reason,
-            "want_type": record.details["original_type"],
-            "resize_deadline": deadline.isoformat(),
-        }
+        details = resize_details(record)
+        details = details.but(restoring=reason, want_type=details.original_type, resize_deadline=deadline)
         assert record.instance_id is not None
         if self._changer().describe(record.instance_id).state in ("running", "pending"):
             self._changer().stop(record.instance_id)
