@@ -9,8 +9,9 @@ left between an event and a use case:
 - :func:`drain_metrics` — the EMF milestones of one drain task;
 - :func:`traced` — X-Ray only when ``RIGHTSIZER_TRACING=true`` (the Tracer costs ~0.7 s of import).
 
-Nothing here imports boto3, Kubernetes or Powertools utilities at import time: handlers stay cheap to
-load and the webhook never pulls in Kubernetes.
+Nothing here imports boto3, Kubernetes, Powertools utilities, the domain model or the composition root
+at import time: a handler module loads in a fraction of ``import boto3``, and what a request needs is
+imported by the request (issue 33; ``tests/unit/test_handler_imports.py`` holds every handler to it).
 """
 
 from __future__ import annotations
@@ -24,17 +25,14 @@ from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, TypeVar, cast
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 from rightsizer.domain.errors import TransientError
-from rightsizer.domain.showback import Showback
-from rightsizer.wiring.settings import STATE_MACHINE_MARGIN_S, STATE_MACHINE_TIMEOUT_S
 
 if TYPE_CHECKING:
+    from rightsizer.domain.showback import Showback
     from rightsizer.services.drain import StepResult
     from rightsizer.services.workflow.executor import Executor
 
 __all__ = [
     "METRICS_NAMESPACE",
-    "STATE_MACHINE_MARGIN_S",
-    "STATE_MACHINE_TIMEOUT_S",
     "AnyDrainTask",
     "DrainTask",
     "RequestApprovalTask",

@@ -96,12 +96,12 @@ def aws_session(config: Config, region: str | None = None) -> Any:
     """
     import time
 
-    import boto3
+    from rightsizer.adapters.aws import shared_models_session
 
     region = region or _region(config)
     role = config.aws.role_arn
     if not role:
-        return boto3.session.Session(region_name=region)
+        return shared_models_session(region)
     from rightsizer.adapters.fleet_aws import assume_role_session
 
     key = (role, config.aws.external_id, region, config.aws.endpoint_url)
@@ -216,9 +216,9 @@ def resolve_config_secret(
     scheme = reference.partition(":")[0]
     ssm = secretsmanager = None
     if scheme in ("ssm", "secretsmanager"):
-        import boto3
+        from rightsizer.adapters.aws import shared_models_session
 
-        session = boto3.session.Session(region_name=config.aws.region)
+        session = shared_models_session(config.aws.region)
         if scheme == "ssm":
             ssm = session.client("ssm", endpoint_url=config.aws.endpoint_url)
         else:

@@ -495,13 +495,12 @@ class Runtime:
 
 def _ssm_policy_loader(settings: DeploymentSettings) -> Callable[[], Policy]:
     """Reads ``settings.policy_parameter`` through one long-lived SSM client (decrypted)."""
-    import boto3
     from botocore.exceptions import BotoCoreError, ClientError
 
+    from rightsizer.adapters.aws import shared_models_session
+
     name = str(settings.policy_parameter)
-    client = boto3.session.Session(region_name=settings.region).client(
-        "ssm", endpoint_url=settings.aws_endpoint_url
-    )
+    client = shared_models_session(settings.region).client("ssm", endpoint_url=settings.aws_endpoint_url)
 
     def load() -> Policy:
         try:
