@@ -301,7 +301,10 @@ def test_every_failure_class_has_an_alarm_on_the_topic() -> None:
     resources = template()["Resources"]
     for names, metric in (
         (("FunctionErrorsAlarm", "FleetFunctionErrorsAlarm", "ShardFunctionErrorsAlarm"), "Errors"),
-        (("FunctionThrottlesAlarm", "FleetFunctionThrottlesAlarm", "ShardFunctionThrottlesAlarm"), "Throttles"),
+        (
+            ("FunctionThrottlesAlarm", "FleetFunctionThrottlesAlarm", "ShardFunctionThrottlesAlarm"),
+            "Throttles",
+        ),
     ):
         watched: set[str] = set()
         for name in names:
