@@ -301,7 +301,7 @@ class Runtime:
         assessor = builders.build_assessor(
             self._config,
             policy,
-            self.observers,
+            lambda: self.observers,  # built by the first validate, not by a Start task (issue 33)
             range_metrics=self._range_metrics,
             snoozes=self.approvals,
             leases=self.state,
