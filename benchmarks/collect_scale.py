@@ -17,7 +17,7 @@ plus 5 minutes, every 10th node busy on 3 GPUs, then for each cluster measures, 
 - **anchor**: three aggregated instant queries that answer "max util / max FB / samples per node"
   (``max by (node) (max_over_time(m[W]))``, ``count by (node) (count_over_time(m[W]))``) — what a naive
   dashboard would ask, with none of the product's evidence checks;
-- **floor**: each needed series family read once, ``count(count_over_time(m[W]))`` (5 DCGM families
+- **floor**: each needed series family read once, ``count(count_over_time(m[W]))`` (6 DCGM families
   and ``up``): the least any faithful reader must make the TSDB do.
 
 ``--shard-nodes`` may list several sizes (``1000,2500,5000``): each sharded method then runs once per
@@ -111,6 +111,7 @@ END = AT.timestamp()
 TIMES = [END - WINDOW - 300 + 7 + SCRAPE * k for k in range((WINDOW + 300) // SCRAPE)]
 FAMILIES = (
     "DCGM_FI_DEV_GPU_UTIL",
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
     "DCGM_FI_DEV_FB_USED",
     "DCGM_FI_DEV_FB_FREE",
     "DCGM_FI_DEV_POWER_USAGE",
@@ -126,6 +127,22 @@ def node_name(size: int, i: int) -> str:
 def node_ip(size: int, i: int) -> str:
     """The InternalIP of node ``i`` of cluster ``size`` (its exporter's ``instance`` is ``<ip>:9400``)."""
     return f"10.{size % 251}.{i // 250}.{i % 250}"
+
+
+#: Labels of a series as dcgm-exporter 3.x behind the GPU Operator's ServiceMonitor writes them
+#: (``/work/shared/data/prometheus/eks-p5-h100-instant-query-DCGM_FI_DEV_GPU_UTIL.json``, a real EKS p5
+#: answer: the device's ``gpu``, ``UUID``, ``pci_bus_id``, ``device``, ``modelName``, ``Hostname``,
+#: ``DCGM_FI_DRIVER_VERSION``; the scrape target's ``container``/``namespace``/``pod``/``instance``/``job``)
+#: plus the ``node`` label a relabelling adds (the product's ``prometheus.node_label``).
+def series_labels(size: int, i: int, g: int) -> str:
+    """The label text of GPU ``g`` of node ``i`` of cluster ``size`` (sorted by name, as Prometheus keeps them)."""
+    uuid = f"{size:08x}-{i:04x}-{g:04x}-{(i * 8 + g) % 65536:04x}-{(size * 131 + i * 8 + g):012x}"
+    return (
+        f'DCGM_FI_DRIVER_VERSION="535.161.08",Hostname="nvidia-dcgm-exporter-{i:05d}",UUID="GPU-{uuid}",'
+        f'container="nvidia-dcgm-exporter",device="nvidia{g}",gpu="{g}",instance="{node_ip(size, i)}:9400",'
+        f'job="n{size}",modelName="NVIDIA A10G",namespace="gpu-operator",node="{node_name(size, i)}",'
+        f'pci_bus_id="00000000:{0x10 + g * 16:02X}:00.0",pod="nvidia-dcgm-exporter-{i:05d}"'
+    )
 
 
 def write_openmetrics(path: Path, parts: list[tuple[int, range]]) -> None:
@@ -145,11 +162,7 @@ def write_openmetrics(path: Path, parts: list[tuple[int, range]]) -> None:
                         continue
                     for g in range(GPUS):
                         busy = i % 10 == 0 and g < 3
-                        lab = (
-                            f'Hostname="nvidia-dcgm-exporter-{i:05d}",UUID="GPU-{size}-{i}-{g}",gpu="{g}",'
-                            f'instance="{ip}:9400",job="n{size}",modelName="NVIDIA A10G",node="{name}"'
-                        )
-                        prefix = f"{metric}{{{lab}}} "
+                        prefix = f"{metric}{{{series_labels(size, i, g)}}} "
                         f.writelines(prefix + _value(metric, busy, k) + s for k, s in enumerate(stamps))
         f.write("# EOF\n")
 
@@ -157,6 +170,8 @@ def write_openmetrics(path: Path, parts: list[tuple[int, range]]) -> None:
 def _value(metric: str, busy: bool, k: int) -> str:
     if metric == "DCGM_FI_DEV_GPU_UTIL":
         return "87" if busy else str(k % 3)
+    if metric == "DCGM_FI_PROF_GR_ENGINE_ACTIVE":
+        return "0.85" if busy else f"{(k % 3) * 0.005:g}"
     if metric == "DCGM_FI_DEV_FB_USED":
         return "18000" if busy else "300"
     if metric == "DCGM_FI_DEV_FB_FREE":
@@ -455,8 +470,8 @@ def _medians(runs: list[dict[str, float]]) -> dict[str, float]:
 
 
 # Bump when write_openmetrics writes different series: a kept TSDB of another version is refused.
-DATA_VERSION = 1
-CHUNK_NODES = 2500  # nodes per OpenMetrics chunk (one promtool process each)
+DATA_VERSION = 2  # 2: the engine-active family, dcgm-exporter's real label set
+CHUNK_NODES = 1000  # nodes per OpenMetrics chunk (one promtool process each)
 
 
 def _chunks(sizes: tuple[int, ...]) -> list[list[tuple[int, range]]]:

@@ -37,6 +37,7 @@ from typing import Any, Final, Literal, Protocol, runtime_checkable
 
 from rightsizer.domain.errors import StalePlan
 from rightsizer.domain.model import GroupSizes
+from rightsizer.domain.workflow_details import ScaleInDetails, WorkflowDetails
 
 __all__ = [
     "APPROVAL_STATUSES",
@@ -414,8 +415,10 @@ class WorkflowRecord:
         cordoned_at: when our cordon was applied (``None`` before).
         evicted: pods evicted so far, by UID, with their grace deadlines.
         lease_epoch: the lease epoch this execution holds, for renew/release after a resume.
-        details: JSON-serialisable facts the steps carry between invocations (node group, pod UIDs seen
-            at validation, eviction attempts per UID, dry run, savings); stored as one JSON document.
+        details: the facts the steps carry between invocations, typed per workflow kind
+            (:data:`rightsizer.domain.workflow_details.WorkflowDetails`, a union on ``kind``: node group,
+            pod UIDs seen at validation, eviction attempts per UID, dry run, savings …); stored as one JSON
+            document, byte for byte as earlier releases wrote it.
         version: optimistic-concurrency version; 0 = never saved. Set by the store on save.
     """
 
@@ -429,7 +432,7 @@ class WorkflowRecord:
     cordoned_at: datetime | None = None
     evicted: tuple[EvictedPod, ...] = ()
     lease_epoch: int | None = None
-    details: dict[str, Any] = field(default_factory=dict)
+    details: WorkflowDetails = field(default_factory=ScaleInDetails)
     version: int = 0
 
 

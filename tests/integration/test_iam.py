@@ -33,6 +33,7 @@ from rightsizer.adapters import eks_auth
 from rightsizer.adapters.dynamodb_state import DynamoDbState
 from rightsizer.adapters.kubernetes import KubernetesCluster
 from rightsizer.domain.model import ANN_CORDONED_BY, TAG_ENABLED
+from rightsizer.domain.workflow_details import ResizeDetails
 from rightsizer.state import WorkflowRecord
 from rightsizer.testing.k8s import RecordedRequest
 from rightsizer.testing.moto_eks import ACCOUNT_ID, seed_instance
@@ -293,7 +294,7 @@ def test_assess_role_holds_exactly_what_the_assessment_calls(
     resize = WorkflowRecord(
         execution_id="resize-died", node="gpu-resized", instance_id="i-0123456789abcdef0", step="stopped",
         status="running", started_at=before, deadline=before + timedelta(minutes=10), lease_epoch=1,
-        details={"kind": "resize_instance", "stopping": True, "target_type": "g5.xlarge"},
+        details=ResizeDetails(kind="resize_instance", stopping=True, target_type="g5.xlarge"),
     )  # fmt: skip
     state.save(resize, expected_version=0)
     assert state.acquire("gpu-resized", "resize-died", before, 60) is not None

@@ -8,7 +8,7 @@ computed in plain Python from the raw samples on randomized fleets with gaps, Na
 pod-label changes and exporter restarts.
 
 The reference (``reference_signals``) is written from the contract in docs/policy.md "How a node is judged",
-not from ``domain.observation``: per step (t − step, t] the maximum of every finite raw sample, coverage =
+not from ``domain.observation``: per step [t − step, t] (a range selector's bounds, issue 33) the maximum of every finite raw sample, coverage =
 steps holding one, maxima over every finite sample, non-finite = any NaN/±Inf raw sample in the window,
 freshness = the newest raw sample, judged against the scrape interval = W ÷ the scrape attempts of the
 device's own exporter (its ``up`` samples), liveness = the counter's samples differ, framebuffer total =
@@ -179,8 +179,11 @@ def generate(rng: random.Random, prefix: str, count: int, first_index: int) -> F
             )
         )
         fleet.pods.append(exporter_pod(name, ip, exporter))
-        times = raw_times(rng.uniform(0.5, 14.5))
-        times = [round(t + rng.uniform(-0.4, 0.4), 3) for t in times]
+        if rng.random() < 0.25:  # scrapes on the step grid: samples on step points and at end − W
+            times = raw_times(0.0)
+        else:
+            times = raw_times(rng.uniform(0.5, 14.5))
+            times = [round(t + rng.uniform(-0.4, 0.4), 3) for t in times]
         # the exporter is down for a while on some nodes (up == 0, no DCGM samples)
         down = (END - rng.uniform(100, WINDOW), 0.0)
         down = (down[0], down[0] + rng.choice([0.0, 0.0, 90.0, 400.0]))
@@ -264,18 +267,24 @@ def add_device(
         fleet.series(metric, (node, uuid, gi) if gi else key, dict(labels), samples)
 
 
-def _slot(t: float, window: Window) -> int | None:
-    if not (window.end - window.seconds < t <= window.end):
-        return None
-    return int((window.end - t) // window.step)
+def _slots(t: float, window: Window) -> list[int]:
+    """The steps whose range [t_k − step, t_k] holds ``t`` (t_k = end − k·step): a range selector's
+    bounds, both ends included, so a sample on a step point is in both its steps and the sample at the
+    window's first instant is in the oldest (issue 33)."""
+    n = window.seconds // window.step
+    return [k for k in range(n) if window.end - (k + 1) * window.step <= t <= window.end - k * window.step]
+
+
+def _in_window(t: float, window: Window) -> bool:
+    return window.end - window.seconds <= t <= window.end
 
 
 def _slot_max(samples: list[tuple[float, float]], window: Window) -> dict[int, float]:
     out: dict[int, float] = {}
     for t, v in samples:
-        k = _slot(t, window)
-        if k is not None and math.isfinite(v) and (k not in out or v > out[k]):
-            out[k] = v
+        for k in _slots(t, window):
+            if math.isfinite(v) and (k not in out or v > out[k]):
+                out[k] = v
     return out
 
 
@@ -284,8 +293,7 @@ def reference_signals(fleet: Fleet, window: Window, threshold: float) -> dict[De
     n = window.seconds // window.step
     raw = fleet.raw
     in_window = {
-        m: {k: [s for s in v if _slot(s[0], window) is not None] for k, v in per.items()}
-        for m, per in raw.items()
+        m: {k: [s for s in v if _in_window(s[0], window)] for k, v in per.items()} for m, per in raw.items()
     }
     present = {m: {k for k, v in per.items() if v} for m, per in in_window.items()}
     keys = present.get(PROF_ACTIVE, set()) | {k for k in present.get(GPU_UTIL, set()) if not k[2]}
@@ -334,7 +342,7 @@ def reference_signals(fleet: Fleet, window: Window, threshold: float) -> dict[De
         else:
             liveness = "absent"
         # one up sample per scrape attempt of the device's exporter (failed ones too) in the window
-        attempts = [t for t, _ in fleet.up.get(node, []) if END - window.seconds < t <= END]
+        attempts = [t for t, _ in fleet.up.get(node, []) if _in_window(t, window)]
         prof, util = per_name.get(PROF_ACTIVE), per_name.get(GPU_UTIL)
         disagree = bool(prof and util and any(abs(prof[k] - util[k]) > 50 for k in prof.keys() & util.keys()))
         out[key] = {
@@ -360,8 +368,8 @@ def average_total(fleet: Fleet, key: DeviceKey) -> float | None:
     totals = []
     for labels, used in fleet.by_labels.get((FB_USED, key), {}).items():
         free = fleet.by_labels.get((FB_FREE, key), {}).get(labels, [])
-        u = [v for t, v in used if END - WINDOW < t <= END]
-        f = [v for t, v in free if END - WINDOW < t <= END]
+        u = [v for t, v in used if END - WINDOW <= t <= END]
+        f = [v for t, v in free if END - WINDOW <= t <= END]
         if u and f and math.isfinite(total := sum(u) / len(u) + sum(f) / len(f)):
             totals.append(total)
     return max(totals) if totals else None

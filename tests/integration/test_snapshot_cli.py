@@ -323,24 +323,24 @@ class _NoMetrics:
 
 def test_metric_queries_filter_by_job_and_cover_the_contract() -> None:
     queries = metric_queries('gpu "ops"', step_seconds=60, window_seconds=1800)
-    assert queries["metrics/up.json"] == 'max_over_time(up{job="gpu \\"ops\\""}[59999ms])'
+    assert queries["metrics/up.json"] == 'max_over_time(up{job="gpu \\"ops\\""}[60s])'
     assert (
         queries["metrics/DCGM_FI_DEV_GPU_UTIL.timestamp.json"]
         == 'timestamp(DCGM_FI_DEV_GPU_UTIL{job="gpu \\"ops\\""})'
     )
     assert (
         queries["metrics/DCGM_FI_DEV_GPU_UTIL.nonfinite.json"]
-        == '(sum_over_time(DCGM_FI_DEV_GPU_UTIL{job="gpu \\"ops\\""}[1799999ms]) * 0) != 0'
+        == '(sum_over_time(DCGM_FI_DEV_GPU_UTIL{job="gpu \\"ops\\""}[1800s]) * 0) != 0'
     )
     assert queries["metrics/DCGM_FI_DEV_FB_FREE.avg.json"] == (
-        'avg_over_time(DCGM_FI_DEV_FB_FREE{job="gpu \\"ops\\""}[1799999ms])'
+        'avg_over_time(DCGM_FI_DEV_FB_FREE{job="gpu \\"ops\\""}[1800s])'
     )
     assert (
         queries["metrics/DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION.stddev.json"]
-        == 'stddev_over_time(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{job="gpu \\"ops\\""}[1799999ms])'
+        == 'stddev_over_time(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{job="gpu \\"ops\\""}[1800s])'
     )
     assert queries["metrics/DCGM_FI_DEV_FB_USED.json"] == (
-        'max_over_time(DCGM_FI_DEV_FB_USED{job="gpu \\"ops\\""}[1799999ms])'
+        'max_over_time(DCGM_FI_DEV_FB_USED{job="gpu \\"ops\\""}[1800s])'
     )
     assert len(queries) == 14
     assert {p.split("/")[1].split(".")[0] for p in queries} == set(METRICS)

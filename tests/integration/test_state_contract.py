@@ -32,6 +32,7 @@ from rightsizer.adapters.dynamodb_state import DynamoDbState
 from rightsizer.adapters.memory_state import MemoryState
 from rightsizer.domain.errors import ConfigError
 from rightsizer.domain.model import GroupSizes
+from rightsizer.domain.workflow_details import ScaleInDetails
 from rightsizer.state import (
     REFUSAL_AT_MIN_SIZE,
     REFUSAL_BUDGET_EXHAUSTED,
@@ -747,18 +748,19 @@ def test_property_take_release_never_exceed_the_limits(
 
 
 def test_workflow_record_details_round_trip_and_are_not_shared(store: StateStore) -> None:
-    details = {
-        "asg": "eks-gpu-a10g",
-        "validated_pods": ["uid-1", "uid-2"],
-        "attempts": {"uid-1": 2},
-        "dry_run": False,
-    }
+    details = ScaleInDetails(
+        asg="eks-gpu-a10g", validated_pods=("uid-1", "uid-2"), attempts={"uid-1": 2}, dry_run=False
+    )
     store.save(record(details=details), expected_version=0)
     loaded = store.load("exec-k")
     assert loaded is not None and loaded.details == details
-    loaded.details["attempts"]["uid-1"] = 99
+    assert loaded.details.stored() == {
+        "asg": "eks-gpu-a10g", "validated_pods": ["uid-1", "uid-2"], "attempts": {"uid-1": 2}, "dry_run": False
+    }  # fmt: skip
+    loaded.details.attempts["uid-1"] = 99
     again = store.load("exec-k")
-    assert again is not None and again.details["attempts"] == {"uid-1": 2}
+    assert again is not None and isinstance(again.details, ScaleInDetails)
+    assert again.details.attempts == {"uid-1": 2}
 
 
 def test_workflow_records_expire_with_dynamodb_ttl_after_the_ledger_retention(backend: Backend) -> None:

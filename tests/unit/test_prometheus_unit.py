@@ -402,9 +402,7 @@ def test_sigv4_signs_exactly_what_reaches_the_server(
     monkeypatch.setattr(botocore.auth, "get_current_datetime", lambda: FROZEN)
     url, script = prom
     creds = Credentials(AKID, SECRET, token="session-token")
-    long_expr = (
-        'max by (node, UUID) (max_over_time(DCGM_FI_DEV_GPU_UTIL{job="gpu-operator/dcgm"}[59999ms]))' * 40
-    )
+    long_expr = 'max by (node, UUID) (max_over_time(DCGM_FI_DEV_GPU_UTIL{job="gpu-operator/dcgm"}[60s]))' * 40
     with PrometheusClient(url, auth=SigV4Auth(creds, "eu-west-1"), sleep=sleeps.append) as client:
         client.query(long_expr, 1440938160)
     # THEN recomputing the signature from the received method, path, headers and body gives the same value
@@ -452,8 +450,8 @@ def test_plan_queries_split_the_window_exactly_and_do_not_depend_on_the_fleet() 
         (window.end - 1800, window.end - 900),
         (window.end - 900, window.end),
     ]
-    assert nonfinite[0].query.expr(60, 900) == "(sum_over_time(DCGM_FI_DEV_GPU_UTIL[899999ms]) * 0) != 0"
-    assert util[0].query.expr(60, 900) == "max_over_time(DCGM_FI_DEV_GPU_UTIL[59999ms])"
+    assert nonfinite[0].query.expr(60, 900) == "(sum_over_time(DCGM_FI_DEV_GPU_UTIL[900s]) * 0) != 0"
+    assert util[0].query.expr(60, 900) == "max_over_time(DCGM_FI_DEV_GPU_UTIL[60s])"
     # a spread does not merge across sub-windows: it reads the whole window once
     spreads = [t for t in tasks if t.query.kind == "stddev"]
     assert [(t.seconds, t.end) for t in spreads] == [(1800, window.end)] * 2
@@ -476,13 +474,13 @@ def test_plan_queries_repeat_every_dcgm_query_per_shard_but_not_up() -> None:
     up = [t for t in tasks if t.query.metric == UP]
     # the 2 sub-windows of its per-step maxima and its window count (scrape attempts), unsharded
     assert [(t.query.kind, t.shard) for t in up] == [("step", None), ("step", None), ("count", None)]
-    assert up[-1].expr(60) == "count_over_time(up[1799999ms])"
+    assert up[-1].expr(60) == "count_over_time(up[1800s])"
     assert len(tasks) == 3 + (6 + 6 * 2) * 3
     util = [t for t in tasks if t.query.path == f"metrics/{GPU_UTIL}.json"]
     assert {t.shard for t in util} == set(shards)
-    assert util[0].expr(60) == 'max_over_time(DCGM_FI_DEV_GPU_UTIL{node=~"n0|n1"}[59999ms])'
+    assert util[0].expr(60) == 'max_over_time(DCGM_FI_DEV_GPU_UTIL{node=~"n0|n1"}[60s])'
     with_job = plan_queries(window, job="dcgm", split_seconds=1800, shards=shards[:1])
-    assert with_job[0].expr(60) == 'max_over_time(DCGM_FI_DEV_GPU_UTIL{job="dcgm",node=~"n0|n1"}[59999ms])'
+    assert with_job[0].expr(60) == 'max_over_time(DCGM_FI_DEV_GPU_UTIL{job="dcgm",node=~"n0|n1"}[60s])'
 
 
 NODE = "gpu-a"
@@ -755,7 +753,7 @@ def test_the_live_plan_shards_large_fleets_by_node_label_else_by_gpu_index(
         live_signals(config, Policy(), base, functools.partial(collect_live, client))
     util = sorted(q for q in asked if q.startswith("max_over_time(DCGM_FI_DEV_GPU_UTIL"))
     if not expected:
-        assert util == ["max_over_time(DCGM_FI_DEV_GPU_UTIL[59999ms])"]
+        assert util == ["max_over_time(DCGM_FI_DEV_GPU_UTIL[60s])"]
     else:
-        assert util == [f"max_over_time(DCGM_FI_DEV_GPU_UTIL{{{m}}}[59999ms])" for m in expected]
-    assert [q for q in asked if q.startswith("max_over_time(up")] == ["max_over_time(up[59999ms])"]
+        assert util == [f"max_over_time(DCGM_FI_DEV_GPU_UTIL{{{m}}}[60s])" for m in expected]
+    assert [q for q in asked if q.startswith("max_over_time(up")] == ["max_over_time(up[60s])"]

@@ -12,6 +12,7 @@ from datetime import timedelta
 
 from rightsizer.adapters.memory_state import MemoryState
 from rightsizer.domain.model import ANN_CORDONED_BY, Node
+from rightsizer.domain.workflow_details import ReplaceDetails, ReplaceDrainDetails
 from rightsizer.services.healing import heal_expired_leases, heal_stale_cordons, stale_cordons
 from rightsizer.services.replace import CHILD_KIND, KIND, lease_key
 from rightsizer.state import WorkflowRecord
@@ -30,11 +31,12 @@ def world(parent_lease_ttl: int) -> tuple[FakeClusterWriter, MemoryState]:
     common = {"started_at": AT, "deadline": AT + timedelta(minutes=30)}
     state.save(
         WorkflowRecord(PARENT, lease_key("gpu-a10g"), None, "ng_drain", "running", lease_epoch=lease.epoch,
-                       details={"kind": KIND}, **common),  # type: ignore[arg-type]
+                       details=ReplaceDetails(kind=KIND, nodegroup="gpu-a10g", target_type="g5.xlarge"),
+                       **common),  # type: ignore[arg-type]
         expected_version=0,
     )  # fmt: skip
     state.save(
-        WorkflowRecord(CHILD, NODE, "i-1", "done", "succeeded", details={"kind": CHILD_KIND, "parent": PARENT},
+        WorkflowRecord(CHILD, NODE, "i-1", "done", "succeeded", details=ReplaceDrainDetails(kind=CHILD_KIND, parent=PARENT),
                        **common),  # type: ignore[arg-type]
         expected_version=0,
     )  # fmt: skip

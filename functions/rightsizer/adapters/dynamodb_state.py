@@ -46,6 +46,7 @@ from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Final, cast
 
 from botocore.exceptions import ClientError
+from pydantic import ValidationError
 
 from rightsizer.adapters.aws_errors import map_aws_error
 from rightsizer.adapters.dynamodb_codec import (
@@ -66,8 +67,9 @@ from rightsizer.adapters.dynamodb_codec import (
     placeholders,
 )
 from rightsizer.adapters.sdk_errors import SDK_ERRORS
-from rightsizer.domain.errors import ConfigError, TransientError
+from rightsizer.domain.errors import ConfigError, PermanentError, TransientError
 from rightsizer.domain.model import GroupSizes
+from rightsizer.domain.workflow_details import WorkflowDetails, parse_details
 from rightsizer.state import (
     LEDGER_RETENTION,
     REFUSAL_SLOT_HELD,
@@ -659,7 +661,8 @@ class DynamoDbState:
             item["cordoned_at"] = attr_s(iso(require_aware(record.cordoned_at, "cordoned_at")))
         if record.lease_epoch is not None:
             item["lease_epoch"] = attr_n(record.lease_epoch)
-        item["details"] = attr_s(json.dumps(record.details, sort_keys=True, separators=(",", ":")))
+        # The typed details as the one JSON document earlier releases wrote (records in flight keep loading).
+        item["details"] = attr_s(json.dumps(record.details.stored(), sort_keys=True, separators=(",", ":")))
         try:
             with _translated("PutItem", self._table, _CONDITION_FAILED):
                 if expected_version == 0:
@@ -710,12 +713,17 @@ class DynamoDbState:
             cordoned_at=opt_time(item, "cordoned_at"),
             evicted=evicted,
             lease_epoch=None if epoch is None else int(epoch["N"]),
-            details=json.loads(item["details"]["S"]) if "details" in item else {},
+            details=_details(item),
             version=get_int(item, "version"),
         )
 
     def load(self, execution_id: str) -> WorkflowRecord | None:
-        """See :meth:`rightsizer.state.WorkflowRecords.load`."""
+        """See :meth:`rightsizer.state.WorkflowRecords.load`.
+
+        Raises:
+            PermanentError: the stored details are not readable by this release (an unknown ``kind``, a
+                known key of the wrong type); unknown keys are kept (``rightsizer.domain.workflow_details``).
+        """
         item = self._get(f"wf#{execution_id}", "wf")
         return None if item is None else self._record(item)
 
@@ -798,3 +806,13 @@ class DynamoDbState:
                 TableName=self._table, Key=self._key(self._sizes_pk(group), "sizes"), ReturnValues="ALL_OLD"
             )
         return bool(response.get("Attributes"))
+
+
+def _details(item: Item) -> WorkflowDetails:
+    """The typed details of a stored workflow item (its ``details`` JSON document; none: a bare drain's)."""
+    document = json.loads(item["details"]["S"]) if "details" in item else {}
+    try:
+        return parse_details(document)
+    except ValidationError as exc:
+        execution = item.get("execution_id", {}).get("S", "?")
+        raise PermanentError(f"workflow record {execution}: details this release cannot read: {exc}") from exc

@@ -7,19 +7,24 @@ answers into ``DeviceSignals`` for both, so a snapshot replays to the live verdi
 
 Fidelity contract: every fact covers *all raw samples* of its interval, whatever the step.
 
-- Activity (``GPU_UTIL``, ``PROF_GR_ENGINE_ACTIVE``) and ``up`` per step: ``max_over_time(m[step − 1ms])``
-  at every step point t, the maximum of the raw samples in (t − step, t]; a step is covered when it holds a
-  finite sample. Coverage, active steps and the PROF/UTIL disagreement are counted on these points.
-- Framebuffer used and power over the window: ``max_over_time(m[W − 1ms])`` at the end.
-- Liveness (energy counter, else power) and their non-finite samples: ``stddev_over_time(m[W − 1ms])`` —
+- Window bounds are the range selector's own: ``m[W]`` at the end reads [end − W, end] in Prometheus 2.x
+  (AMP, Thanos, Mimir alike), so the sample at the window's first instant counts (issue 33; Prometheus 3
+  ranges are left-open, and there the window is (end − W, end]). Format-2 snapshots written before read
+  ``[W − 1ms]`` ranges; they replay as recorded.
+- Activity (``GPU_UTIL``, ``PROF_GR_ENGINE_ACTIVE``) and ``up`` per step: ``max_over_time(m[step])``
+  at every step point t, the maximum of the raw samples in [t − step, t] (a sample on a step point is in
+  both its steps, the one at end − W in the oldest); a step is covered when it holds a finite sample.
+  Coverage, active steps and the PROF/UTIL disagreement are counted on these points.
+- Framebuffer used and power over the window: ``max_over_time(m[W])`` at the end.
+- Liveness (energy counter, else power) and their non-finite samples: ``stddev_over_time(m[W])`` —
   0 for a counter that never moved, > 0 when it moved, NaN when a sample is NaN or ±Inf.
-- Framebuffer total and its non-finite samples: ``avg_over_time(m[W − 1ms])`` of ``FB_USED`` and
+- Framebuffer total and its non-finite samples: ``avg_over_time(m[W])`` of ``FB_USED`` and
   ``FB_FREE`` — used + free is the device's constant memory, so the averages add up to it; an average is
   NaN/±Inf exactly when a sample is.
-- Non-finite activity samples: ``(sum_over_time(m[W − 1ms]) * 0) != 0`` keeps only the series with a
+- Non-finite activity samples: ``(sum_over_time(m[W]) * 0) != 0`` keeps only the series with a
   NaN/±Inf sample (a sum is non-finite exactly then), with no self-join.
 - Freshness: ``timestamp(m)`` at the end, the newest raw sample's own time; the scrape interval it is
-  judged against: ``count_over_time(up[W − 1ms])``, one sample per scrape attempt of each target (failed
+  judged against: ``count_over_time(up[W])``, one sample per scrape attempt of each target (failed
   ones too), W ÷ attempts for every device of that target (``usage.target_of``: ``job`` and ``instance``,
   which Prometheus gives the target's DCGM series and its ``up`` alike; ``up.count.json``). One series per
   exporter instead of one per GPU and activity metric: 0.07 instead of 0.48 Prometheus CPU-s at 2,000
@@ -119,10 +124,13 @@ def prometheus_duration(seconds: float) -> str:
     return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
 
 
-def _open_range(seconds: float) -> str:
-    # Prometheus 2.x ranges include both ends; one millisecond less than the interval makes them
-    # (t − interval, t] at the TSDB's millisecond resolution (Prometheus 3 ranges are left-open already).
-    return f"[{prometheus_duration((round(seconds * 1000) - 1) / 1000)}]"
+def _range(seconds: float) -> str:
+    # The range selector's own bounds, [t − interval, t] in Prometheus 2.x (AMP, Thanos, Mimir alike):
+    # the sample at the window's first instant counts. ``[interval − 1ms]`` (before) dropped it, and
+    # with it the maximum of every series whose maximum sat there (issue 33: 13 hosts' activity and
+    # 68 hosts' framebuffer at 10,000 nodes). Prometheus 3 ranges are left-open: there the window is
+    # (t − W, t], its own range selector's.
+    return f"[{prometheus_duration(seconds)}]"
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,10 +166,11 @@ class MetricQuery:
         return self.kind in ("step", "max", "nonfinite")
 
     def span(self, end: float, range_seconds: float, step_seconds: float) -> tuple[float, float]:
-        """(start, end) of the ``query_range`` answering this query for (end − range_seconds, end].
+        """(start, end) of the ``query_range`` answering this query for [end − range_seconds, end].
 
         Per-step queries run at end − k·step for k = 0 … range/step − 1 (Prometheus includes both ends
-        of [start, end], the window excludes its left end); the others at ``end`` only (one point).
+        of [start, end]; the oldest step's range starts at the window's first instant); the others at
+        ``end`` only (one point).
         """
         return (end - range_seconds + step_seconds, end) if self.per_step else (end, end)
 
@@ -182,16 +191,16 @@ class MetricQuery:
 
     def _expr(self, sel: str, step_seconds: float, range_seconds: float) -> str:
         if self.kind == "step":
-            return f"max_over_time({sel}{_open_range(step_seconds)})"
+            return f"max_over_time({sel}{_range(step_seconds)})"
         if self.kind == "max":
-            return f"max_over_time({sel}{_open_range(range_seconds)})"
+            return f"max_over_time({sel}{_range(range_seconds)})"
         if self.kind in ("stddev", "avg"):
-            return f"{self.kind}_over_time({sel}{_open_range(range_seconds)})"
+            return f"{self.kind}_over_time({sel}{_range(range_seconds)})"
         if self.kind == "timestamp":
             return f"timestamp({sel})"
         if self.kind == "count":
-            return f"count_over_time({sel}{_open_range(range_seconds)})"
-        return f"(sum_over_time({sel}{_open_range(range_seconds)}) * 0) != 0"
+            return f"count_over_time({sel}{_range(range_seconds)})"
+        return f"(sum_over_time({sel}{_range(range_seconds)}) * 0) != 0"
 
 
 def observation_queries(job: str | None = None, scope: tuple[str, ...] = ()) -> tuple[MetricQuery, ...]:

@@ -17,8 +17,8 @@ from rightsizer.domain.capacity import interruption_signals
 from rightsizer.domain.errors import RightsizerError
 from rightsizer.domain.model import ANN_CORDONED_BY, Node
 from rightsizer.domain.names import dns1123_subdomain_problem
+from rightsizer.domain.workflow_details import ReplaceDrainDetails, ResizeDetails
 from rightsizer.ports import ClusterWriter, WorkflowStarter
-from rightsizer.services.resize import KIND as RESIZE_KIND
 from rightsizer.services.resize import ResizeRequest
 from rightsizer.state import LedgerEntry, StateStore, WorkflowRecord
 
@@ -39,8 +39,8 @@ def is_stopped_resize(record: WorkflowRecord | None) -> bool:
     return (
         record is not None
         and record.status == "running"
-        and record.details.get("kind") == RESIZE_KIND
-        and bool(record.details.get("stopping"))
+        and isinstance(record.details, ResizeDetails)
+        and record.details.stopping
     )
 
 
@@ -78,7 +78,7 @@ def heal_dead_resizes(
             record.execution_id,
             "heal",
             None,
-            target_type=str(record.details.get("target_type", "")),
+            target_type=record.details.target_type if isinstance(record.details, ResizeDetails) else "",
             resume=taken.epoch,
         )
         try:
@@ -137,7 +137,7 @@ def stale_cordons(nodes: Sequence[Node], state: StateStore, now: datetime) -> di
 def _orphaned(record: WorkflowRecord, state: StateStore, now: datetime) -> bool:
     """A node drained for a node group replacement (it stays cordoned until its group scales to 0) whose
     replacement died: the parent record still runs but no live lease of it is held."""
-    parent_id = record.details.get("parent")
+    parent_id = record.details.parent if isinstance(record.details, ReplaceDrainDetails) else None
     if not parent_id:
         return False
     parent = state.load(str(parent_id))
@@ -180,7 +180,7 @@ def heal_stale_cordons(
                 execution_id=owner,
                 node=node,
                 instance_id=record.instance_id if record is not None else None,
-                node_group=record.details.get("node_group") if record is not None else None,
+                node_group=record.details.node_group if record is not None else None,
                 kind="scale_in",
                 step="heal",
                 result="rolled_back",

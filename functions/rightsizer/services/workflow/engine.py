@@ -66,7 +66,9 @@ def run_step(record: WorkflowRecord, steps: Mapping[str, StepFn], rollback: Roll
     Returns:
         The step's result; for a finished record, its status with ``already finished``; for a step the
         table does not hold (a record written by a newer or a broken release), the rollback's result with
-        ``failed:unknown_step:<step>``.
+        ``failed:unknown_step:<step>``; for details carrying keys this release does not know (kept on
+        load, ``rightsizer.domain.workflow_details``), the rollback's with ``failed:unknown_facts:<keys>``:
+        nothing is done on facts we do not understand.
 
     Raises:
         TransientError: the step should be retried later (the record is unchanged).
@@ -74,6 +76,11 @@ def run_step(record: WorkflowRecord, steps: Mapping[str, StepFn], rollback: Roll
     if record.status in FINAL_STATUSES:
         return StepResult(record.execution_id, record.step, None, record.status, 0.0, "already finished")
     step = record.step
+    unknown = record.details.unknown()
+    if unknown:
+        return rollback(
+            record.execution_id, "failed:unknown_facts:" + ",".join(unknown), status="failed", step=step
+        )
     handler = steps.get(step)
     if handler is None:
         return rollback(record.execution_id, f"failed:unknown_step:{step}", status="failed", step=step)
