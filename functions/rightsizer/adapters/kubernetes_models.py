@@ -27,6 +27,7 @@ from dicts (``tests/integration/test_kubernetes_models.py`` proves them equal, o
 from __future__ import annotations
 
 import functools
+import operator
 import sys
 import types
 import typing
@@ -163,8 +164,13 @@ def _read_keys(keys: frozenset[str]) -> Callable[[Any], Any]:
     return lambda value: {sys.intern(k): v for k, v in value.items() if k in keys}
 
 
+_SOURCES: Final = operator.attrgetter(*READ_VOLUME_SOURCES)
+_NO_SOURCE: Final = (_UNSET,) * len(READ_VOLUME_SOURCES)
+
+
 def _read_volume(volume: Any) -> bool:
-    return any(getattr(volume, s) is not _UNSET for s in READ_VOLUME_SOURCES)
+    """Whether a decoded volume has a source a rule reads (``UNSET`` equals only itself)."""
+    return bool(_SOURCES(volume) != _NO_SOURCE)
 
 
 #: Per (kind, model, field): what of a decoded value the plan reads (the rest is dropped before the model
