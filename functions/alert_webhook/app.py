@@ -17,10 +17,12 @@ workflow starter needs (``states:StartExecution`` for Step Functions). No EKS ac
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rightsizer.services.webhook import WebhookIntake
 from rightsizer.webhook_handler import function_url_handler, logger
+
+if TYPE_CHECKING:
+    from rightsizer.services.webhook import WebhookIntake
 
 __all__ = ["lambda_handler", "logger", "use_intake"]
 

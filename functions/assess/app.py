@@ -6,21 +6,20 @@ retried tick cannot start a drain twice (:func:`rightsizer.services.assess.run_a
 record per GPU node (message ``decision``, key ``decision``: the shipped Logs Insights queries read them).
 A run that fails (Prometheus unavailable past ``prometheus.deadline``, most metric queries failed,
 ``MetricsFailed``) emits ``AssessmentsFailed`` (``AssessmentsFailedAlarm``) and raises (Lambda ``Errors``).
+
+Cold start (issue 33): the module imports the logger, the metrics and the event model only; the
+assessment, the composition root and the SDKs are imported by the first request.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
-from aws_lambda_powertools.utilities.parser import event_parser
-from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from rightsizer import logsafety
-from rightsizer.domain.decisions import DECISION_LOG_MESSAGE
-from rightsizer.domain.errors import RightsizerError
 from rightsizer.handler_io import (
     METRICS_NAMESPACE,
     ScheduledTick,
@@ -28,8 +27,9 @@ from rightsizer.handler_io import (
     showback_metrics,
     traced,
 )
-from rightsizer.services.assess import run_assessment
-from rightsizer.wiring import lambda_runtime
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.typing import LambdaContext
 
 logger = Logger(service="assess")
 # No log level prints a credential: SDK loggers floored at INFO, every handler redacts (issue 14).
@@ -49,9 +49,18 @@ def _sharded(runtime: Any, event: ScheduledTick) -> str | None:
 @logger.inject_lambda_context(correlation_id_path="execution_id", clear_state=True)
 @metrics.log_metrics
 @traced
-@event_parser(model=ScheduledTick)
-def handler(event: ScheduledTick, context: LambdaContext) -> dict[str, Any]:
-    """Assess at ``event.scheduled_time``; returns the :class:`AssessmentSummary` as JSON."""
+def handler(raw: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """Assess at the tick's ``scheduled_time``; returns the :class:`AssessmentSummary` as JSON.
+
+    Raises:
+        pydantic.ValidationError: the event is no :class:`ScheduledTick`.
+    """
+    from rightsizer.domain.decisions import DECISION_LOG_MESSAGE
+    from rightsizer.domain.errors import RightsizerError
+    from rightsizer.services.assess import run_assessment
+    from rightsizer.wiring import lambda_runtime
+
+    event = ScheduledTick.model_validate(raw)
     metrics.add_metric(name="AssessInvocations", unit=MetricUnit.Count, value=1)  # flushed even on failure
     runtime = lambda_runtime()
     deps = runtime.assessment()

@@ -11,17 +11,20 @@ docs/architecture.md §2 "Sharded assessment"), one function each in ``template.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger
-from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from rightsizer import logsafety
-from rightsizer.domain.decisions import DECISION_LOG_MESSAGE
 from rightsizer.domain.shard import ShardSpec
-from rightsizer.wiring import lambda_runtime
-from rightsizer.wiring.shards import ShardSettings, merge_run, observe_shard, prepare_run, release_run
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.typing import LambdaContext
+
+    from rightsizer.wiring.shards import ShardSettings
+
+# The composition root and the SDKs are imported by each task's first request, not at cold start (issue 33).
 
 logger = Logger(service="assess-shards")
 logsafety.install([logger.registered_handler])
@@ -47,12 +50,17 @@ class ShardEvent(RunEvent):
 
 
 def _settings() -> ShardSettings:
+    from rightsizer.wiring.shards import ShardSettings
+
     return ShardSettings()
 
 
 @logger.inject_lambda_context(clear_state=True)
 def prepare(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Lock, list, cut, write; the Map's settings."""
+    from rightsizer.wiring import lambda_runtime
+    from rightsizer.wiring.shards import prepare_run
+
     run = RunEvent.model_validate(event).run
     result = prepare_run(lambda_runtime(), _settings(), run.id, run.at)
     logger.info("sharded run prepared", extra={"prepared": result})
@@ -62,6 +70,9 @@ def prepare(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
 @logger.inject_lambda_context(clear_state=True)
 def observe(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """One shard's observation; returns its counts and the partial's key."""
+    from rightsizer.wiring import lambda_runtime
+    from rightsizer.wiring.shards import observe_shard
+
     parsed = ShardEvent.model_validate(event)
     result = observe_shard(lambda_runtime(), _settings(), parsed.run.id, parsed.run.at, parsed.shard)
     logger.info("shard observed", extra={"shard": result})
@@ -71,6 +82,10 @@ def observe(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
 @logger.inject_lambda_context(clear_state=True)
 def merge(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """The merge and the assessment; returns the ``AssessmentSummary`` as JSON."""
+    from rightsizer.domain.decisions import DECISION_LOG_MESSAGE
+    from rightsizer.wiring import lambda_runtime
+    from rightsizer.wiring.shards import merge_run
+
     run = RunEvent.model_validate(event).run
     summary = merge_run(lambda_runtime(), _settings(), run.id, run.at)
     for record in summary.records:  # one line per GPU node, as the unsharded assessment logs them
@@ -82,5 +97,8 @@ def merge(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
 @logger.inject_lambda_context(clear_state=True)
 def release(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Give the run lock back after a failed run."""
+    from rightsizer.wiring import lambda_runtime
+    from rightsizer.wiring.shards import release_run
+
     run = RunEvent.model_validate(event).run
     return {"released": release_run(lambda_runtime(), run.id)}

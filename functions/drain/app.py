@@ -10,11 +10,10 @@ which the state machine's Retry matches.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
-from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from rightsizer import logsafety
 from rightsizer.domain.errors import TransientError
@@ -26,6 +25,9 @@ from rightsizer.handler_io import (
     run_drain_task,
     traced,
 )
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.typing import LambdaContext
 
 logger = Logger(service="drain")
 # No log level prints a credential: SDK loggers floored at INFO, every handler redacts (issue 14).

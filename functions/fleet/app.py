@@ -4,61 +4,46 @@ issue 31, docs/fleet.md), one handler each, one function and role each in ``temp
 - :func:`discover` — ``{"run": {"id", "at"}}`` → the run's manifest in S3 and the Map's settings;
 - :func:`member` — ``{"target": FleetTarget, "run"}`` → one cluster's ``ClusterResult`` (never raises);
 - :func:`summarize` — ``{"run", "manifest", "results"?, "map_error"?}`` → the fleet report's totals.
+
+Cold start (issue 33): the module imports the logger only; the events (:mod:`fleet.events`), the
+composition root and the SDKs are imported by the first request.
 """
 
 from __future__ import annotations
 
 import functools
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger
-from aws_lambda_powertools.utilities.typing import LambdaContext
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from rightsizer import logsafety
-from rightsizer.domain.fleet import FleetTarget
-from rightsizer.services.fleet import ManifestRef
-from rightsizer.wiring import DeploymentSettings
-from rightsizer.wiring.fleet import FleetSettings, assess_member, discover_run, member_config, summarize_run
-from rightsizer.wiring.runtime import policy_provider
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.typing import LambdaContext
+
+    from rightsizer.domain.fleet import FleetTarget
+    from rightsizer.wiring import DeploymentSettings, PolicyProvider
 
 logger = Logger(service="fleet")
 logsafety.install([logger.registered_handler])
-# One provider per warm container: the policy (SSM or inline) is re-read after its max_age, not per cluster.
-_policy = functools.lru_cache(maxsize=2)(policy_provider)
 
 
-class _Event(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
+@functools.lru_cache(maxsize=2)
+def _policy(deployment: DeploymentSettings) -> PolicyProvider:
+    """One provider per warm container: the policy (SSM or inline) is re-read after its max_age, not per
+    cluster."""
+    from rightsizer.wiring.runtime import policy_provider
 
-
-class Run(_Event):
-    """The fleet execution: its name (``$$.Execution.Name``) and start time (``$$.Execution.StartTime``)."""
-
-    id: str = Field(min_length=1, max_length=80)
-    at: AwareDatetime
-
-
-class DiscoverEvent(_Event):
-    run: Run
-
-
-class MemberEvent(_Event):
-    target: FleetTarget
-    run: Run
-
-
-class SummarizeEvent(_Event):
-    run: Run
-    manifest: ManifestRef
-    results: dict[str, Any] | None = None
-    map_error: dict[str, Any] | None = None
+    return policy_provider(deployment)
 
 
 @logger.inject_lambda_context(clear_state=True)
 def discover(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Write the run's manifest; returns ``{manifest, max_concurrency, tolerated_failure_percentage}``."""
+    from fleet.events import DiscoverEvent
+    from rightsizer.wiring.fleet import FleetSettings, discover_run
+
     parsed = DiscoverEvent.model_validate(event)
     return discover_run(FleetSettings(), parsed.run.id)  # type: ignore[call-arg]
 
@@ -66,6 +51,10 @@ def discover(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
 @logger.inject_lambda_context(clear_state=True)
 def member(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Assess one cluster under its spoke role; returns its ``ClusterResult`` as JSON."""
+    from fleet.events import MemberEvent
+    from rightsizer.wiring import DeploymentSettings
+    from rightsizer.wiring.fleet import FleetSettings, assess_member, member_config
+
     parsed = MemberEvent.model_validate(event)
     fleet = FleetSettings()  # type: ignore[call-arg]
     deployment = DeploymentSettings.from_env()
@@ -90,6 +79,9 @@ def member(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
 @logger.inject_lambda_context(clear_state=True)
 def summarize(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Write the fleet report (``fleet/reports/<run>.json``, ``latest.json``); returns its totals."""
+    from fleet.events import SummarizeEvent
+    from rightsizer.wiring.fleet import FleetSettings, summarize_run
+
     parsed = SummarizeEvent.model_validate(event)
     details = (parsed.results or {}).get("ResultWriterDetails") or {}
     error = parsed.map_error

@@ -7,17 +7,16 @@ machine, restores are re-applied every tick until the nodes are Ready.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
-from aws_lambda_powertools.utilities.parser import event_parser
-from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from rightsizer import logsafety
 from rightsizer.handler_io import METRICS_NAMESPACE, ScheduledTick, emit_dimensioned, traced
-from rightsizer.services.offhours import run_offhours
-from rightsizer.wiring import lambda_runtime
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.typing import LambdaContext
 
 logger = Logger(service="offhours")
 # No log level prints a credential: SDK loggers floored at INFO, every handler redacts (issue 14).
@@ -28,9 +27,17 @@ metrics = Metrics(namespace=METRICS_NAMESPACE, service="offhours")
 @logger.inject_lambda_context(correlation_id_path="execution_id", clear_state=True)
 @metrics.log_metrics
 @traced
-@event_parser(model=ScheduledTick)
-def handler(event: ScheduledTick, context: LambdaContext) -> dict[str, Any]:
-    """Converge at ``event.scheduled_time``; returns the off-hours report as JSON."""
+def handler(raw: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """Converge at the tick's ``scheduled_time``; returns the off-hours report as JSON.
+
+    Raises:
+        pydantic.ValidationError: the event is no :class:`ScheduledTick`.
+    """
+    # Imported by the first request, not at cold start (issue 33): the module loads the logger only.
+    from rightsizer.services.offhours import run_offhours
+    from rightsizer.wiring import lambda_runtime
+
+    event = ScheduledTick.model_validate(raw)
     metrics.add_metric(name="OffhoursInvocations", unit=MetricUnit.Count, value=1)  # flushed even on failure
     deps = lambda_runtime().offhours()
     metrics.add_dimension(name="cluster", value=deps.cluster)

@@ -5,12 +5,13 @@ left between an event and a use case:
 
 - the event models: :class:`ScheduledTick` (the EventBridge Scheduler ``Input``) and the drain state
   machine's task payloads (:data:`DrainTask`);
-- :func:`run_drain_task` — one state machine task → one ``DrainWorkflow`` call → the JSON the ASL reads;
+- :func:`run_drain_task` — one state machine task → one ``Executor`` call → the JSON the ASL reads;
 - :func:`drain_metrics` — the EMF milestones of one drain task;
 - :func:`traced` — X-Ray only when ``RIGHTSIZER_TRACING=true`` (the Tracer costs ~0.7 s of import).
 
-Nothing here imports boto3, Kubernetes or Powertools utilities at import time: handlers stay cheap to
-load and the webhook never pulls in Kubernetes.
+Nothing here imports boto3, Kubernetes, Powertools utilities, the domain model or the composition root
+at import time: a handler module loads in a fraction of ``import boto3``, and what a request needs is
+imported by the request (issue 33; ``tests/unit/test_handler_imports.py`` holds every handler to it).
 """
 
 from __future__ import annotations
@@ -24,16 +25,14 @@ from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, TypeVar, cast
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 from rightsizer.domain.errors import TransientError
-from rightsizer.domain.showback import Showback
-from rightsizer.wiring.settings import STATE_MACHINE_MARGIN_S, STATE_MACHINE_TIMEOUT_S
 
 if TYPE_CHECKING:
-    from rightsizer.services.drain import DrainWorkflow, StepResult
+    from rightsizer.domain.showback import Showback
+    from rightsizer.services.drain import StepResult
+    from rightsizer.services.workflow.executor import Executor
 
 __all__ = [
     "METRICS_NAMESPACE",
-    "STATE_MACHINE_MARGIN_S",
-    "STATE_MACHINE_TIMEOUT_S",
     "AnyDrainTask",
     "DrainTask",
     "RequestApprovalTask",
@@ -62,16 +61,16 @@ F = TypeVar("F", bound=Callable[..., Any])
 # The drain handler's workflow
 # --------------------------------------------------------------------------------------------------
 
-_workflow_override: list[DrainWorkflow] = []
+_workflow_override: list[Executor] = []
 
 
-def use_drain_workflow(workflow: DrainWorkflow | None) -> None:
+def use_drain_workflow(workflow: Executor | None) -> None:
     """Make the drain handler use ``workflow`` (the ASL interpreter test over in-memory fakes, a local
     runner); ``None`` goes back to building it from the environment."""
     _workflow_override[:] = [] if workflow is None else [workflow]
 
 
-def drain_workflow() -> DrainWorkflow:
+def drain_workflow() -> Executor:
     """The drain handler's workflow: the injected one, else the warm runtime's (around the current policy)."""
     if _workflow_override:
         return _workflow_override[0]
@@ -203,7 +202,7 @@ def _output(result: StepResult) -> dict[str, Any]:
     }
 
 
-def run_drain_task(workflow: DrainWorkflow, task: AnyDrainTask) -> dict[str, Any]:
+def run_drain_task(workflow: Executor, task: AnyDrainTask) -> dict[str, Any]:
     """Run one state machine task and return the fields the ASL's ``ResultSelector`` reads.
 
     Raises:

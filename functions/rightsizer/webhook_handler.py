@@ -4,22 +4,23 @@ A Function URL event (payload format 2.0) becomes a :class:`~rightsizer.services
 the intake answers it, and the answer goes back as ``{statusCode, headers, body}``. It lives in the core
 package (not in the handler module) so that the installed wheel, which ships no handler module, can serve
 the webhook locally exactly as Lambda runs it (docs/architecture.md §5 "Webhook").
+
+Cold start (issue 33): importing this module loads the logger only; the event model, the intake and its
+services load with the first request.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.logging import correlation_paths
-from aws_lambda_powertools.utilities.parser import parse
-from aws_lambda_powertools.utilities.parser.models import LambdaFunctionUrlModel
-from pydantic import ValidationError
 
-from rightsizer.services.approval import APPROVAL_PATH
-from rightsizer.services.webhook import WebhookIntake, WebhookRequest, WebhookResponse
 from rightsizer.webhook_log import FUNCTION_NAME as FUNCTION_NAME
 from rightsizer.webhook_log import logger as logger
+
+if TYPE_CHECKING:
+    from rightsizer.services.webhook import WebhookIntake
 
 __all__ = ["FUNCTION_NAME", "LambdaHandler", "function_url_handler", "logger"]
 
@@ -40,6 +41,13 @@ def function_url_handler(intake: Callable[[], WebhookIntake]) -> LambdaHandler:
 
     @logger.inject_lambda_context(correlation_id_path=correlation_paths.LAMBDA_FUNCTION_URL)
     def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+        from aws_lambda_powertools.utilities.parser import parse
+        from aws_lambda_powertools.utilities.parser.models import LambdaFunctionUrlModel
+        from pydantic import ValidationError
+
+        from rightsizer.services.approval import APPROVAL_PATH
+        from rightsizer.services.webhook import WebhookRequest, WebhookResponse
+
         try:
             url = parse(event=event, model=LambdaFunctionUrlModel)
         except ValidationError:  # not from a Function URL: a wiring mistake, never Alertmanager's

@@ -296,12 +296,15 @@ def test_every_failure_class_has_an_alarm_on_the_topic() -> None:
         assert alarm["TreatMissingData"] == "notBreaching", name
         assert alarm.get("AlarmDescription"), name
     functions = {n for n, r in template()["Resources"].items() if r["Type"] == "AWS::Serverless::Function"}
-    # Every function is watched for errors and throttles, the fleet's (EnableFleet only) by alarms of the
-    # same condition as the functions themselves.
+    # Every function is watched for errors and throttles, the fleet's (EnableFleet only) and the sharded
+    # assessment's (EnableSharding only) by alarms of the same condition as the functions themselves.
     resources = template()["Resources"]
     for names, metric in (
-        (("FunctionErrorsAlarm", "FleetFunctionErrorsAlarm"), "Errors"),
-        (("FunctionThrottlesAlarm", "FleetFunctionThrottlesAlarm"), "Throttles"),
+        (("FunctionErrorsAlarm", "FleetFunctionErrorsAlarm", "ShardFunctionErrorsAlarm"), "Errors"),
+        (
+            ("FunctionThrottlesAlarm", "FleetFunctionThrottlesAlarm", "ShardFunctionThrottlesAlarm"),
+            "Throttles",
+        ),
     ):
         watched: set[str] = set()
         for name in names:
@@ -320,6 +323,12 @@ def test_every_failure_class_has_an_alarm_on_the_topic() -> None:
         if "MetricStat" in m
     }
     assert fleet_states == {"FleetStateMachine"}
+    shard_states = {
+        m["MetricStat"]["Metric"]["Dimensions"][0]["Value"]["Ref"]
+        for m in found["ShardExecutionsFailedAlarm"]["Metrics"]
+        if "MetricStat" in m
+    }
+    assert shard_states == {"ShardStateMachine"}
     states = {
         m["MetricStat"]["Metric"]["MetricName"]
         for m in found["DrainExecutionsFailedAlarm"]["Metrics"]

@@ -20,11 +20,11 @@ import pytest
 from rightsizer.adapters.memory_state import MemoryState
 from rightsizer.domain.plan import NodeReport
 from rightsizer.domain.policy import Policy
-from rightsizer.handler_io import STATE_MACHINE_TIMEOUT_S
 from rightsizer.ports import EvictionOutcome
 from rightsizer.services.drain import DrainDeps, DrainWorkflow
 from rightsizer.services.notices import notifying
 from rightsizer.testing.fakes import FakeClock, FakeClusterWriter, FakeNodeScaler
+from rightsizer.wiring.settings import STATE_MACHINE_TIMEOUT_S
 from tests.builders import AT, gpu_node, pdb, pod
 from tests.support.asl import (
     DRAIN_ARN,

@@ -49,6 +49,7 @@ __all__ = [
     "json_safe",
     "make_client",
     "make_clients",
+    "shared_models_session",
     "unique",
 ]
 
@@ -93,6 +94,28 @@ class AwsClients:
     autoscaling: AutoScalingClient
 
 
+_MODELS: list[Any] = []  # the first session's data loader, shared: service models load once per process
+
+
+def shared_models_session(region: str | None = None, **credentials: str) -> boto3.session.Session:
+    """A new boto3 session — its own credentials, resolved as a fresh session resolves them — that shares
+    the process's loaded service models and endpoint data (botocore's ``data_loader``).
+
+    A fresh session reads and parses each service's JSON model and ``endpoints.json`` again: 0.1-0.8 s of
+    CPU per client, paid by every client of a cold start when each is built from its own session
+    (issue 33: nine clients, 1.2 s → 0.4 s of CPU on python3.12). Only the immutable loaded data is
+    shared; credentials, configuration and event hooks stay per session.
+    """
+    import botocore.session
+
+    core = botocore.session.get_session()
+    if _MODELS:
+        core.register_component("data_loader", _MODELS[0])
+    else:
+        _MODELS.append(core.get_component("data_loader"))
+    return boto3.session.Session(botocore_session=core, region_name=region, **credentials)
+
+
 def make_client(
     service: str,
     region: str,
@@ -108,11 +131,11 @@ def make_client(
         service: the boto3 service name.
         region: AWS region name, e.g. ``us-east-1``.
         endpoint_url: override (a moto server in tests and the demo); ``None`` = AWS.
-        session: a boto3 session to build from (it caches service models: reuse it across cold-start
-            wiring or tests); by default a new one.
+        session: a boto3 session to build from; by default a new one sharing the process's loaded
+            service models (:func:`shared_models_session`).
         config: botocore settings merged over the standard retries (e.g. shorter timeouts).
     """
-    session = session or boto3.session.Session(region_name=region)
+    session = session or shared_models_session(region)
     return session.client(
         service,  # type: ignore[call-overload]
         region_name=region,
@@ -125,7 +148,7 @@ def make_clients(
     region: str, endpoint_url: str | None = None, *, session: boto3.session.Session | None = None
 ) -> AwsClients:
     """Build EC2, EKS and Auto Scaling clients (:func:`make_client`) from one session."""
-    session = session or boto3.session.Session(region_name=region)
+    session = session or shared_models_session(region)
     return AwsClients(
         ec2=make_client("ec2", region, endpoint_url, session=session),
         eks=make_client("eks", region, endpoint_url, session=session),

@@ -15,7 +15,7 @@ from typing import Any, Final
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
-from rightsizer.adapters.aws import make_client
+from rightsizer.adapters.aws import make_client, shared_models_session
 from rightsizer.domain.fleet import FleetError
 from rightsizer.logsafety import register_secret
 
@@ -40,23 +40,6 @@ def _fail(call: str, exc: Exception) -> FleetError:
         code = str(error.get("Code", ""))
         return FleetError("aws", f"{call}: {code}: {error.get('Message', '')}", code=code)
     return FleetError("unreachable", f"{call}: {exc}")
-
-
-_MODELS: list[Any] = []  # the first session's data loader, shared (service models load once per process)
-
-
-def shared_models_session(region: str, **credentials: str) -> boto3.session.Session:
-    """A new boto3 session (its own credentials) that shares the process's loaded service models: a fresh
-    session would read and parse each service's JSON model again (~0.1-0.8 s per client), once per
-    account and region of a fleet run."""
-    import botocore.session
-
-    core = botocore.session.get_session()
-    if _MODELS:
-        core.register_component("data_loader", _MODELS[0])
-    else:
-        _MODELS.append(core.get_component("data_loader"))
-    return boto3.session.Session(botocore_session=core, region_name=region, **credentials)
 
 
 def spoke_role_arn(account_id: str, role_name: str, partition: str = "aws") -> str:

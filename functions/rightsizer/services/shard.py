@@ -14,6 +14,8 @@ retried merge starts none twice.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -182,15 +184,30 @@ def observe_shard(
     return partial
 
 
+def decode_nodes(body: bytes, compact: CompactObjects) -> list[Node]:
+    """A run's Nodes object, each Node through ``compact`` (equal parts stored once)."""
+    return [compact.node(item) for item in json.loads(body)]
+
+
+def decode_partial(body: bytes, compact: CompactObjects) -> ShardPartial:
+    """A partial as written by :data:`PARTIAL_CODEC`, its pods through ``compact``: at 100,000 GPU nodes the
+    merge holds 1.5 million pods, and pods of one DaemonSet or template share their equal parts."""
+    document = json.loads(body)  # NaN / Infinity constants read back as floats
+    items = document.pop("pods", [])
+    partial = PARTIAL_CODEC.validate_python(document)
+    return dataclasses.replace(partial, pods=tuple(compact.pod(item) for item in items))
+
+
 def load_run(run: str, store: BlobStore) -> tuple[list[Node], list[ShardSpec], list[ShardPartial]]:
-    """Every Node, shard and partial of ``run`` from the shard bucket.
+    """Every Node, shard and partial of ``run`` from the shard bucket, one object at a time.
 
     Raises:
         the store's error for a missing object (a shard that never wrote its partial).
     """
-    nodes = NODES_CODEC.validate_json(store.get_bytes(run_key(run, "nodes.json")))
+    compact = CompactObjects()
+    nodes = decode_nodes(store.get_bytes(run_key(run, "nodes.json")), compact)
     specs = SPECS_CODEC.validate_json(store.get_bytes(run_key(run, "shards.json")))
-    partials = [PARTIAL_CODEC.validate_json(store.get_bytes(partial_key(run, s.id))) for s in specs]
+    partials = [decode_partial(store.get_bytes(partial_key(run, s.id)), compact) for s in specs]
     return nodes, specs, partials
 
 
@@ -282,6 +299,4 @@ def release(run: str, locks: LeaseStore) -> bool:
 
 
 def _with_observe(deps: AssessmentDeps, observe: Callable[[datetime], ClusterSnapshot]) -> AssessmentDeps:
-    import dataclasses
-
     return dataclasses.replace(deps, observe=observe)

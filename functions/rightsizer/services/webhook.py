@@ -51,13 +51,13 @@ from rightsizer.domain.alertmanager import Alert, WebhookPayload, node_of
 from rightsizer.domain.errors import ConfigError, RightsizerError, TransientError
 from rightsizer.domain.names import DNS1123_SUBDOMAIN_MAX, dns1123_subdomain_problem
 from rightsizer.domain.policy import DEFAULT_ALERT_NODE_LABELS
-from rightsizer.ports import WorkflowStarter
 from rightsizer.services.approval import ApprovalDesk, LinkResponse
-from rightsizer.services.drain import DrainRequest
 from rightsizer.state import LeaseStore
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.idempotency import BasePersistenceLayer
+
+    from rightsizer.ports import WorkflowStarter
 
 __all__ = [
     "IDEMPOTENCY_EXPIRY_SECONDS",
@@ -610,6 +610,10 @@ class WebhookIntake:
         return result
 
     def _start(self, alert: Alert, node: str) -> JSON:
+        # The drain service (planner, placement, node views) loads with the first alert that starts a
+        # drain, not at the webhook's cold start (issue 33): 401s, 400s and resolved alerts never need it.
+        from rightsizer.services.drain import DrainRequest
+
         request = DrainRequest(
             node=node, execution_id=execution_id_for(alert), trigger=f"alert:{alert.fingerprint}"
         )

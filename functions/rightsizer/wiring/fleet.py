@@ -65,11 +65,11 @@ def discover_run(settings: FleetSettings, run_id: str) -> dict[str, Any]:
         The state machine's input of the Map: ``manifest`` {bucket, key, count}, ``max_concurrency``,
         ``tolerated_failure_percentage``.
     """
+    from rightsizer.adapters.aws import shared_models_session
     from rightsizer.adapters.fleet_aws import (
         SpokeInventory,
         active_accounts,
         assume_role_session,
-        shared_models_session,
         spoke_role_arn,
     )
 

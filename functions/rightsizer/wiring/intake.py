@@ -144,13 +144,13 @@ def build_intake(
     if leases is None or guard is None:
         if not config.aws.table:
             raise ConfigError("the webhook needs the state table", field="aws.table")
-        import boto3
         from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
 
+        from rightsizer.adapters.aws import shared_models_session
         from rightsizer.adapters.dynamodb_state import DynamoDbState
 
         env = os.environ if environ is None else environ
-        client = boto3.session.Session(region_name=config.aws.region).client(
+        client = shared_models_session(config.aws.region).client(
             "dynamodb", endpoint_url=config.aws.endpoint_url
         )
         cluster = config.cluster.name or config.cluster.context or ""
