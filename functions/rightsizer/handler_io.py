@@ -5,7 +5,7 @@ left between an event and a use case:
 
 - the event models: :class:`ScheduledTick` (the EventBridge Scheduler ``Input``) and the drain state
   machine's task payloads (:data:`DrainTask`);
-- :func:`run_drain_task` — one state machine task → one ``DrainWorkflow`` call → the JSON the ASL reads;
+- :func:`run_drain_task` — one state machine task → one ``Executor`` call → the JSON the ASL reads;
 - :func:`drain_metrics` — the EMF milestones of one drain task;
 - :func:`traced` — X-Ray only when ``RIGHTSIZER_TRACING=true`` (the Tracer costs ~0.7 s of import).
 
@@ -28,7 +28,8 @@ from rightsizer.domain.errors import TransientError
 
 if TYPE_CHECKING:
     from rightsizer.domain.showback import Showback
-    from rightsizer.services.drain import DrainWorkflow, StepResult
+    from rightsizer.services.drain import StepResult
+    from rightsizer.services.workflow.executor import Executor
 
 __all__ = [
     "METRICS_NAMESPACE",
@@ -60,16 +61,16 @@ F = TypeVar("F", bound=Callable[..., Any])
 # The drain handler's workflow
 # --------------------------------------------------------------------------------------------------
 
-_workflow_override: list[DrainWorkflow] = []
+_workflow_override: list[Executor] = []
 
 
-def use_drain_workflow(workflow: DrainWorkflow | None) -> None:
+def use_drain_workflow(workflow: Executor | None) -> None:
     """Make the drain handler use ``workflow`` (the ASL interpreter test over in-memory fakes, a local
     runner); ``None`` goes back to building it from the environment."""
     _workflow_override[:] = [] if workflow is None else [workflow]
 
 
-def drain_workflow() -> DrainWorkflow:
+def drain_workflow() -> Executor:
     """The drain handler's workflow: the injected one, else the warm runtime's (around the current policy)."""
     if _workflow_override:
         return _workflow_override[0]
@@ -201,7 +202,7 @@ def _output(result: StepResult) -> dict[str, Any]:
     }
 
 
-def run_drain_task(workflow: DrainWorkflow, task: AnyDrainTask) -> dict[str, Any]:
+def run_drain_task(workflow: Executor, task: AnyDrainTask) -> dict[str, Any]:
     """Run one state machine task and return the fields the ASL's ``ResultSelector`` reads.
 
     Raises:

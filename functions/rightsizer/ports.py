@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, NamedTuple, Protocol, TypeVar, runtime_checkable
 
-from rightsizer.domain.model import GroupSizes
+from rightsizer.domain.model import GroupSizes, Node, Pod
 from rightsizer.domain.workload_scale import SavedWorkload
 
 JSON = dict[str, Any]
@@ -49,6 +49,7 @@ ListKind = Literal[
 ]
 """The collections a ``ClusterReader`` lists (Kubernetes resource plurals)."""
 T = TypeVar("T")
+M = TypeVar("M", Node, Pod)
 
 
 class ClusterReader(Protocol):
@@ -103,6 +104,20 @@ class ClusterReader(Protocol):
         at most one raw page is held at a time (the assessment's projection, issue 11 item 7).
         ``restart`` is called when the list starts over (an expired continue token): whatever ``project``
         did with the items seen so far must be undone."""
+        ...
+
+    def list_models(
+        self,
+        kind: type[M],
+        project: Callable[[M], T | None],
+        *,
+        label_selector: str = "",
+        field_selector: str = "",
+        restart: Callable[[], None] | None = None,
+    ) -> list[T]:
+        """What ``project`` keeps (None drops) of every ``Node`` or ``Pod`` the selectors list, as the
+        compact models the plan reads (only what a decision reads, equal parts shared), page by page.
+        ``restart`` as in :meth:`list_projected`."""
         ...
 
     def served_resource_api(self) -> str | None:

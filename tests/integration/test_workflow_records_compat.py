@@ -23,6 +23,7 @@ import pytest
 
 from rightsizer.adapters.dynamodb_state import DynamoDbState
 from rightsizer.adapters.memory_state import MemoryState
+from rightsizer.domain.errors import PermanentError
 from rightsizer.domain.plan import NodeReport
 from rightsizer.domain.policy import Policy
 from rightsizer.domain.workflow_details import (
@@ -382,3 +383,19 @@ def test_a_replacement_about_to_drain_the_old_group_resumes_and_scales_it_to_zer
         record = store.state.load(EXECUTION)
         assert record is not None and isinstance(record.details, ReplaceDetails)
         assert sorted(record.details.drained) == world.old_nodes
+
+
+@pytest.mark.parametrize("document", ['{"kind":"future_kind"}', '{"dry_run":"maybe","trigger":"schedule"}'])
+def test_details_this_release_cannot_read_do_not_load_and_say_which(
+    moto_server: MotoServer, boto_session: boto3.session.Session, document: str
+) -> None:
+    client = boto_session.client("dynamodb", endpoint_url=moto_server.endpoint_url)
+    table = f"rightsizer-compat-{uuid.uuid4().hex[:12]}"
+    create_state_table(client, table)
+    state = DynamoDbState(client, table, CLUSTER)
+    state.save(_record(), expected_version=0)
+    key = {"pk": {"S": "wf#exec-1"}, "sk": {"S": "wf"}}
+    item = client.get_item(TableName=table, Key=key, ConsistentRead=True)["Item"]
+    client.put_item(TableName=table, Item={**item, "details": {"S": document}})
+    with pytest.raises(PermanentError, match="workflow record exec-1: details this release cannot read"):
+        state.load("exec-1")

@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -133,3 +134,29 @@ def test_the_template_turns_off_pydantics_plugin_scan() -> None:
     assert (
         template["Globals"]["Function"]["Environment"]["Variables"]["PYDANTIC_DISABLE_PLUGINS"] == "__all__"
     )
+
+
+# ------------------------------------------------------------------------------ what a first request builds
+
+
+def test_a_drain_start_task_builds_no_observers(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # The state machine's Start task only writes the workflow record: the Prometheus client and the AWS
+    # inventory (three SDK clients) are built by the first validate, the first step that observes.
+    from rightsizer.config import Config
+    from rightsizer.wiring import Runtime, builders
+
+    def built(*args: object, **kwargs: object) -> None:
+        raise AssertionError("observers built")
+
+    monkeypatch.setattr(builders, "build_metrics_reader", built)
+    monkeypatch.setattr(builders, "build_inventory", built)
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\n")
+    cluster = {"name": "prod-eks", "context": "prod", "kubeconfig": str(kubeconfig)}
+    runtime = Runtime(Config.model_validate({"cluster": cluster, "aws": {"region": "us-east-1"}}), "serve")
+
+    deps = runtime.drain_deps()
+
+    assert "observers" not in runtime.__dict__
+    with pytest.raises(AssertionError, match="observers built"):  # … and the first assessment builds them
+        deps.assessor.assess_node("gpu-1", datetime.now(UTC))

@@ -8,7 +8,8 @@ from datetime import timedelta
 import pytest
 
 from rightsizer.domain.errors import PermanentError, StalePlan, TransientError
-from rightsizer.services.drain import DrainWorkflow
+from rightsizer.domain.policy import Policy
+from rightsizer.services.drain import DrainDeps
 from rightsizer.services.replace import CHILD_KIND, KIND, ReplaceWorkflow
 from rightsizer.services.resize import KIND as RESIZE
 from rightsizer.services.workflow.engine import StepResult, run_step
@@ -61,29 +62,39 @@ def test_an_unknown_step_fails_and_a_finished_record_stays_finished() -> None:
 
 def test_each_kind_has_an_explicit_table() -> None:
     """The tables name every step a record of that kind can be in (no name built from the step)."""
-    workflow = ReplaceWorkflow.__new__(ReplaceWorkflow)
-    drain = list(DrainWorkflow.steps(workflow, "scale_in"))
-    assert drain == [
-        "validate",
-        "approval",
-        "cordon",
-        "revalidate",
-        "evict",
-        "wait",
-        "remove",
-        "verify",
-        "rollback",
-    ]
-    assert list(workflow.steps(RESIZE))[len(drain) :] == [
-        "stop",
-        "stopped",
-        "set_type",
-        "start",
-        "ready",
-        "uncordon",
-    ]
-    assert workflow.steps(RESIZE)["validate"] == workflow._step_resize_validate
-    assert list(workflow.steps(CHILD_KIND)) == [*drain, "drained"]
+    workflow = ReplaceWorkflow(DrainDeps(None, None, None, None, Policy()), None)  # type: ignore[arg-type]
+    drain = ["validate", "approval", "cordon", "revalidate", "evict", "wait"]
+    assert list(workflow.steps("scale_in")) == [*drain, "remove", "verify", "rollback"]
+    resize = workflow.steps(RESIZE)
+    assert list(resize) == [*drain, "stop", "stopped", "set_type", "start", "ready", "uncordon", "rollback"]
+    assert resize["validate"].__qualname__ == "Resize.validate"  # its own, not the drain's
+    assert resize["evict"].__qualname__ == "DrainSteps.evict"  # the drain's, composed
+    assert list(workflow.steps(CHILD_KIND)) == [*drain, "drained", "rollback"]
     assert list(workflow.steps(KIND)) == [
         "ng_validate", "ng_create", "ng_created", "ng_ready", "ng_drain", "ng_scale_old", "ng_gone", "ng_delete_old",
     ]  # fmt: skip
+
+
+def test_no_workflow_inherits_from_another_and_no_step_checks_a_kind() -> None:
+    """Issue 25: each kind is its own module; what kinds share is composed (the drain's steps)."""
+    import inspect
+    import re
+
+    from rightsizer.services import consolidate, drain, replace, replace_drain, resize
+    from rightsizer.services.workflow import drain_steps, evict_steps
+
+    kinds = {
+        drain.ScaleIn,
+        consolidate.Consolidate,
+        resize.Resize,
+        replace.Replace,
+        replace_drain.ReplaceDrain,
+    }
+    for kind in kinds:
+        assert kind.__bases__ == (object,), kind
+    for module in (consolidate, drain, replace, replace_drain, resize, drain_steps, evict_steps):
+        source = inspect.getsource(module)
+        # A record's kind picks its table in the executor; no step branches on it.
+        assert not re.search(
+            r"details\.kind\s*[!=]=|_kind\(record\)|_is_resize|details\.get\(.kind", source
+        ), module

@@ -114,13 +114,40 @@ class KubernetesTransport:
         splice of two; ``restart``, when given, is called first, so a caller whose ``project`` has side
         effects (a snapshot written while it is read) can discard them too.
         """
+
+        def decode(data: bytes) -> tuple[list[T], str | None]:
+            page = _parsed(check, data)
+            version = str(page.get("apiVersion") or api_version)
+            kept: list[T] = []
+            for item in page.get("items") or []:
+                # The API server omits kind/apiVersion on list items; kubectl adds them back.
+                projected = project({"apiVersion": version, "kind": kind, **item})
+                if projected is not None:
+                    kept.append(projected)
+            return kept, (page.get("metadata") or {}).get("continue") or None
+
+        return self._pages(check, call, decode, enough=enough, page_size=page_size, restart=restart)
+
+    def _pages(
+        self,
+        check: AccessCheck,
+        call: Callable[..., Any],
+        decode: Callable[[bytes], tuple[list[T], str | None]],
+        *,
+        enough: Callable[[list[T]], bool] | None = None,
+        page_size: int | None = None,
+        restart: Callable[[], None] | None = None,
+    ) -> list[T]:
+        """What ``decode`` keeps of every page of a list call (``decode(body) -> (kept, continue token)``),
+        requested page after page; each page's bytes are released before the next one is requested.
+        ``enough``, ``page_size`` and ``restart`` as in :meth:`_collect`."""
         limit = page_size or self.page_size
         for attempt in (1, 2):
             kept: list[T] = []
             token: str | None = None
             try:
                 while True:
-                    page = self._json(
+                    data = self._fetch(
                         check,
                         functools.partial(
                             call,
@@ -131,14 +158,9 @@ class KubernetesTransport:
                         ),
                         expired_ok=token is not None,
                     )
-                    version = str(page.get("apiVersion") or api_version)
-                    token = (page.get("metadata") or {}).get("continue") or None
-                    for item in page.get("items") or []:
-                        # The API server omits kind/apiVersion on list items; kubectl adds them back.
-                        projected = project({"apiVersion": version, "kind": kind, **item})
-                        if projected is not None:
-                            kept.append(projected)
-                    del page  # one raw page at a time: released before the next request
+                    items, token = decode(data)
+                    kept += items
+                    del data, items  # one raw page at a time: released before the next request
                     if token is None or (enough is not None and enough(kept)):
                         return kept
             except ListExpired as exc:
@@ -160,6 +182,12 @@ class KubernetesTransport:
         """Send one idempotent request and parse its JSON, retrying once after a 401 with new credentials."""
         return self._call(check, send, expired_ok=expired_ok).body
 
+    def _fetch(self, check: AccessCheck, send: Callable[[Any], Any], *, expired_ok: bool = False) -> bytes:
+        """Send one idempotent request (retried once after a 401 with new credentials); its body's bytes."""
+        answer = self._send(check, send, expired_ok=expired_ok)
+        assert not isinstance(answer, ApiAnswer)  # no error status is answered: every one raised
+        return answer[1]
+
     def _call(
         self,
         check: AccessCheck,
@@ -174,6 +202,21 @@ class KubernetesTransport:
         (404 on a GET, 409 on a guarded patch, the Eviction statuses); every other error is translated
         into the taxonomy and raised.
         """
+        answer = self._send(check, send, expired_ok=expired_ok, answered=answered)
+        if isinstance(answer, ApiAnswer):
+            return answer
+        status, data, headers = answer
+        return ApiAnswer(status, _parsed(check, data), headers)
+
+    def _send(
+        self,
+        check: AccessCheck,
+        send: Callable[[Any], Any],
+        *,
+        expired_ok: bool = False,
+        answered: frozenset[int] = frozenset(),
+    ) -> ApiAnswer | tuple[int, bytes, Mapping[str, str]]:
+        """:meth:`_call` without parsing: (status, body bytes, headers), or the answered error."""
         k8s = client_module()
         import urllib3
 
@@ -204,10 +247,19 @@ class KubernetesTransport:
                 raise TransientError(f"{check.describe()}: {exc}", retry_after=5.0) from exc
         else:  # pragma: no cover - the loop either breaks, continues once, or raises
             raise AssertionError("unreachable")
-        try:
-            parsed = json.loads(data)
-        except (TypeError, ValueError) as exc:
-            raise TransientError(f"{check.describe()}: the answer is not JSON") from exc
-        if not isinstance(parsed, dict):
-            raise TransientError(f"{check.describe()}: the answer is not a JSON object")
-        return ApiAnswer(status, parsed, headers)
+        return status, data, headers
+
+
+def _parsed(check: AccessCheck, data: bytes) -> JSON:
+    """The JSON object ``data`` holds.
+
+    Raises:
+        TransientError: ``data`` is not a JSON object.
+    """
+    try:
+        parsed = json.loads(data)
+    except (TypeError, ValueError) as exc:
+        raise TransientError(f"{check.describe()}: the answer is not JSON") from exc
+    if not isinstance(parsed, dict):
+        raise TransientError(f"{check.describe()}: the answer is not a JSON object")
+    return parsed

@@ -16,7 +16,7 @@ projects each raw object before it is validated and shares what repeats after:
   ``services.node_view``), nor a node's ``uid``, ``resourceVersion`` or addresses other than ``InternalIP``. Labels stay whole: selectors of the
   same observation (PodDisruptionBudgets, pods' ``nodeSelector``, volume affinity, the policy's
   ``node_selector``) compare keys no list names.
-* **Equal parts once**: each part in ``_SHARED`` (containers, tolerations, labels, owners, conditions,
+* **Equal parts once**: each part in ``SHARED`` (containers, tolerations, labels, owners, conditions,
   capacities, taints, empty lists) is swapped for the first equal one seen, names repeated by thousands of
   objects (namespaces, node names, phases, label keys and values) are interned, and models are rebuilt
   with one shared set of given fields per distinct set (``model_construct(_fields_set=…)``).
@@ -48,7 +48,7 @@ _POD_META_UNREAD = ("uid", "resourceVersion", "creationTimestamp")
 _NODE_META_UNREAD = ("uid", "resourceVersion")
 
 #: (model, field) whose values are shared between objects when equal.
-_SHARED: dict[str, tuple[str, ...]] = {
+SHARED: dict[str, tuple[str, ...]] = {
     "ObjectMeta": ("labels", "annotations", "ownerReferences"),
     "PodSpec": (
         "containers",
@@ -101,10 +101,10 @@ class CompactObjects:
         return {"spec": self._shared(obj.spec), "status": self._shared(obj.status)}
 
     def _shared(self, model: M) -> M:
-        """``model`` with each ``_SHARED`` part replaced by the equal one seen first."""
+        """``model`` with each ``SHARED`` part replaced by the equal one seen first."""
         kind = type(model).__name__
         values = {name: getattr(model, name) for name in type(model).model_fields}
-        for name in _SHARED.get(kind, ()):
+        for name in SHARED.get(kind, ()):
             values[name] = self._part(kind, name, values[name])
         return self._rebuilt(model, values)
 

@@ -14,11 +14,11 @@ It runs in the drain state machine and the in-process runner like every drain (`
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from typing import Any
+from datetime import datetime
 
+from rightsizer.domain.catalog import Catalog
 from rightsizer.domain.eligibility import DrainFacts, Judged
 from rightsizer.domain.model import ClusterSnapshot
 from rightsizer.domain.placement_cluster import ClusterPlacement, movers
@@ -27,8 +27,12 @@ from rightsizer.domain.pods import PodContext, classify_pods, pdbs_by_namespace
 from rightsizer.domain.policy import Policy
 from rightsizer.domain.volumes import VolumeFacts
 from rightsizer.domain.workflow_details import ConsolidateDetails
-from rightsizer.services.drain import DrainRequest, StepResult
-from rightsizer.services.replace import ReplaceWorkflow
+from rightsizer.ports import InstanceTypeChanger, LaunchTemplateVersions, NodeGroupReplacer
+from rightsizer.services.replace import FreshPlanner, replacement_kinds
+from rightsizer.services.workflow.drain_steps import DrainRules, DrainSteps
+from rightsizer.services.workflow.engine import StepFn, StepResult
+from rightsizer.services.workflow.executor import Executor
+from rightsizer.services.workflow.requests import DrainDeps, DrainRequest
 from rightsizer.state import WorkflowRecord
 
 KIND = "consolidate"
@@ -66,47 +70,45 @@ def recheck(
     return None if placed.ok else ",".join(u.reason for u in placed.unplaced)
 
 
-class ConsolidateWorkflow(ReplaceWorkflow):
-    """The drain workflow that also consolidates: records started from a :class:`ConsolidateRequest` drain
-    in mode ``consolidate`` and check placement before the first eviction; every other record runs as in
-    :class:`ReplaceWorkflow`.
+def consolidate_facts(
+    record: WorkflowRecord, report: NodeReport | None, asg: str | None, policy: Policy
+) -> DrainFacts:
+    """A consolidation's eligibility: the drain's in mode ``consolidate`` (policy ``consolidation``)."""
+    return DrainFacts(
+        Judged.of(report), asg, "consolidate", record.execution_id, consolidation=policy.consolidation
+    )
+
+
+#: How a consolidation drains: idle GPU holders are what it moves; then the instance is removed.
+RULES = DrainRules(facts=consolidate_facts, after_drain="remove", holders_move=True)
+
+
+class Consolidate:
+    """The consolidation kind: the drain in mode ``consolidate``, the placement check before the first
+    eviction, then the scale-in's removal.
 
     Args:
-        *args, **kwargs: :class:`ReplaceWorkflow`'s.
+        deps: the workflow's dependencies.
         observe_cluster: a fresh snapshot of the whole cluster at an instant (None: a consolidation cannot
             verify placement and rolls back before evicting).
     """
 
+    name = KIND
+    request_type = ConsolidateRequest
+
     def __init__(
-        self,
-        *args: Any,
-        observe_cluster: Callable[[datetime], ClusterSnapshot] | None = None,
-        **kwargs: Any,
+        self, deps: DrainDeps, observe_cluster: Callable[[datetime], ClusterSnapshot] | None
     ) -> None:
-        super().__init__(*args, **kwargs)
+        self.deps = deps
+        self.drain = DrainSteps(deps, RULES)
         self.observe_cluster = observe_cluster
 
-    @staticmethod
-    def _consolidating(record: WorkflowRecord) -> bool:
-        return isinstance(record.details, ConsolidateDetails)
-
     def start(self, request: DrainRequest) -> WorkflowRecord:
-        """Create the record; a :class:`ConsolidateRequest` makes a consolidation record (idempotent)."""
-        if not isinstance(request, ConsolidateRequest):
-            return super().start(request)
-        existing = self.deps.state.load(request.execution_id)
-        if existing is not None:
-            return existing
-        now = self._now()
-        record = WorkflowRecord(
-            execution_id=request.execution_id,
-            node=request.node,
-            instance_id=None,
-            step="validate",
-            status="running",
-            started_at=now,
-            deadline=now + timedelta(seconds=self.deps.policy.drain_timeout),
-            details=ConsolidateDetails(
+        """Create the consolidation's record (idempotent: an existing record is returned)."""
+        assert isinstance(request, ConsolidateRequest)
+        return self.drain.ops.create(
+            request,
+            ConsolidateDetails(
                 kind=KIND,
                 trigger=request.trigger,
                 offhours=False,
@@ -115,35 +117,73 @@ class ConsolidateWorkflow(ReplaceWorkflow):
                 moves=request.moves,
             ),
         )
-        return self.deps.state.save(record, expected_version=0)
 
-    def _facts(self, record: WorkflowRecord, report: NodeReport | None, asg: str | None) -> DrainFacts:
-        """A consolidation's eligibility is the drain's in mode ``consolidate`` (policy ``consolidation``)."""
-        if not self._consolidating(record):
-            return super()._facts(record, report, asg)
-        mode = self.deps.policy.consolidation
-        return DrainFacts(Judged.of(report), asg, "consolidate", record.execution_id, consolidation=mode)
+    def steps(self) -> Mapping[str, StepFn]:
+        """The scale-in's table with its own evict (the placement check first)."""
+        d = self.drain
+        return {
+            "validate": d.validate,
+            "approval": d.approval,
+            "cordon": d.cordon,
+            "revalidate": d.revalidate,
+            "evict": self.evict,
+            "wait": d.wait,
+            "remove": d.remove,
+            "verify": d.verify,
+            "rollback": d.retry_rollback,
+        }
 
-    def _holders_block(self, record: WorkflowRecord) -> bool:
-        """Idle GPU holders are what a consolidation moves."""
-        return False if self._consolidating(record) else super()._holders_block(record)
+    def rollback(
+        self, execution_id: str, reason: str, *, status: str = "rolled_back", step: str = "rollback"
+    ) -> StepResult:
+        """The drain's rollback: our cordon undone, nothing scaled."""
+        return self.drain.rollback(execution_id, reason, status=status, step=step)
 
-    def _step_evict(self, record: WorkflowRecord) -> StepResult:
-        """Before the first eviction of a consolidation, the placement check on a fresh read of the
-        cluster (module docstring); then the drain's evict step."""
+    def request_approval(self, execution_id: str, task_token: str | None) -> StepResult:
+        """The drain's approval request."""
+        return self.drain.request_approval(execution_id, task_token)
+
+    def evict(self, record: WorkflowRecord) -> StepResult:
+        """Before the first eviction, the placement check on a fresh read of the cluster (module
+        docstring); then the drain's evict step."""
         details = record.details
         if (
             isinstance(details, ConsolidateDetails)
             and not record.evicted
             and details.placement_checked is None
         ):
-            self._renew(record)
+            self.drain.ops.renew(record)
             if self.observe_cluster is None:
-                return self.rollback(record.execution_id, "placement_unverifiable", step="evict")
-            now = self._now()
+                return self.drain.rollback(record.execution_id, "placement_unverifiable", step="evict")
+            now = self.drain.ops.now()
             planned = [pod for pod, _to in details.moves]
             why = recheck(self.observe_cluster(now), record.node, planned, now, self.deps.policy)
             if why is not None:
-                return self.rollback(record.execution_id, why, step="evict")
-            record = self._save(record, details=details.but(placement_checked=now))
-        return super()._step_evict(record)
+                return self.drain.rollback(record.execution_id, why, step="evict")
+            record = self.drain.ops.save(record, details=details.but(placement_checked=now))
+        return self.drain.evict(record)
+
+
+class ConsolidateWorkflow(Executor):
+    """The executor of every kind: scale-in, consolidation, resize, node group replacement and its child
+    drain (what the drain Lambda and the CLI run).
+
+    Args:
+        deps, changer, replacer, templates, planner, catalog: see
+            :class:`rightsizer.services.replace.ReplaceWorkflow`.
+        observe_cluster: a fresh snapshot of the whole cluster, for a consolidation's placement check.
+    """
+
+    def __init__(
+        self,
+        deps: DrainDeps,
+        changer: InstanceTypeChanger | None,
+        replacer: NodeGroupReplacer | None = None,
+        templates: LaunchTemplateVersions | None = None,
+        planner: FreshPlanner | None = None,
+        catalog: Catalog | None = None,
+        *,
+        observe_cluster: Callable[[datetime], ClusterSnapshot] | None = None,
+    ) -> None:
+        kinds = replacement_kinds(deps, changer, replacer, templates, planner, catalog)
+        super().__init__(deps, [*kinds, Consolidate(deps, observe_cluster)])

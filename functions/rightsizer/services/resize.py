@@ -24,22 +24,21 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from rightsizer.domain.catalog import Catalog, load_catalog
-from rightsizer.domain.drivers import driver_check
 from rightsizer.domain.eligibility import (
     RESIZE_GUARDS,
-    Judged,
-    ResizeFacts,
     first_refusal_message,
-    resize_assessment,
 )
 from rightsizer.domain.errors import PermanentError, RightsizerError, TransientError
 from rightsizer.domain.model import ANN_CORDONED_BY, GPU_RESOURCE, Node
 from rightsizer.domain.plan import NodeReport
-from rightsizer.domain.policy import Policy
 from rightsizer.domain.workflow_details import ResizeDetails
 from rightsizer.ports import InstanceTypeChanger
-from rightsizer.services.drain import POLL_S, DrainDeps, DrainRequest, DrainWorkflow, StepResult
-from rightsizer.services.workflow.engine import StepFn
+from rightsizer.services.drain import ScaleIn, scale_in_facts
+from rightsizer.services.resize_checks import driver_summary, resize_blockers, resize_details, resize_facts
+from rightsizer.services.workflow.drain_steps import POLL_S, DrainRules, DrainSteps
+from rightsizer.services.workflow.engine import StepFn, StepResult
+from rightsizer.services.workflow.executor import Executor
+from rightsizer.services.workflow.requests import DrainDeps, DrainRequest
 from rightsizer.state import WorkflowRecord
 
 log = logging.getLogger(__name__)
@@ -63,135 +62,65 @@ class ResizeRequest(DrainRequest):
     resume: int = 0
 
 
-def resize_details(record: WorkflowRecord) -> ResizeDetails:
-    """The details of a resize record.
-
-    Raises:
-        PermanentError: the record is of another kind.
-    """
-    if not isinstance(record.details, ResizeDetails):
-        raise PermanentError(f"not_a_resize_record:{record.details.kind}")
-    return record.details
+def _still_a_resize(record: WorkflowRecord, report: NodeReport | None) -> list[str]:
+    return resize_blockers(report, record.execution_id)
 
 
-def resize_facts(
-    report: NodeReport | None,
-    execution_id: str,
-    policy: Policy,
-    catalog: Catalog,
-    *,
-    in_group: bool,
-    tags: Mapping[str, str],
-    state: str,
-    current_type: str,
-    target_type: str,
-    labels: Mapping[str, str],
-) -> ResizeFacts:
-    """The resize eligibility's facts (``domain.eligibility.ResizeFacts``) from fresh reads: the
-    assessor's report, EC2 DescribeInstances (tags, state, type), Auto Scaling membership and the Node."""
-    return ResizeFacts(
-        judged=Judged.of(report),
-        allow_resize=policy.allow_resize,
-        in_group=in_group,
-        tags=tags,
-        state=state,
-        current=catalog.get(current_type),
-        current_type=current_type,
-        target_type=target_type,
-        target=catalog.get(target_type),
-        labels=labels,
-        driver_minimums=catalog.driver_minimums,
-        allow_unknown_driver=policy.resize_allow_unknown_driver,
-        allow_instance_store_loss=policy.resize_allow_instance_store_loss,
-        execution_id=execution_id,
-    )
+#: How a resize drains: the workload of a busy node is what it moves (the eviction API and its PDBs still
+#: apply), revalidate re-runs the resize's assessment guard, and the instance is stopped after the drain.
+RULES = DrainRules(
+    facts=scale_in_facts, after_drain="stop", holders_move=True, still_candidate=_still_a_resize
+)
 
 
-def driver_summary(facts: ResizeFacts) -> str:
-    """``code: detail`` of the driver rule that let the resize pass (recorded in the workflow's details)."""
-    assert facts.target is not None
-    check = driver_check(
-        facts.current.gpu_model if facts.current else None,
-        facts.target.gpu_model,
-        facts.target.gpu_manufacturer,
-        facts.labels,
-        facts.driver_minimums,
-        allow_unknown=facts.allow_unknown_driver,
-    )
-    return f"{check.code}: {check.detail}"
-
-
-def resize_blockers(report: NodeReport | None, execution_id: str) -> list[str]:
-    """Reasons a fresh report forbids resizing (the ``assessment`` guard of
-    ``domain.eligibility.RESIZE_GUARDS``): not a GPU node, excluded, unknown metrics (never act on missing
-    data), a protection other than our own cordon, or no cheaper shape fitting any more (verdict other than
-    ``underutilized``). Busy reasons are what a resize is for, so they pass, and so do idle GPU holders: on
-    a busy node they are the workload the resize moves (the eviction API still applies)."""
-    return [r.reason for r in resize_assessment(Judged.of(report), execution_id)]
-
-
-class ResizeWorkflow(DrainWorkflow):
-    """The drain workflow that also resizes: records started from a :class:`ResizeRequest` run the resize
-    steps, every other record runs the drain exactly as :class:`DrainWorkflow` does.
+class Resize:
+    """The resize kind: the drain's steps with its own validate, then stop → stopped → set_type → start →
+    ready → uncordon; after the stop, every failure restores the original type.
 
     Args:
-        deps: the drain's dependencies (cluster, scaler, assessor, state, policy, dry run, clock).
+        deps: the workflow's dependencies (cluster, scaler, assessor, state, policy, dry run, clock).
         changer: the EC2 calls; None leaves resizes refused (``resize_not_configured``).
         catalog: instance types (GPU counts, prices); the packaged one by default.
     """
 
+    name = KIND
+    request_type = ResizeRequest
+
     def __init__(
         self, deps: DrainDeps, changer: InstanceTypeChanger | None, catalog: Catalog | None = None
     ) -> None:
-        super().__init__(deps)
+        self.deps = deps
         self.changer = changer
         self.catalog = catalog or load_catalog()
-
-    # ------------------------------------------------------------------------------------ hooks
-
-    @staticmethod
-    def _is_resize(record: WorkflowRecord) -> bool:
-        return isinstance(record.details, ResizeDetails)
-
-    def _still_candidate(self, record: WorkflowRecord, report: NodeReport | None) -> tuple[bool, list[str]]:
-        if not self._is_resize(record):
-            return super()._still_candidate(record, report)
-        blocking = resize_blockers(report, record.execution_id)
-        return not blocking, blocking
-
-    def _holders_block(self, record: WorkflowRecord) -> bool:
-        # The workload of a busy node is what a resize moves; the eviction API and its PDBs still apply.
-        return False if self._is_resize(record) else super()._holders_block(record)
-
-    def _after_drain(self, record: WorkflowRecord) -> str:
-        return "stop" if self._is_resize(record) else super()._after_drain(record)
+        self.drain = DrainSteps(deps, RULES)
+        self.ops = self.drain.ops
 
     def _changer(self) -> InstanceTypeChanger:
         if self.changer is None:
             raise PermanentError("resize_not_configured")
         return self.changer
 
+    def request_approval(self, execution_id: str, task_token: str | None) -> StepResult:
+        """The drain's approval request."""
+        return self.drain.request_approval(execution_id, task_token)
+
     # ------------------------------------------------------------------------------------ entry
 
     def start(self, request: DrainRequest) -> WorkflowRecord:
-        """Create the record; a :class:`ResizeRequest` makes a resize record (idempotent like the drain's)."""
-        if not isinstance(request, ResizeRequest):
-            return super().start(request)
+        """Create the resize's record (idempotent: an existing one is returned, or resumed for the healer)."""
+        assert isinstance(request, ResizeRequest)
         existing = self.deps.state.load(request.execution_id)
         if existing is not None:
-            if request.resume and self._is_resize(existing) and existing.status == "running":
+            if (
+                request.resume
+                and isinstance(existing.details, ResizeDetails)
+                and existing.status == "running"
+            ):
                 return self._resume(existing, request.resume)
             return existing
-        now = self._now()
-        record = WorkflowRecord(
-            execution_id=request.execution_id,
-            node=request.node,
-            instance_id=None,
-            step="validate",
-            status="running",
-            started_at=now,
-            deadline=now + timedelta(seconds=self.deps.policy.drain_timeout),
-            details=ResizeDetails(
+        return self.ops.create(
+            request,
+            ResizeDetails(
                 kind=KIND,
                 trigger=request.trigger,
                 offhours=False,
@@ -200,7 +129,6 @@ class ResizeWorkflow(DrainWorkflow):
                 target_type=request.target_type,
             ),
         )
-        return self.deps.state.save(record, expected_version=0)
 
     def _resume(self, record: WorkflowRecord, epoch: int) -> WorkflowRecord:
         """Take up a resize whose workflow died after the stop, for the healer that took its lease back
@@ -221,17 +149,17 @@ class ResizeWorkflow(DrainWorkflow):
             lease is None
             or lease.owner != record.execution_id
             or lease.epoch != epoch
-            or lease.expired(self._now())
+            or lease.expired(self.ops.now())
         ):
             log.warning("resize %s: restart %d superseded (lease %s)", record.execution_id, epoch, lease)
             return replace(record, status="abandoned")
         if record.lease_epoch != epoch:
             why = f"workflow died at step {record.step}; restarted by the healer (lease epoch {epoch})"
             resumes = resize_details(record).resumes + 1
-            record = self._save(
+            record = self.ops.save(
                 record, lease_epoch=epoch, details=resize_details(record).but(resumes=resumes)
             )
-            self._ledger(record, f"heal:{epoch}", "applied", f"resumed: {why}")
+            self.ops.ledger(record, f"heal:{epoch}", "applied", f"resumed: {why}")
             self.deps.cluster.emit_event(record.node, "ResizeResumed", f"rightsizer: {why}", warning=True)
             before_ready = record.step in ("stop", "stopped", "set_type", "start")
             if before_ready and not resize_details(record).restoring:
@@ -247,13 +175,15 @@ class ResizeWorkflow(DrainWorkflow):
         original type and start it, then uncordon once its Node is Ready (the workflow goes on)."""
         record = self.deps.state.load(execution_id)
         if record is None or not isinstance(record.details, ResizeDetails) or not record.details.stopping:
-            return super().rollback(execution_id, reason, status=status, step=step)
+            return self.drain.rollback(execution_id, reason, status=status, step=step)
         if record.status != "running":
             return StepResult(execution_id, step, None, record.status, 0.0, "already finished")
         if resize_details(record).restoring:
             # A failure while restoring: keep trying the restore from where it stands.
-            if self._now() <= self._deadline(record) + timedelta(seconds=self.deps.policy.resize_timeout):
-                return self._next(record, step, "stopped", wait=POLL_S, message=f"restoring after: {reason}")
+            if self.ops.now() <= self._deadline(record) + timedelta(seconds=self.deps.policy.resize_timeout):
+                return self.ops.next(
+                    record, step, "stopped", wait=POLL_S, message=f"restoring after: {reason}"
+                )
             assert record.instance_id is not None
             if self._changer().describe(record.instance_id).state in ("running", "pending"):
                 return self._give_up(record, f"restore failed: {reason}")
@@ -265,43 +195,53 @@ class ResizeWorkflow(DrainWorkflow):
             self.deps.cluster.emit_event(
                 record.node, "ResizeRestoreRetrying", f"rightsizer: {message}", warning=True
             )
-            return self._next(record, step, "stopped", wait=RESTORE_RETRY_S, message=f"retrying: {message}")
+            return self.ops.next(
+                record, step, "stopped", wait=RESTORE_RETRY_S, message=f"retrying: {message}"
+            )
         return self._restore(record, reason, step=step)
 
     # ------------------------------------------------------------------------------------ steps
 
-    def steps(self, kind: str) -> Mapping[str, StepFn]:
-        """A resize record's step table: the drain's, its own validate, and after the drain (wait) stop →
-        stopped → set_type → start → ready → uncordon; any other kind's is the drain's."""
-        if kind != KIND:
-            return super().steps(kind)
+    def steps(self) -> Mapping[str, StepFn]:
+        """validate (its own) → approval → cordon → revalidate → evict → wait (the drain's) → stop → stopped →
+        set_type → start → ready → uncordon, and ``rollback`` (an uncordon retried, before the stop)."""
+        d = self.drain
         return {
-            **super().steps(kind),
-            "validate": self._step_resize_validate,
-            "stop": self._step_stop,
-            "stopped": self._step_stopped,
-            "set_type": self._step_set_type,
-            "start": self._step_start,
-            "ready": self._step_ready,
-            "uncordon": self._step_uncordon,
+            "validate": self.validate,
+            "approval": d.approval,
+            "cordon": d.cordon,
+            "revalidate": d.revalidate,
+            "evict": d.evict,
+            "wait": d.wait,
+            "stop": self.stop,
+            "stopped": self.stopped,
+            "set_type": self.set_type,
+            "start": self.start_instance,
+            "ready": self.ready,
+            "uncordon": self.uncordon,
+            "rollback": d.retry_rollback,
         }
 
-    def _step_resize_validate(self, record: WorkflowRecord) -> StepResult:
-        deps, now, policy = self.deps, self._now(), self.deps.policy
+    def validate(self, record: WorkflowRecord) -> StepResult:
+        """The resize's eligibility on fresh facts, the EC2 preflight, the lease and a budget slot."""
+        return self.drain.invalid_name(record) or self._validate(record)
+
+    def _validate(self, record: WorkflowRecord) -> StepResult:
+        deps, now, policy = self.deps, self.ops.now(), self.deps.policy
         node_obj = deps.cluster.get_node(record.node)
         if node_obj is None:
-            return self._end(record, "abandoned", "node_not_found", step="validate")
+            return self.ops.end(record, "abandoned", "node_not_found", step="validate")
         node = Node.model_validate(node_obj)
-        lease = deps.state.acquire(record.node, record.execution_id, now, self._ttl)
+        lease = deps.state.acquire(record.node, record.execution_id, now, self.ops.ttl)
         if lease is None:
-            return self._end(record, "abandoned", "lease_held_by_other", step="validate")
-        record = self._save(record, lease_epoch=lease.epoch, instance_id=node.instance_id)
+            return self.ops.end(record, "abandoned", "lease_held_by_other", step="validate")
+        record = self.ops.save(record, lease_epoch=lease.epoch, instance_id=node.instance_id)
         if node.spec.unschedulable and node.metadata.annotations.get(ANN_CORDONED_BY) != record.execution_id:
-            return self._end(record, "abandoned", "cordoned_by_other", step="validate")
+            return self.ops.end(record, "abandoned", "cordoned_by_other", step="validate")
         if node.instance_id is None:
-            return self._end(record, "abandoned", "node_group_unknown:no_provider_id", step="validate")
+            return self.ops.end(record, "abandoned", "node_group_unknown:no_provider_id", step="validate")
         if self.changer is None:
-            return self._end(record, "abandoned", "resize_not_configured", step="validate")
+            return self.ops.end(record, "abandoned", "resize_not_configured", step="validate")
         # The plan's own rule on fresh facts (domain.eligibility.resize_refusals): policy, Auto Scaling
         # membership, the fresh assessment, the opt-in tag, the instance's state, the target, instance-store
         # data and the AMI's driver against the target's GPU (issue 17), before any EC2 call or cordon.
@@ -317,7 +257,7 @@ class ResizeWorkflow(DrainWorkflow):
         )  # fmt: skip
         refusal = first_refusal_message(RESIZE_GUARDS, eligibility)
         if refusal is not None:
-            return self._end(record, "abandoned", refusal, step="validate")
+            return self.ops.end(record, "abandoned", refusal, step="validate")
         assert target_row is not None
         try:
             self.changer.preflight(
@@ -326,7 +266,7 @@ class ResizeWorkflow(DrainWorkflow):
         except TransientError:
             raise
         except PermanentError as exc:
-            return self._end(record, "abandoned", f"preflight:{exc}", step="validate")
+            return self.ops.end(record, "abandoned", f"preflight:{exc}", step="validate")
         slot = deps.state.take_slot(
             STANDALONE_GROUP,
             record.node,
@@ -338,12 +278,12 @@ class ResizeWorkflow(DrainWorkflow):
             min_size=0,
         )
         if not hasattr(slot, "taken_at"):
-            return self._end(
+            return self.ops.end(
                 record, "abandoned", getattr(slot, "reason", "disruption_budget_exhausted"), step="validate"
             )
-        pods, blocked = self._classify(*self._pods_and_budgets(record.node), record)
+        pods, blocked = self.drain.pods.classify(*self.drain.pods.pods_and_budgets(record.node), record)
         if blocked:
-            return self._end(record, "abandoned", "protected:" + ",".join(blocked), step="validate")
+            return self.ops.end(record, "abandoned", "protected:" + ",".join(blocked), step="validate")
         hourly = record.details.hourly_savings_usd
         if hourly is None and current_row and current_row.hourly_usd and target_row.hourly_usd:
             hourly = current_row.hourly_usd - target_row.hourly_usd
@@ -356,55 +296,57 @@ class ResizeWorkflow(DrainWorkflow):
             hourly_savings_usd=hourly,
             driver_check=driver_summary(eligibility),
         )
-        record = self._save(record, details=details)
+        record = self.ops.save(record, details=details)
         if record.details.dry_run:
             message = (
                 f"dry run: would cordon {record.node}, evict {len(pods)} pod(s), stop {node.instance_id}, "
                 f"change its type {facts.instance_type} -> {target} and start it"
             )
-            return self._end(record, "dry_run", message, step="validate")
-        return self._validated(record, report, f"validated; {len(pods)} pod(s) to evict")
+            return self.ops.end(record, "dry_run", message, step="validate")
+        return self.drain.validated(record, report, f"validated; {len(pods)} pod(s) to evict")
 
-    def _step_stop(self, record: WorkflowRecord) -> StepResult:
-        self._renew(record)
+    def stop(self, record: WorkflowRecord) -> StepResult:
+        self.ops.renew(record)
         deps = self.deps
         node_obj = deps.cluster.get_node(record.node)
         if node_obj is not None:
             node = Node.model_validate(node_obj)
             if node.metadata.annotations.get(ANN_CORDONED_BY) != record.execution_id:
                 return self.rollback(record.execution_id, "our cordon is gone; refusing to stop", step="stop")
-            pods, _ = self._classify(deps.cluster.list_pods_on_node(record.node), [], record, live=False)
+            pods, _ = self.drain.pods.classify(
+                deps.cluster.list_pods_on_node(record.node), [], record, live=False
+            )
             if pods:
-                return self._next(record, "stop", "evict", message="pods appeared; evicting again")
+                return self.ops.next(record, "stop", "evict", message="pods appeared; evicting again")
         instance = record.instance_id
         assert instance is not None
-        deadline = self._now() + timedelta(seconds=deps.policy.resize_timeout)
+        deadline = self.ops.now() + timedelta(seconds=deps.policy.resize_timeout)
         # Persisted before the call: from here on every failure restores the original type.
-        record = self._save(
+        record = self.ops.save(
             record, details=resize_details(record).but(stopping=True, resize_deadline=deadline)
         )
         self._changer().stop(instance)
         deps.cluster.emit_event(
             record.node, "Resizing", f"rightsizer stopped {record.instance_id} to resize it"
         )
-        return self._next(record, "stop", "stopped", wait=POLL_S, message=f"stopping {record.instance_id}")
+        return self.ops.next(record, "stop", "stopped", wait=POLL_S, message=f"stopping {record.instance_id}")
 
-    def _step_stopped(self, record: WorkflowRecord) -> StepResult:
-        self._renew(record)
+    def stopped(self, record: WorkflowRecord) -> StepResult:
+        self.ops.renew(record)
         assert record.instance_id is not None
         state = self._changer().describe(record.instance_id).state
         if state == "stopped":
-            return self._next(record, "stopped", "set_type", message=f"{record.instance_id} stopped")
+            return self.ops.next(record, "stopped", "set_type", message=f"{record.instance_id} stopped")
         if state in ("running", "pending") and resize_details(record).restoring:
-            return self._next(record, "stopped", "ready", wait=POLL_S, message="running again")
+            return self.ops.next(record, "stopped", "ready", wait=POLL_S, message="running again")
         if state == "running":
             self._changer().stop(record.instance_id)
-        if self._now() > self._deadline(record) and not resize_details(record).restoring:
+        if self.ops.now() > self._deadline(record) and not resize_details(record).restoring:
             return self._restore(record, f"deadline: still {state}", step="stopped")
-        return self._next(record, "stopped", "stopped", wait=POLL_S, message=f"waiting: {state}")
+        return self.ops.next(record, "stopped", "stopped", wait=POLL_S, message=f"waiting: {state}")
 
-    def _step_set_type(self, record: WorkflowRecord) -> StepResult:
-        self._renew(record)
+    def set_type(self, record: WorkflowRecord) -> StepResult:
+        self.ops.renew(record)
         assert record.instance_id is not None
         want = str(resize_details(record).want_type)
         try:
@@ -415,10 +357,10 @@ class ResizeWorkflow(DrainWorkflow):
             if resize_details(record).restoring:
                 raise
             return self._restore(record, f"modify refused: {exc}", step="set_type")
-        return self._next(record, "set_type", "start", message=f"type set to {want}")
+        return self.ops.next(record, "set_type", "start", message=f"type set to {want}")
 
-    def _step_start(self, record: WorkflowRecord) -> StepResult:
-        self._renew(record)
+    def start_instance(self, record: WorkflowRecord) -> StepResult:
+        self.ops.renew(record)
         assert record.instance_id is not None
         try:
             self._changer().start(record.instance_id)
@@ -427,33 +369,33 @@ class ResizeWorkflow(DrainWorkflow):
                 raise  # retried by the runner / the state machine; the rollback keeps restoring
             return self._restore(record, f"start failed: {exc}", step="start")
         want = resize_details(record).want_type
-        return self._next(record, "start", "ready", wait=POLL_S, message=f"starting as {want}")
+        return self.ops.next(record, "start", "ready", wait=POLL_S, message=f"starting as {want}")
 
-    def _step_ready(self, record: WorkflowRecord) -> StepResult:
+    def ready(self, record: WorkflowRecord) -> StepResult:
         """The Node is back: Ready, labelled with the wanted type, that type's GPUs allocatable."""
-        self._renew(record)
+        self.ops.renew(record)
         assert record.instance_id is not None
         want = str(resize_details(record).want_type)
         restoring = bool(resize_details(record).restoring)
         facts = self._changer().describe(record.instance_id)
         if facts.state in ("stopping", "stopped"):
             if restoring:
-                return self._next(record, "ready", "stopped", wait=POLL_S, message="fell back to stopped")
+                return self.ops.next(record, "ready", "stopped", wait=POLL_S, message="fell back to stopped")
             return self._restore(record, f"instance {facts.state} after start (capacity)", step="ready")
         missing = self._node_not_ready(record.node, want)
         if not missing:
-            return self._next(
+            return self.ops.next(
                 record, "ready", "uncordon", message=f"Node Ready as {want} with GPUs allocatable"
             )
-        now, deadline = self._now(), self._deadline(record)
+        now, deadline = self.ops.now(), self._deadline(record)
         if now > deadline and not restoring:
             return self._restore(record, f"deadline: {missing}", step="ready")
         if restoring and now > deadline + timedelta(seconds=self.deps.policy.resize_timeout):
             return self._give_up(record, f"restored to {want} but {missing}")
-        return self._next(record, "ready", "ready", wait=POLL_S, message=f"waiting: {missing}")
+        return self.ops.next(record, "ready", "ready", wait=POLL_S, message=f"waiting: {missing}")
 
-    def _step_uncordon(self, record: WorkflowRecord) -> StepResult:
-        self._renew(record)
+    def uncordon(self, record: WorkflowRecord) -> StepResult:
+        self.ops.renew(record)
         deps = self.deps
         # A Node that re-registered carries no cordon of ours: nothing to undo then.
         deps.cluster.uncordon(record.node, record.execution_id)
@@ -463,11 +405,11 @@ class ResizeWorkflow(DrainWorkflow):
             deps.cluster.emit_event(
                 record.node, "RolledBack", f"rightsizer restored {original}: {reason}", warning=True
             )
-            return self._end(record, "rolled_back", f"restored {original}: {reason}", step="uncordon")
+            return self.ops.end(record, "rolled_back", f"restored {original}: {reason}", step="uncordon")
         deps.cluster.emit_event(
             record.node, "Resized", f"rightsizer resized {record.instance_id} {original} -> {want}"
         )
-        return self._end(
+        return self.ops.end(
             record, "succeeded", f"resized {record.instance_id} {original} -> {want}", step="uncordon"
         )
 
@@ -480,13 +422,13 @@ class ResizeWorkflow(DrainWorkflow):
         """Go back to the original type: stop (if it runs), set the type, start, wait for the Node."""
         log.warning("resize %s of %s restores %s: %s", record.execution_id, record.node,
                     resize_details(record).original_type, reason)  # fmt: skip
-        deadline = self._now() + timedelta(seconds=self.deps.policy.resize_timeout)
+        deadline = self.ops.now() + timedelta(seconds=self.deps.policy.resize_timeout)
         details = resize_details(record)
         details = details.but(restoring=reason, want_type=details.original_type, resize_deadline=deadline)
         assert record.instance_id is not None
         if self._changer().describe(record.instance_id).state in ("running", "pending"):
             self._changer().stop(record.instance_id)
-        return self._next(
+        return self.ops.next(
             record, step, "stopped", wait=POLL_S, details=details, message=f"restoring: {reason}"
         )
 
@@ -497,7 +439,7 @@ class ResizeWorkflow(DrainWorkflow):
         except RightsizerError as exc:
             log.error("uncordon of %s failed: %s", record.node, exc)
         self.deps.cluster.emit_event(record.node, "ResizeFailed", f"rightsizer: {reason}", warning=True)
-        return self._end(record, "failed", reason, step="ready")
+        return self.ops.end(record, "failed", reason, step="ready")
 
     def _node_not_ready(self, name: str, want: str) -> str:
         """What is still missing on the Node (empty when it is Ready as ``want`` with its GPUs)."""
@@ -515,3 +457,12 @@ class ResizeWorkflow(DrainWorkflow):
         if node.allocatable_count(GPU_RESOURCE) < gpus:
             return f"{node.allocatable_count(GPU_RESOURCE)}/{gpus} GPUs allocatable"
         return ""
+
+
+class ResizeWorkflow(Executor):
+    """The executor of scale-ins and resizes (:class:`Executor` with :class:`ScaleIn` and :class:`Resize`)."""
+
+    def __init__(
+        self, deps: DrainDeps, changer: InstanceTypeChanger | None, catalog: Catalog | None = None
+    ) -> None:
+        super().__init__(deps, [ScaleIn(deps), Resize(deps, changer, catalog)])

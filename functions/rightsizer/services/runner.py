@@ -1,6 +1,6 @@
 """The in-process ``WorkflowStarter``: runs drain steps in this process (CLI, demo, ``serve``, tests).
 
-It calls exactly the step functions the Step Functions state machine calls (``DrainWorkflow.step``),
+It calls exactly the step functions the Step Functions state machine calls (``Executor.step``),
 waiting between them as the state machine's Wait state would, and retrying transient errors with the
 delay they ask for, a bounded number of times — then the drain rolls back.
 """
@@ -14,7 +14,8 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Final
 
 from rightsizer.domain.errors import RightsizerError, TransientError
-from rightsizer.services.drain import FINAL_STATUSES, DrainRequest, DrainWorkflow, StepResult
+from rightsizer.services.drain import FINAL_STATUSES, DrainRequest, StepResult
+from rightsizer.services.workflow.executor import Executor
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +43,7 @@ class InProcessRunner:
 
     def __init__(
         self,
-        workflow: DrainWorkflow,
+        workflow: Executor,
         *,
         sleep: Callable[[float], None] = time.sleep,
         progress: Progress | None = None,

@@ -36,7 +36,6 @@ from rightsizer.domain.model import (
     PodDisruptionBudget,
 )
 from rightsizer.domain.observation import METRICS_FORMAT, MetricQuery, observation_queries, target_matchers
-from rightsizer.domain.pod_parts import CompactObjects
 from rightsizer.domain.usage import ACTIVITY_METRICS, DEVICE_METRICS, UP, target_of
 from rightsizer.ports import (
     JSON,
@@ -174,33 +173,33 @@ def _lean_pod(item: JSON, gpu_nodes: frozenset[str]) -> JSON:
     }
 
 
-def _pod_projection(gpu_nodes: frozenset[str], compact: CompactObjects) -> Callable[[JSON], Pod | PodAddress]:
-    """The live plan's pods: a compact ``Pod`` (``CompactObjects.pod``: the fields the rules read, equal
-    parts stored once) when it is bound to a GPU node or not bound at all, otherwise only the
-    :class:`PodAddress` the series join reads (:func:`_lean_pod`'s fields; ``PodAddress.of`` interns
-    namespace and node names, so the many pods of one node or namespace share one string): issue 11
-    item 7."""
+def _address_or_pod(gpu_nodes: frozenset[str]) -> Callable[[Pod], Pod | PodAddress]:
+    """The live plan's pods: the compact ``Pod`` (``ClusterReader.list_models``: the fields the rules
+    read, equal parts made once) when it is bound to a GPU node or not bound at all, otherwise only the
+    :class:`PodAddress` the series join reads (``PodAddress.of`` interns namespace and node names, so the
+    many pods of one node or namespace share one string): issue 11 item 7.
 
-    def project(item: JSON) -> Pod | PodAddress:
-        lean = _lean_pod(item, gpu_nodes)
-        if lean is item:
-            return compact.pod(item)
-        # Validated like the Pod it stands for: a malformed item fails the same way. Only a bound pod
-        # is cut down (_lean_pod), so it always has an address.
-        pod = Pod.model_validate(lean)
-        return PodAddress.of(pod) or compact.pod(lean)
+    Finished pods (``Succeeded``, ``Failed``) are listed too, though no drain or placement rule counts
+    them: a DCGM series attributed to a pod that finished inside the idle window still joins its node by
+    that pod's name (``domain.join``), so a ``status.phase`` field selector could change a verdict."""
+
+    def project(pod: Pod) -> Pod | PodAddress:
+        node = pod.spec.nodeName
+        if not node or node in gpu_nodes:
+            return pod
+        return PodAddress.of(pod) or pod  # bound, so it always has an address
 
     return project
 
 
 def _projected_documents(cluster: ClusterReader) -> tuple[list[Node], dict[str, Any]]:
-    """The Kubernetes documents of a live plan, projected page by page (issue 11 item 7): the typed
-    objects the plan reads instead of the raw lists (``snapshot_dir`` accepts either)."""
-    compact = CompactObjects()
-    nodes = cluster.list_projected("nodes", compact.node)
+    """The Kubernetes documents of a live plan, projected page by page (issue 11 item 7) and decoded from
+    each page's bytes (issue 33 item 2): the typed objects the plan reads instead of the raw lists
+    (``snapshot_dir`` accepts either)."""
+    nodes = cluster.list_models(Node, _same)
     catalog = load_catalog()
     gpu_nodes = frozenset(n.name for n in nodes if is_gpu_node(n, catalog))
-    pods = cluster.list_projected("pods", _pod_projection(gpu_nodes, compact))
+    pods = cluster.list_models(Pod, _address_or_pod(gpu_nodes))
     documents = {
         "nodes.json": kubectl_list(nodes),
         "pods.json": kubectl_list(pods),
@@ -215,6 +214,10 @@ def _projected_documents(cluster: ClusterReader) -> tuple[list[Node], dict[str, 
         ),
     }
     return nodes, documents
+
+
+def _same(node: Node) -> Node:
+    return node
 
 
 def snapshot_meta(request: ObserveRequest) -> JSON:

@@ -128,11 +128,11 @@ class _Series:
 _SELECTOR = re.compile(r"^\s*([A-Za-z_:][A-Za-z0-9_:]*)\s*(?:\{(.*)\})?\s*$")
 _MATCHER = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_]*)\s*(=~|!~|=|!=)\s*"((?:[^"\\]|\\.)*)"\s*(?:,|$)')
 _TIMESTAMP = re.compile(r"^\s*timestamp\s*\((.*)\)\s*$")
-_MAX_OVER_TIME = re.compile(r"^\s*max_over_time\s*\((.*)\[(\d+)ms\]\s*\)\s*$")
-_STDDEV_OVER_TIME = re.compile(r"^\s*stddev_over_time\s*\((.*)\[(\d+)ms\]\s*\)\s*$")
-_AVG_OVER_TIME = re.compile(r"^\s*avg_over_time\s*\((.*)\[(\d+)ms\]\s*\)\s*$")
-_COUNT_OVER_TIME = re.compile(r"^\s*count_over_time\s*\((.*)\[(\d+)ms\]\s*\)\s*$")
-_NONFINITE = re.compile(r"^\s*\(\s*sum_over_time\s*\((.*)\[(\d+)ms\]\s*\)\s*\*\s*0\s*\)\s*!=\s*0\s*$")
+_MAX_OVER_TIME = re.compile(r"^\s*max_over_time\s*\((.*)\[(\d+(?:ms|s))\]\s*\)\s*$")
+_STDDEV_OVER_TIME = re.compile(r"^\s*stddev_over_time\s*\((.*)\[(\d+(?:ms|s))\]\s*\)\s*$")
+_AVG_OVER_TIME = re.compile(r"^\s*avg_over_time\s*\((.*)\[(\d+(?:ms|s))\]\s*\)\s*$")
+_COUNT_OVER_TIME = re.compile(r"^\s*count_over_time\s*\((.*)\[(\d+(?:ms|s))\]\s*\)\s*$")
+_NONFINITE = re.compile(r"^\s*\(\s*sum_over_time\s*\((.*)\[(\d+(?:ms|s))\]\s*\)\s*\*\s*0\s*\)\s*!=\s*0\s*$")
 
 
 @dataclass(frozen=True)
@@ -155,13 +155,20 @@ class _Query:
         return True
 
 
+def _range_ms(duration: str) -> int:
+    """A range selector's duration as ``domain.observation.prometheus_duration`` writes it (``1800s`` or
+    ``1799999ms``), in ms. Samples are then read in (t − range, t]: the replayed points are step
+    aggregates already, and a closed range would fold the previous step's point into each step."""
+    return int(duration[:-2]) if duration.endswith("ms") else int(duration[:-1]) * 1000
+
+
 def _parse_query(expr: str) -> _Query:
     """The supported expression ``expr`` is (``domain.usage.MetricQuery`` and format-1 snapshots).
 
     Raises:
         ValueError: anything but ``name``, ``name{l="v", l!="v"}``, ``timestamp(<sel>)``,
-            ``max_over_time``/``stddev_over_time``/``avg_over_time(<sel>[<n>ms])`` or
-            ``(sum_over_time(<sel>[<n>ms]) * 0) != 0``.
+            ``max_over_time``/``stddev_over_time``/``avg_over_time(<sel>[<n>ms|<n>s])`` or
+            ``(sum_over_time(<sel>[<n>ms|<n>s]) * 0) != 0``.
     """
     kind, inner, range_ms = "plain", expr, 0
     patterns = (
@@ -176,7 +183,7 @@ def _parse_query(expr: str) -> _Query:
         found = pattern.match(expr)
         if found is not None:
             kind, inner = name, found.group(1)
-            range_ms = int(found.group(2)) if found.lastindex and found.lastindex > 1 else 0
+            range_ms = _range_ms(found.group(2)) if found.lastindex and found.lastindex > 1 else 0
             break
     selector = _SELECTOR.match(inner)
     if selector is None:

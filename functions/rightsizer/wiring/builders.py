@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import logging
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -415,7 +415,7 @@ def build_cluster_writer(config: Config, *, page_size: int = 500) -> ClusterWrit
 def build_assessor(
     config: Config,
     policy: Policy,
-    observers: Observers,
+    observers: Observers | Callable[[], Observers],
     *,
     range_metrics: MetricsRangeReader | None = None,
     snoozes: SnoozeReader | None = None,
@@ -423,7 +423,8 @@ def build_assessor(
 ) -> PlanningAssessor:
     """The ``Assessor`` of the drain's validate/revalidate steps: a fresh plan of the one node asked about
     (``services.observe.observe_node_live``), whose cost does not grow with the cluster; ``snoozes`` protect nodes
-    people snoozed, ``leases`` the node groups being replaced or settling."""
+    people snoozed, ``leases`` the node groups being replaced or settling. ``observers`` may be a function
+    that builds them: called by the first assessment (a drain's Start task never observes, issue 33)."""
     from rightsizer.services.assess import PlanningAssessor
     from rightsizer.services.observe import observe_node_live
 
@@ -434,7 +435,12 @@ def build_assessor(
         snoozes=snoozes,
         leases=leases,
         observe_node=lambda node, now: observe_node_live(
-            config, policy, observers, node, now, range_metrics=range_metrics
+            config,
+            policy,
+            observers if isinstance(observers, Observers) else observers(),
+            node,
+            now,
+            range_metrics=range_metrics,
         ),
     )
 

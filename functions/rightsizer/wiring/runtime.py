@@ -53,10 +53,11 @@ if TYPE_CHECKING:
     from rightsizer.ports import MetricsRangeReader
     from rightsizer.services.approval import ApprovalDesk, ApprovalGate
     from rightsizer.services.assess import AssessmentDeps
-    from rightsizer.services.drain import DrainDeps, DrainWorkflow, StepResult
+    from rightsizer.services.drain import DrainDeps, StepResult
     from rightsizer.services.offhours import OffhoursDeps
     from rightsizer.services.runner import InProcessRunner
     from rightsizer.services.webhook import DuplicateGuard, WebhookIntake
+    from rightsizer.services.workflow.executor import Executor
     from rightsizer.services.workloads import WorkloadScaler
 
 __all__ = [
@@ -300,7 +301,7 @@ class Runtime:
         assessor = builders.build_assessor(
             self._config,
             policy,
-            self.observers,
+            lambda: self.observers,  # built by the first validate, not by a Start task (issue 33)
             range_metrics=self._range_metrics,
             snoozes=self.approvals,
             leases=self.state,
@@ -331,7 +332,7 @@ class Runtime:
         """The EC2 launch template calls of a managed node group replacement."""
         return builders.build_launch_templates(self._config)
 
-    def drain_workflow(self) -> DrainWorkflow:
+    def drain_workflow(self) -> Executor:
         """The drain workflow — drains, resizes of opted-in standalone instances and replacements of opted-in
         managed node groups — (one per call, around the current policy)."""
         from rightsizer.domain.planner import plan
