@@ -51,6 +51,10 @@ slowest request and query and the peak RSS over the sample). At 100 nodes one ru
 few 10 ms clock ticks of ``/proc`` accounting (``CLK_TCK``), so one run's ratio is mostly rounding; k
 runs make it k times as many ticks. The GC fence encloses the whole sample.
 
+``--anatomy`` then asks each request of the live path and each family of the floor alone, serially,
+GC-fenced, and prints each one's Prometheus CPU and answer size: where the live path's cost goes beyond
+the floor (a family's series selected once per query, each query's labelled answer encoded).
+
 ``--assess-rss`` then prints ``benchmarks/assess_memory.py``'s table for the same sizes: per N, the peak
 RSS of fresh processes doing the metrics part alone (N bare GPU nodes, ``collect_live``, ``plan``) and
 the whole assessment (the Kubernetes lists of N realistic GPU nodes with 15 pods each from the API double,
@@ -441,6 +445,57 @@ COLS = (
 )
 
 
+def anatomy(server: PrometheusServer, size: int, repeat: int) -> None:
+    """``--anatomy``: each request of the live path (``plan_queries``) and each family of the floor asked
+    alone, serially, GC-fenced like ``measure``: Prometheus CPU s (least of ``repeat``) and answer MiB.
+
+    Shows where the live path's Prometheus CPU goes beyond the floor: per query, the selection of a
+    family's series (what the floor pays once per family), the window pass, the answer's encoding."""
+    window = Window(end=END, seconds=WINDOW, step=STEP)
+    pid = server.process.pid
+
+    def cost(expr: str, start: float, end: float) -> tuple[float, float]:
+        best, size_mib = float("inf"), 0.0
+        with prom.PrometheusClient(server.url, timeout=600) as client:
+            for _ in range(repeat):
+                _server_gc(server.url)
+                g0 = _proc_cpu(pid)
+                _server_gc(server.url)
+                idle = _proc_cpu(pid) - g0
+                p0 = _proc_cpu(pid)
+                body = client.query_range_bytes(expr, start, end, STEP)
+                _server_gc(server.url)
+                best = min(best, _proc_cpu(pid) - p0 - idle)
+                size_mib = len(body) / 2**20
+        return best, size_mib
+
+    print(f"\nanatomy at {size} nodes (Prometheus CPU s, least of {repeat}; answer MiB):")
+    live_total = 0.0
+    for task in prom.plan_queries(window, job=f"n{size}"):
+        cpu, mib = cost(task.expr(STEP), *task.span(STEP))
+        live_total += cpu
+        print(f"{size:>6} live  {cpu:6.2f} {mib:8.2f}  {task.query.path}", flush=True)
+    floor_total = 0.0
+    for m in (*FAMILIES, "up"):
+        cpu, mib = cost(f'count(count_over_time({m}{{job="n{size}"}}[{WINDOW}s]))', END, END)
+        floor_total += cpu
+        print(f"{size:>6} floor {cpu:6.2f} {mib:8.2f}  {m}", flush=True)
+    print(
+        f"{size:>6} live {live_total:.2f} / floor {floor_total:.2f} = {_ratio(live_total, floor_total)} (serial)"
+    )
+    # One query per family carrying two window aggregates (``or`` of two functions, a marker label on one):
+    # each function still selects the family's series apart, and ``or`` adds a label-set join.
+    sel = f'DCGM_FI_DEV_FB_USED{{job="n{size}"}}[{WINDOW}s]'
+    combined = f'max_over_time({sel}) or label_replace(avg_over_time({sel}), "fact", "avg", "", "")'
+    for name, expr in (
+        ("max alone", f"max_over_time({sel})"),
+        ("avg alone", f"avg_over_time({sel})"),
+        ("max or avg", combined),
+    ):
+        cpu, mib = cost(expr, END, END)
+        print(f"{size:>6} FB_USED {name:<10} {cpu:6.2f} {mib:8.2f}", flush=True)
+
+
 def _ratio(a: float, b: float) -> str:
     return f"×{a / b:.2f}" if b > 1e-9 else "—"
 
@@ -597,6 +652,9 @@ def main(argv: list[str] | None = None) -> int:
         default="auto",
         help="runs of a method per measured sample, figures per run (auto: ⌈2000 / N⌉, 1 from 2,000 nodes)",
     )
+    parser.add_argument(
+        "--anatomy", action="store_true", help="also cost each live query and floor family alone, serially"
+    )
     parser.add_argument("--backfill-jobs", type=int, default=2, help="promtool processes at once")
     parser.add_argument("--backfill-only", action="store_true", help="build (or check) the TSDB and stop")
     parser.add_argument(
@@ -676,6 +734,9 @@ def main(argv: list[str] | None = None) -> int:
             print_ratios(rows)
             if args.repeat >= 3:
                 print_ratios(medians, "median of its samples, figure by figure")
+            if args.anatomy:
+                for size in sizes:
+                    anatomy(server, size, max(1, args.repeat))
             if args.assess_rss:
                 from assess_memory import assess_rss
 

@@ -222,7 +222,9 @@ def test_an_overdue_restore_fires_restore_overdue_with_its_node_group(
     world.aws.launch_ready = False
     world.aws.failures["eks-gpu-a10g-asg"] = [ice("eks-gpu-a10g-asg", MONDAY_MORNING + timedelta(seconds=7))]
     app = handler_module("offhours")
-    monkeypatch.setattr(app, "lambda_runtime", lambda: SimpleNamespace(offhours=lambda: world.deps))
+    monkeypatch.setattr(
+        "rightsizer.wiring.lambda_runtime", lambda: SimpleNamespace(offhours=lambda: world.deps)
+    )
 
     # WHEN the off-hours ticks run through the handler: at the restore, and past restore_deadline (30 min)
     world.clock[0] = MONDAY_MORNING
@@ -261,7 +263,7 @@ def test_an_assessment_whose_metric_queries_mostly_failed_fires_assessments_fail
         plans=MemoryPlans(),
     )
     assess = handler_module("assess")
-    monkeypatch.setattr(assess, "lambda_runtime", lambda: SimpleNamespace(assessment=lambda: deps))
+    monkeypatch.setattr("rightsizer.wiring.lambda_runtime", lambda: SimpleNamespace(assessment=lambda: deps))
     capsys.readouterr()
 
     # WHEN the assess handler runs the tick
@@ -366,7 +368,9 @@ def emitted_by_every_handler(
     world.aws.capacity["gpu-a10g"] = 0
     world.aws.launch_ready = False
     offhours = handler_module("offhours")
-    monkeypatch.setattr(offhours, "lambda_runtime", lambda: SimpleNamespace(offhours=lambda: world.deps))
+    monkeypatch.setattr(
+        "rightsizer.wiring.lambda_runtime", lambda: SimpleNamespace(offhours=lambda: world.deps)
+    )
     for minutes in (0, 31):
         world.clock[0] = MONDAY_MORNING + timedelta(minutes=minutes)
         offhours.handler(tick(world.clock[0], f"t-{minutes}"), LambdaContext())
@@ -394,7 +398,7 @@ def emitted_by_every_handler(
         plans=MemoryPlans(),
     )
     assess = handler_module("assess")
-    monkeypatch.setattr(assess, "lambda_runtime", lambda: SimpleNamespace(assessment=lambda: deps))
+    monkeypatch.setattr("rightsizer.wiring.lambda_runtime", lambda: SimpleNamespace(assessment=lambda: deps))
     summary = assess.handler(tick(AT, "assess-1"), LambdaContext())
     assert summary["started"], summary
 
@@ -402,7 +406,8 @@ def emitted_by_every_handler(
         raise MetricsFailed("13 of 14 Prometheus queries failed")
 
     monkeypatch.setattr(
-        assess, "lambda_runtime", lambda: SimpleNamespace(assessment=lambda: replace(deps, observe=unusable))
+        "rightsizer.wiring.lambda_runtime",
+        lambda: SimpleNamespace(assessment=lambda: replace(deps, observe=unusable)),
     )
     with pytest.raises(MetricsFailed):
         assess.handler(tick(AT, "assess-2"), LambdaContext())

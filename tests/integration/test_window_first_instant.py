@@ -2,7 +2,8 @@
 
 GIVEN scrapes on the step grid (phase 0, every 15 s), so one raw sample sits exactly at the window's
 first instant (end − W), and on each node that sample alone carries the fact under test,
-WHEN the live path (``collect_live``, the snapshot's very queries) reads a real Prometheus 2.x,
+WHEN the live path (``collect_live``) and the snapshot path (the files ``rightsizer snapshot`` records,
+read as ``plan --snapshot`` reads them) read a real Prometheus 2.x,
 THEN every kind of fact counts it: activity of either family (and its step), framebuffer and power
 maxima, the spread (a counter that moved only there), the average (a non-finite sample only there),
 the non-finite sum and the scrape count.
@@ -13,13 +14,17 @@ activity and 68 hosts' maximum framebuffer read wrong for exactly that reason).
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
 import pytest
 
 from rightsizer.adapters.prometheus import PrometheusClient, collect_live
+from rightsizer.adapters.snapshot_dir import _parse_matrix
 from rightsizer.domain.join import NodeJoiner
+from rightsizer.domain.observation import file_kind, observation_queries
+from rightsizer.domain.observation_signals import signals_from_observation
 from rightsizer.domain.policy import Policy
 from rightsizer.domain.usage import (
     ENERGY,
@@ -29,6 +34,7 @@ from rightsizer.domain.usage import (
     POWER,
     PROF_ACTIVE,
     UP,
+    CollectedSignals,
     DeviceSignals,
     Window,
 )
@@ -77,23 +83,41 @@ def _families() -> dict[str, list[tuple[dict[str, str], list[tuple[float, float]
     return families
 
 
+def _live(server: Any, joiner: NodeJoiner) -> CollectedSignals:
+    with PrometheusClient(server.url) as client:
+        return collect_live(client, joiner, Window(END, WINDOW, STEP), Policy(), "node")
+
+
+def _snapshot_files(server: Any, joiner: NodeJoiner) -> CollectedSignals:
+    """What ``rightsizer snapshot`` records (one file per ``observation_queries`` query), decoded as
+    ``plan --snapshot`` decodes it."""
+    files: dict[str, dict[str, Any]] = {}
+    with PrometheusClient(server.url) as client:
+        for q in observation_queries():
+            start, end = q.span(END, WINDOW, STEP)
+            doc = json.loads(client.query_range_raw(q.expr(STEP, WINDOW), start, end, STEP))
+            kind, stem = file_kind(q.path.removeprefix("metrics/").removesuffix(".json"))
+            files.setdefault(kind, {})[stem] = _parse_matrix(stem, doc)
+    return signals_from_observation(files, joiner, Window(END, WINDOW, STEP), Policy().gpu_activity_max_pct)
+
+
 @pytest.fixture(scope="module")
-def signals(prometheus_binaries: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, DeviceSignals]:
+def server(prometheus_binaries: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
     from tests.support.prometheus_server import openmetrics_lines, start_prometheus
 
     def write(path: Any) -> None:
         with path.open("w", encoding="utf-8") as f:
             f.writelines(line + "\n" for line in openmetrics_lines(_families()))
 
-    server = start_prometheus(prometheus_binaries, tmp_path_factory.mktemp("first"), write_openmetrics=write)
-    try:
-        base = snapshot([gpu_node(n, gpus=1, ip=f"10.8.0.{i}") for i, n in enumerate(CASES)], [], {})
-        with PrometheusClient(server.url) as client:
-            got = collect_live(
-                client, NodeJoiner(base.nodes, base.pods, "node"), Window(END, WINDOW, STEP), Policy(), "node"
-            )
-    finally:
-        server.stop()
+    started = start_prometheus(prometheus_binaries, tmp_path_factory.mktemp("first"), write_openmetrics=write)
+    yield started
+    started.stop()
+
+
+@pytest.fixture(scope="module", params=[_live, _snapshot_files], ids=["live", "snapshot"])
+def signals(server: Any, request: pytest.FixtureRequest) -> dict[str, DeviceSignals]:
+    base = snapshot([gpu_node(n, gpus=1, ip=f"10.8.0.{i}") for i, n in enumerate(CASES)], [], {})
+    got = request.param(server, NodeJoiner(base.nodes, base.pods, "node"))
     assert not got.problems, got.problems
     return {node: devices[0] for node, devices in got.devices.items()}
 
