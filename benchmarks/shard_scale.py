@@ -22,9 +22,10 @@ Cost per run (public us-east-1 prices, 2026-12): AWS Lambda x86 $0.0000166667 pe
 requests (https://aws.amazon.com/lambda/pricing/); Step Functions Standard $0.025 per 1,000 state
 transitions, a Distributed Map child execution's transitions included
 (https://aws.amazon.com/step-functions/pricing/); S3 Standard $0.005 per 1,000 PUT and $0.0004 per 1,000 GET
-requests (https://aws.amazon.com/s3/pricing/). Billed duration = the measured wall (the client's CPU on a
-quiet machine) plus ``--io-s-per-shard`` for what a shard waits on the API server and Prometheus (an
-assumption stated in the output), at the template's memory sizes.
+requests (https://aws.amazon.com/s3/pricing/). Billed duration = the measured CPU seconds (single-threaded
+and CPU-bound: a Lambda's wall on its own vCPU; this machine's wall is inflated by its neighbours) plus
+``--io-s-per-shard`` for what a shard waits on the API server and Prometheus (an assumption stated in the
+output), at the template's memory sizes.
 
 Usage: ``timeout 3600 .venv/bin/python benchmarks/shard_scale.py [--nodes 100000] [--per-shard 1000]``.
 """
@@ -284,8 +285,10 @@ def cost(
     shards: int, shard: dict[str, Any], merge: dict[str, Any], io_s: float
 ) -> list[tuple[str, float, str]]:
     """(item, USD, basis) of one run."""
-    shard_s = shard["wall_s"] + io_s
-    merge_s = merge["wall_s"]
+    # CPU-bound single-threaded work: on a Lambda's own vCPU its wall is its CPU time (this machine's wall
+    # is inflated by whatever else runs on its two cores)
+    shard_s = shard["cpu_s"] + io_s
+    merge_s = merge["cpu_s"]
     prepare_s = 0.05 * shards  # a Node list and one S3 PUT per shard (not measured: Node decoding ~ merge's)
     lambda_gb_s = (
         shards * shard_s * SHARD_MB / 1024
@@ -347,7 +350,7 @@ def main() -> int:
         + ", ".join(f"{k[2:]} {v}" for k, v in merge.items() if k.startswith("v_"))
     )
     print(
-        f"\ncost of one run (us-east-1; shard billed = wall + {args.io_s_per_shard:.0f} s assumed API server/Prometheus waits)"
+        f"\ncost of one run (us-east-1; billed = CPU s, a shard + {args.io_s_per_shard:.0f} s assumed API server/Prometheus waits)"
     )
     for item, usd, basis in rows:
         print(f"  {item:<18}${usd:>9.4f}   {basis}")

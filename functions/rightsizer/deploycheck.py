@@ -6,7 +6,8 @@ would use (``samconfig.toml``'s ``parameter_overrides`` over the template's defa
 CloudFormation and the functions will:
 
 - every override names a parameter of ``template.yaml`` (a renamed parameter is reported with the new name);
-- every value matches the parameter's ``AllowedValues`` / ``AllowedPattern``;
+- every value matches the parameter's ``AllowedValues`` / ``AllowedPattern``, and a ``Type: Number`` one is a
+  number within ``MinValue`` / ``MaxValue``;
 - the environment the template gives the functions (``Globals.Function.Environment``) goes through exactly
   the code the functions run at a cold start — :meth:`rightsizer.wiring.settings.DeploymentSettings.from_env`
   and :func:`rightsizer.wiring.settings.config_from_settings` (policy, off-hours timetable, drain timeout vs
@@ -210,7 +211,7 @@ def _parameter_values(
     problems: list[str],
 ) -> dict[str, str]:
     """Each parameter's value (override, else default) checked as CloudFormation checks it
-    (``AllowedValues``, ``AllowedPattern``) and a ``*Timezone`` against the zone database."""
+    (``AllowedValues``, ``AllowedPattern``, a ``Number``'s bounds) and a ``*Timezone`` against the zone database."""
     values: dict[str, str] = {}
     for name, spec in parameters.items():
         value = overrides.get(name, spec.get("Default"))
@@ -225,6 +226,8 @@ def _parameter_values(
         if pattern is not None and re.fullmatch(pattern, value) is None:
             why = spec.get("ConstraintDescription", f"must match {pattern}")
             problems.append(f"{source}: {name}: {value!r}: {why}")
+        if spec.get("Type") == "Number":
+            problems += _number_problems(name, value, spec, source)
         if name.endswith("Timezone") and value not in _zones():
             close = difflib.get_close_matches(value, sorted(_zones()), n=1, cutoff=0.6)
             fix = (
@@ -234,6 +237,21 @@ def _parameter_values(
             )
             problems.append(f"{source}: {name}: {value!r} is not a time zone of the IANA database; {fix}")
     return values
+
+
+def _number_problems(name: str, value: str, spec: Mapping[str, Any], source: str) -> list[str]:
+    """A ``Type: Number`` parameter's value checked as CloudFormation checks it at deploy: a number
+    (integer or float) within ``MinValue`` / ``MaxValue`` (both inclusive)."""
+    try:
+        number = float(value)
+    except ValueError:
+        return [f"{source}: {name}: {value!r}: not a number"]
+    low, high = spec.get("MinValue"), spec.get("MaxValue")
+    if (low is not None and number < float(low)) or (high is not None and number > float(high)):
+        lowest = "" if low is None else f"at least {low}"
+        highest = "" if high is None else f"at most {high}"
+        return [f"{source}: {name}: {value!r}: must be {' and '.join(filter(None, (lowest, highest)))}"]
+    return []
 
 
 def deployment_warnings(overrides: Mapping[str, str], *, source: str) -> list[str]:

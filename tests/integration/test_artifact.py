@@ -78,6 +78,25 @@ def test_every_function_uses_the_makefile_builder() -> None:
     )
 
 
+def test_functions_makefile_builds_every_function_of_the_template(tmp_path: Path) -> None:
+    # `sam build` runs `make build-<LogicalId>` in functions/ for every makefile-built function: a
+    # function the Makefile has no rule for stops the whole build ("No rule to make target").
+    template = yaml.load((ROOT / "template.yaml").read_text(), Loader=_Tagged)
+    built = [
+        name
+        for name, res in template["Resources"].items()
+        if res["Type"] == "AWS::Serverless::Function"
+        and res.get("Metadata", {}).get("BuildMethod") == "makefile"
+    ]
+    no_rule = {}
+    for name in built:
+        dry = ["make", "-n", "-C", str(ROOT / "functions"), f"build-{name}", f"ARTIFACTS_DIR={tmp_path}"]
+        done = subprocess.run(dry, capture_output=True, text=True, timeout=60)
+        if done.returncode != 0:
+            no_rule[name] = done.stderr.strip().splitlines()[-1:]
+    assert no_rule == {}
+
+
 def test_artifact_leaves_out_the_doubles_and_demo_data(artifact: Path) -> None:
     assert {p.name for p in artifact.iterdir()} >= {
         "assess",

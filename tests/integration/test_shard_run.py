@@ -164,3 +164,40 @@ def test_a_run_while_another_holds_the_lock_assesses_nothing(
     assert interpreter.map_runs == []
     held = state.get(RUN_LOCK)
     assert held is not None and held.owner == "assess-earlier"
+
+
+def test_a_failed_shard_fails_the_run_gives_the_lock_back_and_decides_nothing(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    endpoint = str(deployment.sfn.meta.endpoint_url)
+    boto3.client("s3", region_name="us-east-1", endpoint_url=endpoint).create_bucket(Bucket=BUCKET)
+    monkeypatch.setenv("RIGHTSIZER_SHARD_BUCKET", BUCKET)
+    monkeypatch.setenv("RIGHTSIZER_SHARD_GPU_NODES_PER_SHARD", "1")
+    clear_lambda_runtime()
+    plans = DynamoDbPlans(deployment.dynamodb, TABLE, deployment.cluster.cluster)
+    # GIVEN one shard whose reads keep failing (its node's pod list, every attempt)
+    import rightsizer.services.shard as service
+
+    real = service.pods_on
+
+    def failing(reader: Any, nodes: Any) -> Any:
+        if "gpu-busy" in nodes:
+            raise RuntimeError("the API server timed out listing the pods of gpu-busy")
+        return real(reader, nodes)
+
+    monkeypatch.setattr(service, "pods_on", failing)
+    interpreter, calls = machine(endpoint)
+
+    # WHEN the run goes
+    execution = interpreter.run({"at": event("assess-tick")["scheduled_time"]}, "assess-broken")
+
+    # THEN it fails as a whole after the shard's retries: no merge, no plan, no drain
+    assert (execution.status, execution.error) == ("FAILED", "ShardedAssessmentFailed")
+    kinds = [kind for kind, _ in calls]
+    assert "merge" not in kinds and kinds[-1] == "release"
+    assert kinds.count("observe") == 3 + 2  # three shards, the broken one retried twice (States.TaskFailed)
+    assert plans.plans(limit=1) == []
+    assert deployment.sfn.list_executions(stateMachineArn=deployment.state_machine_arn)["executions"] == []
+    # AND the lock is free for the next tick
+    state = DynamoDbState(deployment.dynamodb, TABLE, deployment.cluster.cluster)
+    assert state.get(RUN_LOCK) is None

@@ -425,6 +425,29 @@ def test_cli_trace_json_is_labelled_activity_only(tmp_path: Path, capsys: pytest
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.parametrize("why", ["no matplotlib", "no such directory"])
+def test_a_plot_that_cannot_be_written_stops_before_the_replay(
+    why: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The packaged trace replays for minutes: a --plot that would fail at the end must fail first.
+    import sys
+
+    from rightsizer.backtest import report
+
+    path = _write_trace(tmp_path / "t.csv.gz", [(0.0, 57.0 * k, "d" * 32) for k in range(60)])
+    plot = tmp_path / "bt.png"
+    if why == "no matplotlib":
+        monkeypatch.setitem(sys.modules, "matplotlib", None)
+    else:
+        plot = tmp_path / "missing" / "bt.png"
+    replays: list[object] = []
+    monkeypatch.setattr(report, "run_backtest", lambda *a: replays.append(a))
+    assert main(["backtest", "--trace", str(path), "--plot", str(plot)]) == 2
+    assert replays == []
+    err = capsys.readouterr().err
+    assert "--plot" in err and ("gpu-rightsizer[plot]" in err if why == "no matplotlib" else "missing" in err)
+
+
 def test_cli_table_and_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = _write_trace(tmp_path / "t.csv.gz", [(0.0, 57.0 * k, "d" * 32) for k in range(60)])
     assert main(["backtest", "--trace", str(path)]) == 0

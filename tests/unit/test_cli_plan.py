@@ -175,3 +175,18 @@ def test_snapshot_into_a_non_empty_directory_exits_2_before_contacting_anything(
     assert main(["snapshot", "--config", str(config), "--out", str(out)]) == 2
     assert "--out" in capsys.readouterr().err
     assert (out / "keep.txt").read_text() == "mine"
+
+
+def test_a_reader_that_stops_early_is_no_failure(snap_dir: Path) -> None:
+    # `rightsizer plan ... | head` : the reader closed the pipe; nothing failed, so nothing may say so
+    # (no "failed: BrokenPipeError", no interpreter noise at exit), and the exit code is a quiet 1.
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "rightsizer.cli", "plan", "--snapshot", str(snap_dir)]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    proc.stdout.close()  # the reader is gone before the first line is written
+    _, err = proc.communicate(timeout=60)
+    assert err == ""
+    assert proc.returncode == 1

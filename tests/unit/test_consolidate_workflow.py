@@ -3,7 +3,10 @@ scale-in, the placement re-run right before the first eviction, and the abort wh
 
 from __future__ import annotations
 
+import logging
 from typing import Any
+
+import pytest
 
 from rightsizer.domain.policy import Policy
 from rightsizer.services.assess import PlanningAssessor
@@ -41,7 +44,10 @@ def _until_evict(wf: ConsolidateWorkflow) -> Any:
     return record
 
 
-def test_a_consolidation_drains_and_removes_the_node_like_a_scale_in() -> None:
+def test_a_consolidation_drains_and_removes_the_node_like_a_scale_in(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO)
     world = _world()
     wf = _workflow(world)
     record = _until_evict(wf)
@@ -53,6 +59,8 @@ def test_a_consolidation_drains_and_removes_the_node_like_a_scale_in() -> None:
     assert record.status == "succeeded", record
     assert record.details["placement_checked"]
     assert world.scaler.terminated == ["i-1"]
+    # the end is logged under the workflow's own kind (a resize or a replacement is no "drain")
+    assert "consolidate exec-1 of gpu-1 ended succeeded" in caplog.text
 
 
 def test_the_move_checked_before_the_first_eviction_aborts_when_the_room_is_gone() -> None:

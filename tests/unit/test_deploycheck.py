@@ -84,6 +84,24 @@ def test_each_mistake_is_named_before_deploying(overrides: dict[str, str], needl
     assert any(needle in p for p in found), found
 
 
+NUMBERS = {n: s for n, s in template_parameters(TEMPLATE).items() if s.get("Type") == "Number"}
+
+
+@pytest.mark.parametrize("name", sorted(NUMBERS))
+def test_every_number_parameter_is_checked_like_cloudformation_checks_it(name: str) -> None:
+    # CloudFormation refuses a Number parameter that is not a number or lies outside [MinValue, MaxValue]
+    # at `sam deploy`; validate must say so first, naming the parameter (and only then).
+    spec = NUMBERS[name]
+    assert not [p for p in problems(**{name: str(spec["Default"])}) if f"{name}:" in p]
+    assert any(f"{name}: 'ten': not a number" in p for p in problems(**{name: "ten"}))
+    for bound, outside in (("MinValue", -1), ("MaxValue", 1)):
+        if bound in spec:
+            assert not [p for p in problems(**{name: str(spec[bound])}) if f"{name}:" in p]
+            value = str(spec[bound] + outside)
+            found = problems(**{name: value})
+            assert any(p.startswith(f"samconfig.toml: {name}: {value!r}: ") for p in found), found
+
+
 def test_every_parameter_is_described_grouped_and_the_schedule_names_cannot_be_confused() -> None:
     parameters = template_parameters(TEMPLATE)
     from rightsizer.deploycheck import _template

@@ -6,7 +6,9 @@ costs ~0.7 s on first import and the webhook, which imports nothing of Kubernete
 pay it. Responses are read raw (``_preload_content=False``) and parsed with ``json``: that is exactly the
 API server's JSON — what ``kubectl get -o json`` prints — including fields newer than the client's models,
 RFC 3339 timestamps unchanged (``sanitize_for_serialization`` rewrites ``Z`` as ``+00:00`` and drops
-unknown fields) and several times faster than deserializing into models and back.
+unknown fields) and several times faster than deserializing into models and back. The assessment's
+Node and Pod lists (:meth:`KubernetesCluster.list_models`) skip the dicts too: each page's bytes are
+decoded by msgspec straight into the plan's compact models (:mod:`rightsizer.adapters.kubernetes_models`).
 
 Authentication: either a kubeconfig context (CLI; exec plugins such as ``aws eks get-token`` keep working)
 or, on EKS from Lambda, the endpoint and CA from ``eks:DescribeCluster`` and a bearer token from
@@ -57,6 +59,8 @@ import logging
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final, TypeVar
+
+import msgspec
 
 from rightsizer.adapters.eks_auth import EksTokenSource
 from rightsizer.adapters.kubernetes_errors import (
@@ -451,8 +455,6 @@ class KubernetesCluster(KubernetesNodeWrites, KubernetesWorkloadWrites):
         pages = ModelPages(kind)
 
         def decode(data: bytes) -> tuple[list[T], str | None]:
-            import msgspec
-
             try:
                 objects, token = pages.page(data)
             except msgspec.DecodeError as exc:  # ValidationError included: a type or a required field

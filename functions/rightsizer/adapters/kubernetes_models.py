@@ -145,7 +145,11 @@ def _kind_struct(kind: type[BaseModel]) -> Any:
     return msgspec.defstruct(f"_{kind.__name__}", fields, kw_only=True, gc=False)
 
 
-_DECODERS: Final = {kind: msgspec.json.Decoder(Page[_kind_struct(kind)]) for kind in (Node, Pod)}  # type: ignore[misc]
+@functools.cache
+def _decoder(kind: type[BaseModel]) -> Any:
+    """The page decoder of ``kind``, made on first use (generating the structs is not free: it is not
+    paid by a cold start that never lists)."""
+    return msgspec.json.Decoder(Page[_kind_struct(kind)])  # type: ignore[misc]
 
 
 # ------------------------------------------------------------------------------------- struct → model
@@ -362,7 +366,7 @@ class ModelPages(Generic[M]):
 
     def __init__(self, kind: type[M]) -> None:
         self.kind: type[M] = kind
-        self._decode = _DECODERS[kind].decode
+        self._decode = _decoder(kind).decode
         self._models = _Models(kind)
 
     def page(self, data: bytes) -> tuple[list[M], str | None]:

@@ -25,6 +25,22 @@ BASELINE_STYLE: dict[str, tuple[object, str]] = {
 }
 
 
+def check_plot_target(path: str | Path) -> None:
+    """Fail before any replay when ``--plot`` could not be written at its end (a backtest can take
+    minutes): matplotlib must be importable and ``path``'s directory must exist.
+
+    Raises:
+        ConfigError: matplotlib is not installed, or the directory is missing (field ``--plot``).
+    """
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        raise ConfigError("--plot needs matplotlib: pip install 'gpu-rightsizer[plot]'", field="--plot")
+    folder = Path(path).parent
+    if not folder.is_dir():
+        raise ConfigError(f"{folder} is not a directory: create it, or plot elsewhere", field="--plot")
+
+
 def plot_report(report: BacktestReport, path: str | Path, frontier: Frontier | None = None) -> Path:
     """Draw three panels sharing the time axis (hours from the history's start) and save a PNG.
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -75,6 +76,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         # a missing AWS region/credentials under it names its own fix, not the caller's guess at a cause
         print(f"rightsizer: error: {_aws_setup_error(exc) or exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except BrokenPipeError:
+        # The reader of stdout stopped early (`rightsizer plan ... | head`): nothing failed, so nothing says
+        # so; stdout goes to /dev/null so the interpreter's flush at exit cannot raise again (Python docs,
+        # "Note on SIGPIPE"), and the exit code is 1, as Python's own on EPIPE.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_FAILED
     except Exception as exc:  # one line naming the fix, never a traceback (-v logs it)
         setup = _aws_setup_error(exc)
         if setup is not None:

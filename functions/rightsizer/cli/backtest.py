@@ -145,6 +145,10 @@ def cmd_backtest(args: argparse.Namespace) -> int:
     )
     from rightsizer.backtest.simulate import SimModel, WarmPoolModel
 
+    if args.plot:
+        from rightsizer.backtest.plot import check_plot_target
+
+        check_plot_target(args.plot)  # before the replay, not after minutes of it
     price = args.unserved_gpu_minute_usd
     if price is not None and price < 0:
         raise ConfigError("the price cannot be negative", field="--unserved-gpu-minute-usd")

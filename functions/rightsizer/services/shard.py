@@ -142,9 +142,15 @@ SignalsReader = Callable[[Sequence[Node], Sequence[Pod]], ShardPartial]
 
 
 def pods_on(reader: PodsOnNode, nodes: Sequence[str]) -> list[Pod]:
-    """The pods bound to ``nodes``: one ``fieldSelector=spec.nodeName=<node>`` list each (the kubelet's
-    own query, answered from the API server's watch cache by its node-name index), a few at a time;
-    sorted as the API lists them (namespace, name)."""
+    """The pods bound to ``nodes``: one ``fieldSelector=spec.nodeName=<node>`` list each, a few at a time;
+    sorted as the API lists them (namespace, name).
+
+    It is the kubelet's own query: the API server's pod cacher keeps an index on ``spec.nodeName``
+    (kubernetes ``pkg/registry/core/pod/storage/storage.go``, and lists served from the watch cache use the
+    store's indexes: KEP 4933 "cacher label index", kubernetes/enhancements @2581defd,
+    ``keps/sig-api-machinery/4933-cacher-label-index/README.md``), so a shard's reads cost in its own pods,
+    where a ``labelSelector`` cannot name a node and a whole list would read every pod of the cluster.
+    The Kubernetes double answers the same selector (``testing/k8s/selectors``)."""
 
     def one(node: str) -> list[JSON]:
         return reader.list_pods(field_selector=f"spec.nodeName={node}")

@@ -158,7 +158,9 @@ class RecordOps:
         }
         booked = status == "succeeded" if savings is None else savings
         self.ledger(record, step, result.get(status, "applied"), reason, savings=booked)
-        log.info("drain %s of %s ended %s: %s", record.execution_id, record.node, status, reason)
+        log.info(
+            "%s %s of %s ended %s: %s", record.details.kind, record.execution_id, record.node, status, reason
+        )
         return StepResult(record.execution_id, step, None, status, 0.0, reason)
 
     def next(
