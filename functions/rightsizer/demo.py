@@ -71,7 +71,7 @@ def run_demo(*, json_output: bool = False, out: TextIO | None = None, err: TextI
 
     def progress(result: StepResult) -> None:
         print(
-            f"  drain {result.execution_id[:24]}…  {result.step:<10} → {result.next_step or result.status:<10} {result.message}",
+            f"  {result.kind or 'workflow'} {result.execution_id[:24]}…  {result.step:<10} → {result.next_step or result.status:<10} {result.message}",
             file=err,
             flush=True,
         )

@@ -105,3 +105,18 @@ def test_a_consolidation_with_the_policy_off_is_abandoned_at_validate() -> None:
     wf.step(record.execution_id)
     record = wf.deps.state.load(record.execution_id)
     assert record.status == "abandoned" and "consolidation_off" in str(record.details)
+
+
+def test_every_step_result_names_its_workflow_kind() -> None:
+    # Progress lines (`rightsizer demo`, the CLI's log) print the kind: a consolidation, a resize or a
+    # replacement is no "drain".
+    from rightsizer.services.runner import InProcessRunner
+
+    world = _world()
+    seen: list[str] = []
+    runner = InProcessRunner(
+        _workflow(world), sleep=world.clock.advance, progress=lambda r: seen.append(r.kind)
+    )
+    runner.start(ConsolidateRequest("gpu-1", "exec-1", moves=MOVES))
+    assert seen and set(seen) == {"consolidate"}
+    assert runner.results["exec-1"].kind == "consolidate"

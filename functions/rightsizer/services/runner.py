@@ -71,7 +71,7 @@ class InProcessRunner:
         record = self.workflow.start(request)
         if record.status in FINAL_STATUSES:
             self.results[request.execution_id] = StepResult(
-                request.execution_id, "start", None, record.status, 0.0, "nothing to run"
+                request.execution_id, "start", None, record.status, 0.0, "nothing to run", record.details.kind
             )
             return request.execution_id
         if self._pool is not None:

@@ -83,7 +83,8 @@ Progress = Callable[["StepResult"], None]
 
 def _log_progress(result: StepResult) -> None:
     log.info(
-        "drain %s: %s -> %s %s",
+        "%s %s: %s -> %s %s",
+        result.kind or "workflow",
         result.execution_id,
         result.step,
         result.next_step or result.status,

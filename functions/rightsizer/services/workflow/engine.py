@@ -41,6 +41,9 @@ class StepResult:
     status: str
     wait_seconds: float = 0.0
     message: str = ""
+    #: The workflow's kind (``scale_in``, ``consolidate``, ``resize_instance``, ...), stamped by the
+    #: executor so progress lines name it; "" when no record was read.
+    kind: str = ""
 
     @property
     def finished(self) -> bool:

@@ -14,6 +14,7 @@ record's kind from the table of kinds (the facts model's ``kind``) and runs its 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Protocol
 
 from rightsizer.domain.errors import PermanentError
@@ -109,7 +110,7 @@ class Executor:
         """
         record = self._load(execution_id)
         kind = self._kind_of(record)
-        return run_step(record, kind.steps(), kind.rollback)
+        return replace(run_step(record, kind.steps(), kind.rollback), kind=kind.name)
 
     def rollback(
         self, execution_id: str, reason: str, *, status: str = "rolled_back", step: str = "rollback"
@@ -119,9 +120,8 @@ class Executor:
         Raises:
             KeyError: no workflow record for ``execution_id``.
         """
-        return self._kind_of(self._load(execution_id)).rollback(
-            execution_id, reason, status=status, step=step
-        )
+        kind = self._kind_of(self._load(execution_id))
+        return replace(kind.rollback(execution_id, reason, status=status, step=step), kind=kind.name)
 
     def request_approval(self, execution_id: str, task_token: str | None) -> StepResult:
         """Open and publish the approval request of a workflow waiting in step ``approval`` (idempotent).
