@@ -95,6 +95,20 @@ def deployed_config(args: argparse.Namespace, *, with_policy: bool = False) -> C
     return load_config(args.config)
 
 
+def require_table(config: Config, need: str, *, stack: bool = True) -> None:
+    """Refuse, before any AWS call, a command that needs the state table when ``config`` names none.
+
+    ``need`` says what the command does with it ("status reads the state table"); the error adds how to
+    give it one (``aws.table``, or ``--stack`` when the command takes it).
+
+    Raises:
+        ConfigError: ``aws.table`` unset (field ``aws.table``; the CLI exits 2).
+    """
+    if not config.aws.table:
+        how = "set aws.table in the config or pass --stack" if stack else "set aws.table in the config"
+        raise ConfigError(f"{need}: {how}", field="aws.table")
+
+
 def count_arg(text: str) -> int:
     """argparse type for a count of rows (``--failures``, ``--limit``): an integer ≥ 0.
 

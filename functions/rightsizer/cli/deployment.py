@@ -7,7 +7,15 @@ import argparse
 from datetime import UTC, datetime
 from typing import Any
 
-from rightsizer.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, count_arg, deployed_config, emit_json
+from rightsizer.cli.common import (
+    EXIT_BAD_INPUT,
+    EXIT_FAILED,
+    EXIT_OK,
+    count_arg,
+    deployed_config,
+    emit_json,
+    require_table,
+)
 from rightsizer.domain.errors import ConfigError
 
 
@@ -20,6 +28,7 @@ def cmd_savings(args: argparse.Namespace) -> int:
     from rightsizer.wiring import Runtime
 
     config = deployed_config(args)
+    require_table(config, "savings reads the state table")
     now = datetime.now(UTC)
     rows = realized_savings(Runtime(config, "cli").state.entries(), now)
     if args.json:
@@ -62,6 +71,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from rightsizer.wiring import Runtime
 
     config = deployed_config(args)
+    require_table(config, "status reads the state table")
     runtime = Runtime(config, "cli")
     report = read_status(
         runtime.state,
@@ -85,6 +95,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     from rightsizer.wiring import Runtime
 
     config = deployed_config(args)
+    require_table(config, "history reads the state table")
     rows = history_rows(Runtime(config, "cli").state, node=args.node, limit=args.limit)
     if args.json:
         emit_json({"cluster": config.cluster.name, "entries": rows})
@@ -111,6 +122,7 @@ def cmd_decide(args: argparse.Namespace) -> int:
 
     # without --for, the snooze lasts what the deployed policy says (its approval_snooze), read from the stack
     config = deployed_config(args, with_policy=not args.duration)
+    require_table(config, f"{args.action} records the decision in the state table")
     try:
         seconds = parse_duration(args.duration) if args.duration else config.policy.approval_snooze
     except ValueError as exc:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from rightsizer.cli.common import EXIT_FAILED, EXIT_OK, emit_json, parse_time
+from rightsizer.cli.common import EXIT_FAILED, EXIT_OK, emit_json, parse_time, require_table
 from rightsizer.config import Config, load_config
 from rightsizer.domain.errors import ConfigError
 from rightsizer.render import render_offhours
@@ -53,6 +53,8 @@ def cmd_offhours(
         raise ConfigError("--at evaluates another instant: use it for dry runs and status only", field="--at")
     config = load_config(args.config)
     now = parse_time(args.at) if args.at else datetime.now(UTC)
+    if args.action == "status":
+        require_table(config, "offhours status reads the state table", stack=False)
     deps = build(config, dry_run=not args.execute or args.action == "status")
     if args.action == "status":
         report = offhours_status(deps, now)
