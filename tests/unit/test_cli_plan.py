@@ -190,3 +190,42 @@ def test_a_reader_that_stops_early_is_no_failure(snap_dir: Path) -> None:
     _, err = proc.communicate(timeout=60)
     assert err == ""
     assert proc.returncode == 1
+
+
+@pytest.mark.parametrize(
+    ("at", "idle_window"),
+    [
+        ("2026-11-03T10:00:00Z", "30m"),  # a day after taken_at: no recorded sample in its window
+        ("2026-11-02T10:30:00Z", "30m"),  # the window (10:00, 10:30] starts where the recording ends
+        ("2026-11-02T09:29:00Z", "30m"),  # before the recorded window (09:30, 10:00]
+        ("2026-11-02T10:10:00Z", "10m"),  # a shorter policy window reaches less far past taken_at
+    ],
+)
+def test_at_beyond_the_recorded_window_exits_2_naming_the_window(
+    snap_dir: Path, tmp_path: Path, at: str, idle_window: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # WHEN the policy's window ending at --at shares no instant with the metrics the snapshot recorded
+    # THEN every node would be `unknown` for want of data: a usage error saying what to pass instead
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(f"idle_window: {idle_window}\n")
+    assert main(["plan", "--snapshot", str(snap_dir), "--policy", str(policy), "--at", at]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    [line] = captured.err.strip().splitlines()
+    assert "--at" in line and "2026-11-02T09:30:00Z" in line and "2026-11-02T10:00:00Z" in line, line
+
+
+@pytest.mark.parametrize(
+    ("at", "verdicts"),
+    [
+        ("2026-11-02T09:30:00Z", "unknown"),  # inside the recorded span: decided as before, reasons say why
+        ("2026-11-02T09:45:00Z", "unknown"),
+        ("2026-11-02T10:01:00Z", "idle"),
+    ],
+)
+def test_at_the_recording_can_answer_decides_as_before(
+    snap_dir: Path, at: str, verdicts: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["plan", "--snapshot", str(snap_dir), "--json", "--at", at]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert {n["node"]: n["verdict"] for n in doc["nodes"]}["idle-1"] == verdicts

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import logging
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from rightsizer.adapters.snapshot_dir import load_snapshot
@@ -40,6 +40,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     else:
         policy = read_policy_file(args.policy) if args.policy else Policy()
         snapshot = load_snapshot(args.snapshot)  # node_label: the one snapshot.json records
+        if at is not None:
+            _check_recorded(snapshot, policy, at)
     result = make_plan(snapshot, policy, at)
     pools = warm_pools(config, policy) if args.config and config.offhours.node_groups else None
     window = _recommended_window(config) if args.config and config.aws.table else None
@@ -57,6 +59,31 @@ def cmd_plan(args: argparse.Namespace) -> int:
         if pools is not None:
             print("\n".join(render_warm_pools(pools)))
     return EXIT_OK
+
+
+def _check_recorded(snapshot: ClusterSnapshot, policy: Policy, at: datetime) -> None:
+    """Refuse a ``--at`` whose idle window (``at`` − ``policy.idle_window``, ``at``] shares no instant with
+    the metrics the snapshot recorded, [``taken_at`` − ``window_seconds``, ``taken_at``]: every node would
+    come out ``unknown`` for want of a sample. An ``at`` inside the recorded span decides as before.
+
+    Raises:
+        ConfigError: field ``--at``, naming the recorded window and the instants that can be answered.
+    """
+    meta = snapshot.meta
+    start = meta.taken_at - timedelta(seconds=meta.window_seconds)
+    until = meta.taken_at + timedelta(seconds=policy.idle_window)
+    if start <= at < until:
+        return
+
+    def z(t: datetime) -> str:
+        return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    raise ConfigError(
+        f"{z(at)} is outside what this snapshot recorded: metrics from {z(start)} to {z(meta.taken_at)} "
+        f"(taken_at); with idle_window {policy.idle_window}s pass --at from {z(start)} to before {z(until)}, "
+        "or omit --at to decide at taken_at",
+        field="--at",
+    )
 
 
 def _recommended_window(config: Config) -> dict[str, Any] | None:
