@@ -38,7 +38,6 @@ throttling); errors leave this module as the taxonomy of :mod:`rightsizer.domain
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime, timedelta
@@ -46,7 +45,6 @@ from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Final, cast
 
 from botocore.exceptions import ClientError
-from pydantic import ValidationError
 
 from rightsizer.adapters.aws_errors import map_aws_error
 from rightsizer.adapters.dynamodb_codec import (
@@ -66,15 +64,13 @@ from rightsizer.adapters.dynamodb_codec import (
     opt_time,
     placeholders,
 )
+from rightsizer.adapters.dynamodb_workflows import workflow_attributes, workflow_record
 from rightsizer.adapters.sdk_errors import SDK_ERRORS
-from rightsizer.domain.errors import ConfigError, PermanentError, TransientError
+from rightsizer.domain.errors import ConfigError, TransientError
 from rightsizer.domain.model import GroupSizes
-from rightsizer.domain.workflow_details import WorkflowDetails, parse_details
 from rightsizer.state import (
-    LEDGER_RETENTION,
     REFUSAL_SLOT_HELD,
     ConflictError,
-    EvictedPod,
     Lease,
     LeaseLostError,
     LedgerEntry,
@@ -228,6 +224,24 @@ class DynamoDbState:
                 "ConsistentRead": True,
             }
         )
+
+    def _put_new(self, item: Item) -> bool:
+        """PutItem only where no item has this key yet (``attribute_not_exists(pk)``); False when one has.
+
+        Raises:
+            the taxonomy's errors (``_translated``) for anything but the failed condition.
+        """
+        try:
+            with _translated("PutItem", self._table, _CONDITION_FAILED):
+                self._client.put_item(
+                    TableName=self._table,
+                    Item=item,
+                    ConditionExpression="attribute_not_exists(#pk)",
+                    ExpressionAttributeNames=placeholders(PK),
+                )
+        except ClientError:
+            return False
+        return True
 
     # -------------------------------------------------------------------------------------- leases
 
@@ -570,17 +584,7 @@ class DynamoDbState:
             "instances": None if entry.instances is None else attr_n(entry.instances),
         }
         item.update({name: value for name, value in optional.items() if value is not None})
-        try:
-            with _translated("PutItem", self._table, _CONDITION_FAILED):
-                self._client.put_item(
-                    TableName=self._table,
-                    Item=item,
-                    ConditionExpression="attribute_not_exists(#pk)",
-                    ExpressionAttributeNames=placeholders(PK),
-                )
-        except ClientError:
-            return False
-        return True
+        return self._put_new(item)
 
     @staticmethod
     def _entry(item: Item) -> LedgerEntry:
@@ -623,56 +627,16 @@ class DynamoDbState:
 
     def save(self, record: WorkflowRecord, expected_version: int) -> WorkflowRecord:
         """See :meth:`rightsizer.state.WorkflowRecords.save` (PutItem conditioned on ``version``)."""
-        version = expected_version + 1
         item: Item = {
             PK: attr_s(f"wf#{record.execution_id}"),
             SK: attr_s("wf"),
-            "execution_id": attr_s(record.execution_id),
-            "node": attr_s(record.node),
-            "step": attr_s(record.step),
-            "status": attr_s(record.status),
-            "started_at": attr_s(iso(require_aware(record.started_at, "started_at"))),
-            "deadline": attr_s(iso(require_aware(record.deadline, "deadline"))),
-            "evicted": {
-                "L": [
-                    {
-                        "M": {
-                            "uid": attr_s(pod.uid),
-                            "namespace": attr_s(pod.namespace),
-                            "name": attr_s(pod.name),
-                            "grace_deadline": attr_s(
-                                iso(require_aware(pod.grace_deadline, "grace_deadline"))
-                            ),
-                        }
-                    }
-                    for pod in record.evicted
-                ]
-            },
-            "version": attr_n(version),
-            # Needed only while the drain runs (and for a post-mortem): TTL keeps the table from growing
-            # one item per execution forever. Leases and off-hours sizes never carry a ttl.
-            "ttl": attr_n(
-                int((require_aware(record.started_at, "started_at") + LEDGER_RETENTION).timestamp())
-            ),
+            **workflow_attributes(record, expected_version + 1),
         }
-        if record.instance_id is not None:
-            item["instance_id"] = attr_s(record.instance_id)
-        if record.cordoned_at is not None:
-            item["cordoned_at"] = attr_s(iso(require_aware(record.cordoned_at, "cordoned_at")))
-        if record.lease_epoch is not None:
-            item["lease_epoch"] = attr_n(record.lease_epoch)
-        # The typed details as the one JSON document earlier releases wrote (records in flight keep loading).
-        item["details"] = attr_s(json.dumps(record.details.stored(), sort_keys=True, separators=(",", ":")))
-        try:
-            with _translated("PutItem", self._table, _CONDITION_FAILED):
-                if expected_version == 0:
-                    self._client.put_item(
-                        TableName=self._table,
-                        Item=item,
-                        ConditionExpression="attribute_not_exists(#pk)",
-                        ExpressionAttributeNames=placeholders(PK),
-                    )
-                else:
+        if expected_version == 0:
+            written = self._put_new(item)
+        else:
+            try:
+                with _translated("PutItem", self._table, _CONDITION_FAILED):
                     self._client.put_item(
                         TableName=self._table,
                         Item=item,
@@ -680,42 +644,18 @@ class DynamoDbState:
                         ExpressionAttributeNames=placeholders("version"),
                         ExpressionAttributeValues={":expected": attr_n(expected_version)},
                     )
-        except ClientError as exc:
+                written = True
+            except ClientError:
+                written = False
+        if not written:
             current = self.load(record.execution_id)
             actual = current.version if current is not None else None
             raise ConflictError(
                 f"workflow {record.execution_id}: expected version {expected_version}, found {actual}",
                 expected=expected_version,
                 actual=actual,
-            ) from exc
-        return self._record(item)
-
-    @staticmethod
-    def _record(item: Item) -> WorkflowRecord:
-        evicted = tuple(
-            EvictedPod(
-                uid=pod["uid"]["S"],
-                namespace=pod["namespace"]["S"],
-                name=pod["name"]["S"],
-                grace_deadline=datetime.fromisoformat(pod["grace_deadline"]["S"]),
             )
-            for pod in (entry["M"] for entry in item.get("evicted", {}).get("L", []))
-        )
-        epoch = item.get("lease_epoch")
-        return WorkflowRecord(
-            execution_id=get_s(item, "execution_id"),
-            node=get_s(item, "node"),
-            instance_id=opt_s(item, "instance_id"),
-            step=get_s(item, "step"),
-            status=get_s(item, "status"),
-            started_at=get_time(item, "started_at"),
-            deadline=get_time(item, "deadline"),
-            cordoned_at=opt_time(item, "cordoned_at"),
-            evicted=evicted,
-            lease_epoch=None if epoch is None else int(epoch["N"]),
-            details=_details(item),
-            version=get_int(item, "version"),
-        )
+        return workflow_record(item)
 
     def load(self, execution_id: str) -> WorkflowRecord | None:
         """See :meth:`rightsizer.state.WorkflowRecords.load`.
@@ -725,7 +665,7 @@ class DynamoDbState:
                 known key of the wrong type); unknown keys are kept (``rightsizer.domain.workflow_details``).
         """
         item = self._get(f"wf#{execution_id}", "wf")
-        return None if item is None else self._record(item)
+        return None if item is None else workflow_record(item)
 
     # ----------------------------------------------------------------------------------- off-hours
 
@@ -758,15 +698,7 @@ class DynamoDbState:
             "max_size": attr_n(sizes.max),
             "saved_at": attr_s(iso(now)),
         }
-        try:
-            with _translated("PutItem", self._table, _CONDITION_FAILED):
-                self._client.put_item(
-                    TableName=self._table,
-                    Item=item,
-                    ConditionExpression="attribute_not_exists(#pk)",
-                    ExpressionAttributeNames=placeholders(PK),
-                )
-        except ClientError:
+        if not self._put_new(item):
             stored = self._get(self._sizes_pk(group), "sizes")
             if stored is None:
                 # Forgotten between our write and our read: the caller's next tick saves again.
@@ -806,13 +738,3 @@ class DynamoDbState:
                 TableName=self._table, Key=self._key(self._sizes_pk(group), "sizes"), ReturnValues="ALL_OLD"
             )
         return bool(response.get("Attributes"))
-
-
-def _details(item: Item) -> WorkflowDetails:
-    """The typed details of a stored workflow item (its ``details`` JSON document; none: a bare drain's)."""
-    document = json.loads(item["details"]["S"]) if "details" in item else {}
-    try:
-        return parse_details(document)
-    except ValidationError as exc:
-        execution = item.get("execution_id", {}).get("S", "?")
-        raise PermanentError(f"workflow record {execution}: details this release cannot read: {exc}") from exc
