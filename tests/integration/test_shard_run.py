@@ -145,14 +145,20 @@ def test_a_cluster_cut_into_three_shards_gets_the_unsharded_plan(
     assert state.get(RUN_LOCK) is None
 
 
-def test_a_run_while_another_holds_the_lock_assesses_nothing(
-    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _one_node_shards(deployment: Deployment, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The shard bucket on moto and shards of one GPU node each; returns moto's endpoint URL."""
     endpoint = str(deployment.sfn.meta.endpoint_url)
     boto3.client("s3", region_name="us-east-1", endpoint_url=endpoint).create_bucket(Bucket=BUCKET)
     monkeypatch.setenv("RIGHTSIZER_SHARD_BUCKET", BUCKET)
     monkeypatch.setenv("RIGHTSIZER_SHARD_GPU_NODES_PER_SHARD", "1")
     clear_lambda_runtime()
+    return endpoint
+
+
+def test_a_run_while_another_holds_the_lock_assesses_nothing(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    endpoint = _one_node_shards(deployment, monkeypatch)
     state = DynamoDbState(deployment.dynamodb, TABLE, deployment.cluster.cluster)
     assert state.acquire(RUN_LOCK, "assess-earlier", AT, 3600) is not None
     interpreter, calls = machine(endpoint)
@@ -169,11 +175,7 @@ def test_a_run_while_another_holds_the_lock_assesses_nothing(
 def test_a_failed_shard_fails_the_run_gives_the_lock_back_and_decides_nothing(
     deployment: Deployment, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    endpoint = str(deployment.sfn.meta.endpoint_url)
-    boto3.client("s3", region_name="us-east-1", endpoint_url=endpoint).create_bucket(Bucket=BUCKET)
-    monkeypatch.setenv("RIGHTSIZER_SHARD_BUCKET", BUCKET)
-    monkeypatch.setenv("RIGHTSIZER_SHARD_GPU_NODES_PER_SHARD", "1")
-    clear_lambda_runtime()
+    endpoint = _one_node_shards(deployment, monkeypatch)
     plans = DynamoDbPlans(deployment.dynamodb, TABLE, deployment.cluster.cluster)
     # GIVEN one shard whose reads keep failing (its node's pod list, every attempt)
     import rightsizer.services.shard as service
