@@ -225,6 +225,7 @@ def build_merge_inputs(work: Path, shards: int) -> None:
 def merge_child(work: Path) -> dict[str, Any]:
     """The merge, as the merge task runs it (a fresh process): the run's objects (``load_run``), the
     cluster-wide snapshot, ``merge_shards``, ``plan``."""
+    from rightsizer.adapters.shard_codec import RunDecoder
     from rightsizer.adapters.snapshot_dir import snapshot_from_documents
     from rightsizer.domain.planner import plan
     from rightsizer.domain.policy import Policy
@@ -238,7 +239,7 @@ def merge_child(work: Path) -> dict[str, Any]:
     meta = json.loads((work / "shard" / "snapshot.json").read_text())
 
     def run() -> dict[str, float]:
-        nodes, specs, partials = load_run("run", DirStore(work / "bucket"))
+        nodes, specs, partials = load_run("run", DirStore(work / "bucket"), RunDecoder())
         documents = {
             "snapshot.json": meta,
             "nodes.json": kubectl_list(nodes),

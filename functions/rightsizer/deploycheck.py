@@ -11,7 +11,11 @@ CloudFormation and the functions will:
 - the environment the template gives the functions (``Globals.Function.Environment``) goes through exactly
   the code the functions run at a cold start — :meth:`rightsizer.wiring.settings.DeploymentSettings.from_env`
   and :func:`rightsizer.wiring.settings.config_from_settings` (policy, off-hours timetable, drain timeout vs
-  the state machine) — plus the off-hours schedule references.
+  the state machine) — plus the off-hours schedule references;
+- each function's own parameter-fed variables (``RIGHTSIZER_SHARD_*``, ``RIGHTSIZER_FLEET_*``) go through
+  that function's settings model (:data:`FUNCTION_SETTINGS`), and a ``Number`` parameter that lands in an
+  integer resource property (:data:`INTEGER_PROPERTIES`) must be a whole number: CloudFormation takes
+  ``2.5`` for a ``Number``, the function or the resource would not.
 
 A policy kept in SSM (``PolicyParameterName``) is not fetched: pass ``--policy FILE`` to check its text.
 """
@@ -35,6 +39,8 @@ from rightsizer.config import OffhoursConfig
 from rightsizer.domain.errors import ConfigError
 
 __all__ = [
+    "FUNCTION_SETTINGS",
+    "INTEGER_PROPERTIES",
     "RENAMED_PARAMETERS",
     "check_deployment",
     "check_offhours",
@@ -50,6 +56,18 @@ RENAMED_PARAMETERS = {"OffhoursSchedules": "OffhoursConfig"}
 #: Host suffixes only a pod's DNS resolves: Kubernetes Service and Pod names (``<svc>.<ns>.svc``,
 #: ``cluster.local``) and loopback.
 _IN_CLUSTER = (".svc", ".svc.cluster.local", ".cluster.local", ".pod")
+#: A function's own environment variables by prefix → the settings model (module, class) that function
+#: builds from them at its cold start; every parameter-fed variable of a function must have one
+#: (tests/unit/test_deploycheck.py).
+FUNCTION_SETTINGS = {
+    "RIGHTSIZER_SHARD_": ("rightsizer.wiring.shards", "ShardSettings"),
+    "RIGHTSIZER_FLEET_": ("rightsizer.wiring.fleet", "FleetSettings"),
+}
+#: Resource properties whose CloudFormation type is Integer (AWS::Lambda::Function
+#: ``ReservedConcurrentExecutions``, ``MemorySize``, ``Timeout``; AWS::Logs::LogGroup ``RetentionInDays``).
+INTEGER_PROPERTIES = frozenset({"ReservedConcurrentExecutions", "MemorySize", "Timeout", "RetentionInDays"})
+#: The value given for a variable the deploy fills from a resource it creates (a bucket, an ARN).
+_CREATED = "created-by-the-deploy"
 
 
 class _CfnLoader(yaml.SafeLoader):
@@ -201,6 +219,74 @@ def check_deployment(template: Path, overrides: Mapping[str, str], *, source: st
     except yaml.YAMLError:
         offhours = None  # reported above, from the functions' own parse
     problems += check_offhours_refs(offhours, f"{source}: OffhoursConfig")
+    problems += _function_settings_problems(document, values, source)
+    problems += _integer_problems(document, values, source)
+    return problems
+
+
+def _function_settings_problems(
+    document: Mapping[str, Any], values: Mapping[str, str], source: str
+) -> list[str]:
+    """Each function's parameter-fed variables through the settings model it builds them into
+    (:data:`FUNCTION_SETTINGS`), one line per refused parameter, however many functions read it."""
+    import importlib
+
+    from pydantic import ValidationError
+
+    found: dict[str, str] = {}
+    for resource in document.get("Resources", {}).values():
+        if resource.get("Type") != "AWS::Serverless::Function":
+            continue
+        environment = resource.get("Properties", {}).get("Environment", {}).get("Variables", {})
+        for prefix, (module, name) in FUNCTION_SETTINGS.items():
+            mine = {k: v for k, v in environment.items() if k.startswith(prefix)}
+            fed = {k: v["Ref"] for k, v in mine.items() if isinstance(v, dict) and v.get("Ref") in values}
+            if not fed:
+                continue
+            model = getattr(importlib.import_module(module), name)
+            fields = {}
+            for variable in mine:
+                field = variable.removeprefix(prefix).lower()
+                if field in model.model_fields and model.model_fields[field].validation_alias is None:
+                    fields[field] = values[fed[variable]] if variable in fed else _CREATED
+            try:
+                model.model_validate({k: v for k, v in fields.items() if v != ""})
+            except ValidationError as exc:
+                for error in exc.errors():
+                    parameter = fed.get(f"{prefix}{str(error['loc'][0]).upper()}")
+                    if parameter is not None:
+                        why = "must be a whole number" if error["type"].startswith("int_") else error["msg"]
+                        found.setdefault(parameter, f"{source}: {parameter}: {values[parameter]!r}: {why}")
+    return list(found.values())
+
+
+def _integer_problems(document: Mapping[str, Any], values: Mapping[str, str], source: str) -> list[str]:
+    """A ``Number`` parameter referenced by an integer resource property (:data:`INTEGER_PROPERTIES`) must be a
+    whole number: CloudFormation accepts ``2.5`` as the parameter and fails the resource mid-deploy."""
+    parameters = document.get("Parameters", {})
+    integers: set[str] = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key in INTEGER_PROPERTIES and isinstance(value, dict) and "Ref" in value:
+                    integers.add(value["Ref"])
+                walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk(document.get("Resources", {}))
+    problems = []
+    for name in sorted(integers):
+        if parameters.get(name, {}).get("Type") != "Number" or name not in values:
+            continue
+        try:
+            whole = float(values[name]).is_integer()
+        except ValueError:
+            continue  # "not a number", reported with the bounds
+        if not whole:
+            problems.append(f"{source}: {name}: {values[name]!r}: must be a whole number")
     return problems
 
 

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from rightsizer.cli import main
-from rightsizer.deploycheck import check_deployment, samconfig_overrides, template_parameters
+from rightsizer.deploycheck import (
+    FUNCTION_SETTINGS,
+    _CfnLoader,
+    check_deployment,
+    samconfig_overrides,
+    template_parameters,
+)
 from rightsizer.domain.policy import Policy
 from rightsizer.wiring.settings import DeploymentSettings, deployment_config
 
@@ -220,3 +228,77 @@ def test_in_cluster_prometheus_urls_are_warned_about(url: str, warned: bool) -> 
     from rightsizer.deploycheck import prometheus_url_warnings
 
     assert bool(prometheus_url_warnings(url, "PrometheusUrl", from_lambda=True)) is warned
+
+
+def _function_variables() -> list[tuple[str, str, str]]:
+    """(function, variable, parameter) for every variable a function of template.yaml gets from a
+    parameter in its own Environment (the Globals go through DeploymentSettings, tested above)."""
+    document = yaml.load(TEMPLATE.read_text(encoding="utf-8"), Loader=_CfnLoader)
+    parameters = document["Parameters"]
+    found = []
+    for name, resource in document["Resources"].items():
+        if resource["Type"] != "AWS::Serverless::Function":
+            continue
+        for variable, value in resource["Properties"].get("Environment", {}).get("Variables", {}).items():
+            if isinstance(value, dict) and value.get("Ref") in parameters:
+                found.append((name, variable, value["Ref"]))
+    return found
+
+
+FUNCTION_VARIABLES = _function_variables()
+
+
+def test_every_parameter_fed_variable_of_a_function_is_read_by_a_settings_model_validate_runs() -> None:
+    # The class: a parameter reaching one function's environment (sharding, fleet) was checked by nobody
+    # before the deploy, so ShardAboveGpuNodes=5000.5 said "ok" and every assess tick then failed.
+    assert len(FUNCTION_VARIABLES) >= 12
+    for function, variable, _ in FUNCTION_VARIABLES:
+        prefix = next((p for p in FUNCTION_SETTINGS if variable.startswith(p)), None)
+        assert prefix is not None, f"{function}: {variable} has no settings model in FUNCTION_SETTINGS"
+        module, name = FUNCTION_SETTINGS[prefix]
+        model = getattr(importlib.import_module(module), name)
+        assert variable.removeprefix(prefix).lower() in model.model_fields, (function, variable)
+
+
+@pytest.mark.parametrize("name", sorted(NUMBERS))
+def test_a_fractional_number_parameter_is_refused_naming_it(name: str) -> None:
+    # CloudFormation takes 2.5 for a Number; the functions' settings (int fields) and the integer resource
+    # properties (ReservedConcurrentExecutions, RetentionInDays) do not: validate says so first.
+    spec = NUMBERS[name]
+    low = spec.get("MinValue", min(spec.get("AllowedValues", [spec["Default"]])))
+    value = f"{low}.5"
+    found = problems(**{name: value})
+    assert any(p.startswith(f"samconfig.toml: {name}: {value!r}: ") for p in found), found
+    whole = f"{spec['Default']}.0"  # a whole number written with a point is still the number
+    if "AllowedValues" not in spec:
+        assert not [p for p in problems(**{name: whole}) if f"{name}:" in p]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "needle"),
+    [
+        ({"ShardAboveGpuNodes": "1e3"}, "ShardAboveGpuNodes: '1e3': "),
+        ({"ShardMaxConcurrency": "40.5"}, "ShardMaxConcurrency: '40.5': "),
+        ({"FleetToleratedFailurePercentage": "12.5"}, "FleetToleratedFailurePercentage: '12.5': "),
+        ({"WebhookConcurrency": "2.5"}, "WebhookConcurrency: '2.5': must be a whole number"),
+    ],
+)
+def test_values_the_functions_would_refuse_are_named_once(overrides: dict[str, str], needle: str) -> None:
+    found = problems(**overrides)
+    assert len([p for p in found if needle in p]) == 1, found
+
+
+def test_good_sharding_and_fleet_parameters_pass() -> None:
+    assert (
+        problems(
+            EnableSharding="true",
+            ShardAboveGpuNodes="100",
+            ShardGpuNodesPerShard="5000",
+            ShardMaxConcurrency="10000",
+            EnableFleet="true",
+            FleetMaxConcurrency="1",
+            FleetToleratedFailurePercentage="0",
+            FleetRegions="us-east-1,eu-west-1",
+        )
+        == []
+    )

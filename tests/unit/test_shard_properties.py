@@ -4,7 +4,7 @@ Generated clusters (node groups of several sizes, nodes of no group, idle/busy/f
 holders, PDB-protected pods, Pending GPU pods, in-flight cordons, budgets, ``min_size``) are planned once
 from one whole-cluster read, and again from shards cut at several sizes: each shard reads only its nodes'
 pods and series and reduces them itself, the partials travel through their JSON codec and the merge's own
-decoding (``services.shard.decode_partial``: pods through one ``CompactObjects``), and the merge puts them
+decoding (``adapters.shard_codec.RunDecoder``: pods from the bytes into compact models), and the merge puts them
 back beside the cluster-wide facts. The plans must be equal, field for field.
 """
 
@@ -17,12 +17,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from rightsizer.adapters.shard_codec import RunDecoder
 from rightsizer.domain.catalog import load_catalog
 from rightsizer.domain.gpu import is_gpu_node
 from rightsizer.domain.join import NodeJoiner
 from rightsizer.domain.model import ANN_CORDONED_BY, ClusterSnapshot, MetricData
 from rightsizer.domain.planner import plan
-from rightsizer.domain.pod_parts import CompactObjects
 from rightsizer.domain.policy import Policy
 from rightsizer.domain.shard import (
     PARTIAL_CODEC,
@@ -33,7 +33,6 @@ from rightsizer.domain.shard import (
     merge_shards,
 )
 from rightsizer.domain.usage import CollectedSignals, Window, collect_signals
-from rightsizer.services.shard import decode_partial
 from tests.builders import const, gpu_node, merge_metrics, node_devices, pdb, pod, room_node, snapshot
 
 STATES = ("idle", "idle", "idle", "busy", "frozen", "missing", "holder", "pdb", "job", "flying")
@@ -113,7 +112,7 @@ def sharded(snap: ClusterSnapshot, policy: Policy, per_shard: int) -> ClusterSna
     assert sorted(n for s in specs for n in s.nodes) == sorted(n.name for n in gpu)
     assert all(len(s.nodes) <= per_shard for s in specs)
     partials = []
-    compact = CompactObjects()
+    decoder = RunDecoder()
     for spec in reversed(specs):  # any completion order
         mine = set(spec.nodes)
         nodes = [n for n in snap.nodes if n.name in mine]
@@ -124,8 +123,9 @@ def sharded(snap: ClusterSnapshot, policy: Policy, per_shard: int) -> ClusterSna
         }
         signals = _signals(snap, NodeJoiner(nodes, pods), metrics, policy)
         partial = ShardPartial("run-1", spec.id, spec.nodes, pods, signals)
-        # the merge's own decoding: pods through one CompactObjects (equal parts shared)
-        partials.append(decode_partial(PARTIAL_CODEC.dump_json(partial), compact))
+        # the merge's own decoding: pods from the bytes, equal parts shared across partials
+        partials.append(decoder.partial(PARTIAL_CODEC.dump_json(partial)))
+    decoder.close()
     partials.append(partials[0])  # a retried shard's partial read twice counts once
     base = dataclasses.replace(snap, pods=tuple(p for p in snap.pods if not p.spec.nodeName), metrics={})
     return merge_shards(base, specs, partials)

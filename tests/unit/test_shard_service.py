@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from rightsizer.adapters.memory_state import MemoryState
+from rightsizer.adapters.shard_codec import RunDecoder
 from rightsizer.domain.catalog import load_catalog
 from rightsizer.domain.gpu import is_gpu_node
 from rightsizer.domain.join import NodeJoiner
@@ -133,7 +134,13 @@ def test_a_sharded_run_locks_once_reads_per_shard_and_starts_the_unsharded_drain
     # THEN the merge assesses once: the same drains, execution ids and verdicts as unsharded
     base = dataclasses.replace(snap, pods=(), metrics={})
     summary = service.merge(
-        "run-1", AT, deps(snap, state, starter, None), bucket, lambda _n, _p: base, lock_seconds=600
+        "run-1",
+        AT,
+        deps(snap, state, starter, None),
+        bucket,
+        lambda _n, _p: base,
+        RunDecoder(),
+        lock_seconds=600,
     )
     assert summary.started == expected.started and len(summary.started) == 3  # the run's budget, once
     assert [r.execution_id for r in starter.requests] == [r.execution_id for r in unsharded.requests]
@@ -153,7 +160,13 @@ def test_a_merge_without_the_lock_acts_on_nothing_and_release_gives_it_back() ->
     service.prepare("run-1", AT, snap.nodes, gpu, bucket, state, per_shard=3, lock_seconds=600)
     with pytest.raises(LeaseLostError, match="run-9"):
         service.merge(
-            "run-9", AT, deps(snap, state, starter, None), bucket, lambda _n, _p: snap, lock_seconds=600
+            "run-9",
+            AT,
+            deps(snap, state, starter, None),
+            bucket,
+            lambda _n, _p: snap,
+            RunDecoder(),
+            lock_seconds=600,
         )
     assert starter.requests == []
     assert service.release("run-9", state) is False

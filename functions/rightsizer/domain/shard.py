@@ -130,9 +130,18 @@ def shard_series_matchers(
 XidFacts = Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]]
 
 
-@pydantic_dataclass(frozen=True, config=ConfigDict(ser_json_inf_nan="constants"))
+#: The partial's format: 2 writes non-finite floats as the strings ``"NaN"``, ``"Infinity"``,
+#: ``"-Infinity"`` (the body is strict JSON, so the merge decodes its pods from bytes,
+#: ``adapters.shard_codec``) and says ``"format": 2``; 1 (no ``format`` field) wrote them as the bare
+#: constants ``NaN``/``Infinity`` only Python's ``json`` reads. The merge reads both (a shard of the
+#: previous release may have written a run's partial).
+PARTIAL_FORMAT: Final = 2
+
+
+@pydantic_dataclass(frozen=True, config=ConfigDict(ser_json_inf_nan="strings"))
 class ShardPartial:
-    """What one shard observed (written to S3 as JSON by :data:`PARTIAL_CODEC`).
+    """What one shard observed (written to S3 as JSON by :data:`PARTIAL_CODEC`, format
+    :data:`PARTIAL_FORMAT`).
 
     Attributes:
         run: the sharded run (Step Functions execution name) it belongs to.
@@ -143,6 +152,7 @@ class ShardPartial:
             shard's series); a query that failed for the shard is a problem of its nodes only.
         workload_signals: the same over ``workloads.idle_window`` when the policy reads it, else None.
         xids: node → XID facts (``domain.health.xid_facts``) of the shard's nodes.
+        format: the body's format (:data:`PARTIAL_FORMAT` when written by this release).
     """
 
     run: str
@@ -152,9 +162,10 @@ class ShardPartial:
     signals: CollectedSignals = field(default_factory=CollectedSignals)
     workload_signals: CollectedSignals | None = None
     xids: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = field(default_factory=dict)
+    format: int = PARTIAL_FORMAT
 
 
-#: JSON codec of a partial; NaN and ±Inf (a non-finite sample's facts) survive as JSON constants.
+#: JSON codec of a partial; NaN and ±Inf (a non-finite sample's facts) survive as JSON strings.
 PARTIAL_CODEC: Final = TypeAdapter(ShardPartial)
 #: JSON codec of a run's shard list (the Distributed Map's items).
 SPECS_CODEC: Final = TypeAdapter(list[ShardSpec])

@@ -15,7 +15,6 @@ retried merge starts none twice.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -190,30 +189,34 @@ def observe_shard(
     return partial
 
 
-def decode_nodes(body: bytes, compact: CompactObjects) -> list[Node]:
-    """A run's Nodes object, each Node through ``compact`` (equal parts stored once)."""
-    return [compact.node(item) for item in json.loads(body)]
+class RunDecoder(Protocol):
+    """Reads a run's objects back from their bytes (``adapters.shard_codec.RunDecoder``): the Nodes and
+    the partials as compact models, equal parts shared across every object it reads."""
+
+    def nodes(self, body: bytes) -> list[Node]: ...
+
+    def partial(self, body: bytes) -> ShardPartial: ...
+
+    def close(self) -> None: ...
 
 
-def decode_partial(body: bytes, compact: CompactObjects) -> ShardPartial:
-    """A partial as written by :data:`PARTIAL_CODEC`, its pods through ``compact``: at 100,000 GPU nodes the
-    merge holds 1.5 million pods, and pods of one DaemonSet or template share their equal parts."""
-    document = json.loads(body)  # NaN / Infinity constants read back as floats
-    items = document.pop("pods", [])
-    partial = PARTIAL_CODEC.validate_python(document)
-    return dataclasses.replace(partial, pods=tuple(compact.pod(item) for item in items))
-
-
-def load_run(run: str, store: BlobStore) -> tuple[list[Node], list[ShardSpec], list[ShardPartial]]:
-    """Every Node, shard and partial of ``run`` from the shard bucket, one object at a time.
+def load_run(
+    run: str, store: BlobStore, decoder: RunDecoder
+) -> tuple[list[Node], list[ShardSpec], list[ShardPartial]]:
+    """Every Node, shard and partial of ``run`` from the shard bucket, one object at a time, decoded by
+    ``decoder`` (closed afterwards: at 100,000 GPU nodes the merge holds 1.5 million pods, and pods of one
+    DaemonSet or template share their equal parts).
 
     Raises:
-        the store's error for a missing object (a shard that never wrote its partial).
+        the store's error for a missing object (a shard that never wrote its partial);
+        ShardsIncomplete: an object is malformed, or a partial of a format this release does not read.
     """
-    compact = CompactObjects()
-    nodes = decode_nodes(store.get_bytes(run_key(run, "nodes.json")), compact)
-    specs = SPECS_CODEC.validate_json(store.get_bytes(run_key(run, "shards.json")))
-    partials = [decode_partial(store.get_bytes(partial_key(run, s.id)), compact) for s in specs]
+    try:
+        nodes = decoder.nodes(store.get_bytes(run_key(run, "nodes.json")))
+        specs = SPECS_CODEC.validate_json(store.get_bytes(run_key(run, "shards.json")))
+        partials = [decoder.partial(store.get_bytes(partial_key(run, s.id))) for s in specs]
+    finally:
+        decoder.close()
     return nodes, specs, partials
 
 
@@ -270,12 +273,14 @@ def merge(
     deps: AssessmentDeps,
     store: BlobStore,
     facts: Callable[[Sequence[Node], Sequence[Pod]], ClusterSnapshot],
+    decoder: RunDecoder,
     *,
     lock_seconds: int,
 ) -> AssessmentSummary:
     """The final step: the cluster-wide facts (``facts``: :func:`cluster_facts` decoded, for the Nodes
-    ``prepare`` listed and the shards' pods), every partial merged in (``domain.shard.merge_shards``), then the scheduled
-    assessment on that snapshot with the run's id as the tick id; the lock is released afterwards.
+    ``prepare`` listed and the shards' pods), every partial (read by ``decoder``) merged in
+    (``domain.shard.merge_shards``), then the scheduled assessment on that snapshot with the run's id as
+    the tick id; the lock is released afterwards.
 
     Raises:
         LeaseLostError: the run no longer holds the lock (it expired and another run took it): nothing
@@ -288,7 +293,7 @@ def merge(
             f"run {run} does not hold {RUN_LOCK} (held by {held.owner if held else 'nobody'})"
         )
     lease = deps.state.renew(RUN_LOCK, run, held.epoch, now, lock_seconds)
-    nodes, specs, partials = load_run(run, store)
+    nodes, specs, partials = load_run(run, store, decoder)
     pods = [p for part in partials for p in part.pods]
     merged = merge_partials(facts(nodes, pods), specs, partials)
     sharded = _with_observe(deps, lambda _at: merged)

@@ -204,8 +204,16 @@ def merge_run(runtime: Runtime, settings: ShardSettings, run: str, at: datetime)
         snapshot = live.snapshot_from_observation(observation, runtime.observers.decode)
         return dataclasses.replace(snapshot, node_label=config.prometheus.node_label)
 
+    from rightsizer.adapters.shard_codec import RunDecoder
+
     return service.merge(
-        run, at, runtime.assessment(), _bucket(settings), facts, lock_seconds=settings.lock_seconds
+        run,
+        at,
+        runtime.assessment(),
+        _bucket(settings),
+        facts,
+        RunDecoder(),
+        lock_seconds=settings.lock_seconds,
     )
 
 
