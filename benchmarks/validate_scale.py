@@ -37,9 +37,10 @@ sys.path[:0] = [str(ROOT), str(ROOT / "functions")]
 import httpx  # noqa: E402
 from botocore.credentials import ReadOnlyCredentials  # noqa: E402
 from tests.builders import AT  # noqa: E402
-from tests.integration.test_node_view import JOB, Families, cluster_role, fill, name, series  # noqa: E402
+from tests.integration.test_node_view import JOB, Families, fill, name, series  # noqa: E402
 from tests.support.child_double import answer_commands  # noqa: E402
 from tests.support.prometheus_server import find_binaries, openmetrics_lines, start_prometheus  # noqa: E402
+from tests.support.rbac import function_role  # noqa: E402
 
 from rightsizer.adapters.eks_auth import EksTokenSource  # noqa: E402
 from rightsizer.adapters.kubernetes import KubernetesCluster  # noqa: E402
@@ -55,10 +56,9 @@ NODE = 3  # the node judged: it has a zonal volume, so the witness search runs t
 
 
 def _serve(nodes: int, conn: Connection) -> None:
-    """Child process: the double with ``nodes`` nodes; answers "count", "clear", "stop" on ``conn``."""
+    """Child process: the double with ``nodes`` nodes; answers "count", "clear", "bind", "stop" on ``conn``."""
     double = KubernetesDouble(seed=11, resource_api_versions=None)
     double.start()
-    double.bind_cluster_role(cluster_role("rightsizer"))
     fill(double, nodes)
     conn.send(double.base_url)
     answer_commands(double, conn, lambda: len(double.requests))
@@ -77,9 +77,12 @@ class Counting(httpx.HTTPTransport):
 
 
 def _measure(
-    run: Callable[[], Any], conn: Connection, transport: Counting, runs: int
+    run: Callable[[], Any], conn: Connection, transport: Counting, runs: int, function: str
 ) -> tuple[int, int, float, float]:
-    """(Kubernetes requests, Prometheus queries, CPU s, wall s) of one ``run``, medians over ``runs``."""
+    """(Kubernetes requests, Prometheus queries, CPU s, wall s) of one ``run`` under ``function``'s
+    Kubernetes identity (its ClusterRoles of infra/k8s/rbac.yaml), medians over ``runs``."""
+    conn.send(("bind", function_role(function)))
+    conn.recv()
     cpu, wall, k8s, prom = [], [], [], []
     for _ in range(runs):
         conn.send("clear")
@@ -123,8 +126,11 @@ def _one_size(
         return plan(live.observe_live(config, policy, observers, at), policy, at).node(name(NODE))
 
     return {
-        ("node", size): _measure(lambda: assessor.assess_node(name(NODE), at), conn, transport, runs),
-        ("cluster", size): _measure(whole, conn, transport, runs),
+        # each under the identity that runs it: validate is the drain's, the whole cluster the assessment's
+        ("node", size): _measure(
+            lambda: assessor.assess_node(name(NODE), at), conn, transport, runs, "drain"
+        ),
+        ("cluster", size): _measure(whole, conn, transport, runs, "assess"),
     }
 
 
@@ -134,6 +140,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3, help="runs per method and size (medians)")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
+    if min(sizes) <= NODE:
+        parser.error(f"--sizes: every size must exceed {NODE} (node {NODE} is the one judged)")
     binaries = find_binaries()
     if binaries is None:
         sys.exit("prometheus/promtool not found (apt-get install prometheus)")

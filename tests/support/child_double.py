@@ -34,11 +34,16 @@ def child_doubles(serve: Callable[[int, Connection], None]) -> Iterator[Callable
 
 def answer_commands(double: Any, conn: Connection, count: Callable[[], object]) -> None:
     """The child's side of ``conn`` once its double serves: "count" is answered with ``count()``,
-    "clear" forgets the double's recorded requests (answered with None), and any other message stops the
-    double, is answered with None and returns (benchmarks/validate_scale.py, k8s_lists_scale.py)."""
+    "clear" forgets the double's recorded requests (answered with None), ``("bind", role)`` binds that
+    ClusterRole (``KubernetesDouble.bind_cluster_role``: the next requests are one function's identity;
+    answered with None), and any other message stops the double, is answered with None and returns
+    (benchmarks/validate_scale.py, k8s_lists_scale.py)."""
     while True:
         command = conn.recv()
-        if command == "count":
+        if isinstance(command, tuple) and command[0] == "bind":
+            double.bind_cluster_role(command[1])
+            conn.send(None)
+        elif command == "count":
             conn.send(count())
         elif command == "clear":
             double.clear_requests()
