@@ -16,17 +16,26 @@ included, as a Lambda's memory is):
   g5.12xlarge node file as a g5.48xlarge: 8 A10G, ``k8s_objects.resized``) with 15 realistic pods each
   (``k8s_lists_scale.seed``: the EKS DaemonSets, dcgm-exporter, the device plugin, Deployment pods of
   which two hold a GPU, every tenth node a StatefulSet pod with an EBS claim; ~5.7 KiB of JSON a pod),
-  named and addressed as the TSDB's series (``node`` label, ``instance`` = InternalIP:9400), so every
-  series joins. One difference from the deployed function: the Kubernetes read timeout is 600 s, because
-  the double serializes a whole list on its first page (150,000 pods: over 30 s on a loaded machine)
-  where the API server reads one page.
+  named and addressed as the TSDB's series (``node`` label, ``instance`` = InternalIP:9400, each node's
+  dcgm-exporter pod named as its series' ``pod`` label), so every series joins its node and only it (a
+  hash-suffixed exporter pod name that happened to read as another node's made 2 of 10,000 nodes'
+  series ambiguous, 14 of 30,000: the join rightly refused them). Two differences from the deployed
+  function: the Kubernetes read timeout is 600 s, and the double **encodes its lists before the clock
+  starts** (``KubernetesDouble.encode_lists``; the same bytes it would encode per request): a real API
+  server encodes on its own machines, while the double's Python encoding of 150,000 pods took
+  ~60 CPU-s on this machine's cores beside the client (``--double-encodes``: as before, measured).
 
-Printed per N: peak RSS MiB of each; for the whole run also its client CPU and wall seconds and the
-peak and the RSS when the Kubernetes part was done (the ``ClusterSnapshot`` held, before Prometheus is
-asked); then the slopes per 1,000 GPU nodes between the sizes. Usage (the TSDB is built by collect_scale when the directory is empty)::
+Printed per N: peak RSS MiB of each; for the whole run also the client's CPU, Prometheus' CPU (``/proc``
+of its pid) and the double's, the wall seconds with the load average before the run, the peak and the
+RSS when the Kubernetes part was done (the ``ClusterSnapshot`` held, before Prometheus is asked), and a
+timeline: each step between two marks (the Kubernetes read, the XID queries, the metrics, the plan)
+with its wall and every process's CPU seconds; then the slopes per 1,000 GPU nodes between the sizes.
+The join check (every node joined a series) fails the run when it does not hold. Usage (the TSDB is
+built by collect_scale when the directory is empty; ``--data-dir`` may be repeated, each size read from
+the TSDB that holds it, one Prometheus at a time)::
 
     timeout 5400 flock /tmp/bench.lock .venv/bin/python benchmarks/assess_memory.py \
-        --data-dir /tmp/obsperf/big --sizes 100,2000,10000 [--modes metrics,whole]
+        --data-dir /tmp/cs33p/d2000 --data-dir /tmp/cs33p/d10000 --sizes 2000,10000 --modes whole
 
 ``benchmarks/collect_scale.py --assess-rss`` prints the same table after its CPU table.
 """
@@ -38,6 +47,7 @@ import dataclasses
 import itertools
 import json
 import multiprocessing
+import os
 import subprocess
 import sys
 import tempfile
@@ -48,6 +58,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "functions"), str(ROOT / "benchmarks")]
 
+CLK_TCK = os.sysconf("SC_CLK_TCK")
 PODS_PER_NODE = 15
 #: g5.48xlarge: 8 A10G, 192 vCPU, 768 GiB (EC2 instance types); what the TSDB's 8 A10G per node are.
 INSTANCE = ("g5.48xlarge", 8, "192", 790_000_000)
@@ -91,10 +102,54 @@ def metrics_child(url: str, size: int, shard_nodes: int) -> dict[str, float]:
     return {"before": before, "peak": _status_mib("VmHWM")}
 
 
-def whole_child(prom_url: str, k8s_url: str, size: int, at_epoch: float) -> dict[str, Any]:
+def _cpu_s(pid: int | None) -> float:
+    """CPU seconds (user + system, all threads) of process ``pid`` so far, from ``/proc/<pid>/stat``."""
+    if not pid:
+        return 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime: fields 14 and 15 of proc(5)
+
+
+class Timeline:
+    """Marks of one assessment: wall offset (s) and the CPU seconds of the client, of Prometheus and of the
+    Kubernetes API double at each named instant (``mark``); thread-safe."""
+
+    def __init__(self, prom_pid: int | None, double_pid: int | None) -> None:
+        import threading
+        import time
+
+        self._pids = (prom_pid, double_pid)
+        self._lock = threading.Lock()
+        self._t0 = time.perf_counter()
+        self.marks: list[tuple[str, float, float, float, float]] = []
+        self.mark("start")
+
+    def mark(self, name: str) -> None:
+        import time
+
+        cpu = time.process_time()
+        prom, double = (_cpu_s(pid) for pid in self._pids)
+        with self._lock:
+            self.marks.append((name, time.perf_counter() - self._t0, cpu, prom, double))
+
+    def timed(self, name: str, fn: Any) -> Any:
+        """``fn`` wrapped to mark ``<name> start`` and ``<name> end`` around each call."""
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            self.mark(f"{name} start")
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.mark(f"{name} end")
+
+        return wrapper
+
+
+def whole_child(
+    prom_url: str, k8s_url: str, size: int, at_epoch: float, prom_pid: int | None, double_pid: int | None
+) -> dict[str, Any]:
     """The assess Lambda's observation and plan through the composition root, against the double and the
-    Prometheus (see the module docstring); its RSS figures (MiB) and what it decided."""
-    import time
+    Prometheus (see the module docstring); its RSS figures (MiB), its timeline and what it decided."""
     from collections import Counter
     from datetime import UTC, datetime
 
@@ -102,6 +157,7 @@ def whole_child(prom_url: str, k8s_url: str, size: int, at_epoch: float) -> dict
     from rightsizer.config import Config
     from rightsizer.domain.planner import plan
     from rightsizer.services import observe as live
+    from rightsizer.services import snapshot as snapshots
     from rightsizer.wiring.runtime import Runtime
 
     kubeconfig = Path(tempfile.mkdtemp(prefix="assess-memory-")) / "kubeconfig"
@@ -132,13 +188,22 @@ def whole_child(prom_url: str, k8s_url: str, size: int, at_epoch: float) -> dict
         figures["k8s_peak"], figures["k8s_rss"] = _status_mib("VmHWM"), _status_mib("VmRSS")
         return live_signals(*args, **kwargs)
 
-    live.live_signals = probed  # type: ignore[assignment]  # observe_live calls it by its module name
     at = datetime.fromtimestamp(at_epoch, UTC)
-    cpu, wall = time.process_time(), time.perf_counter()
+    timeline = Timeline(prom_pid, double_pid)
+    # observe_live calls these by their modules' names
+    live.live_signals = timeline.timed("metrics", probed)  # type: ignore[assignment]
+    live._with_xids = timeline.timed("xids", live._with_xids)  # type: ignore[assignment]
+    snapshots.observe = timeline.timed("kubernetes", snapshots.observe)  # type: ignore[assignment]
     snapshot = runtime.observe_fresh(at)
+    timeline.mark("plan start")
     result = plan(snapshot, runtime.policy(), at, node_label=config.prometheus.node_label)
+    timeline.mark("plan end")
     figures["peak"] = _status_mib("VmHWM")
-    figures["cpu_s"], figures["wall_s"] = time.process_time() - cpu, time.perf_counter() - wall
+    end = timeline.marks[-1]
+    start = timeline.marks[0]
+    figures["cpu_s"], figures["wall_s"] = end[2] - start[2], end[1] - start[1]
+    figures["prom_cpu_s"], figures["double_cpu_s"] = end[3] - start[3], end[4] - start[4]
+    figures["marks"] = timeline.marks
     signals = snapshot.signals
     assert signals is not None and not signals.problems, signals and signals.problems
     figures.update(
@@ -147,18 +212,37 @@ def whole_child(prom_url: str, k8s_url: str, size: int, at_epoch: float) -> dict
         joined=len(signals.devices),
         devices=sum(len(d) for d in signals.devices.values()),
         verdicts=dict(Counter(r.verdict for r in result.nodes)),
+        unmapped=len(signals.unmapped),
     )
     return figures
+
+
+def _print_timeline(marks: list[list[Any]]) -> None:
+    """Each step between two marks: its wall seconds and the CPU seconds each process spent in it."""
+    print(f"{'':8}{'from → to':<44}{'wall s':>8}{'client':>8}{'Prom':>8}{'double':>8}  CPU s")
+    for (a, t0, c0, p0, d0), (b, t1, c1, p1, d1) in itertools.pairwise(marks):
+        print(f"{'':8}{a + ' → ' + b:<44}{t1 - t0:8.2f}{c1 - c0:8.2f}{p1 - p0:8.2f}{d1 - d0:8.2f}")
 
 
 # ------------------------------------------------------------------------------------ the served cluster
 
 
-def _serve(size: int, conn: Connection) -> None:
-    """Child process: the double serving N GPU nodes named as the TSDB's series, 15 pods each."""
+#: The lists the assessment reads whole (``services.snapshot``): encoded before the clock starts.
+LISTS = (
+    "/api/v1/nodes",
+    "/api/v1/pods",
+    "/apis/policy/v1/poddisruptionbudgets",
+    "/api/v1/persistentvolumeclaims",
+    "/api/v1/persistentvolumes",
+)
+
+
+def _serve(size: int, encode: bool, conn: Connection) -> None:
+    """Child process: the double serving N GPU nodes named as the TSDB's series, 15 pods each; with
+    ``encode``, its lists encoded before it serves (``KubernetesDouble.encode_lists``)."""
     from tests.support.child_double import answer_commands
 
-    from collect_scale import node_ip, node_name
+    from collect_scale import exporter_pod, node_ip, node_name
     from k8s_lists_scale import seed
     from k8s_objects import load_templates, resized
     from rightsizer.testing.k8s import KubernetesDouble
@@ -172,7 +256,10 @@ def _serve(size: int, conn: Connection) -> None:
         PODS_PER_NODE,
         name_ip=lambda i: (node_name(size, i), node_ip(size, i)),
         gpu_template=template,
+        exporter_pod=exporter_pod,
     )
+    if encode:
+        double.encode_lists(*LISTS)
     double.start()
     conn.send((double.base_url, counts))
     answer_commands(double, conn, lambda: len(double.requests))
@@ -188,10 +275,12 @@ def _run_child(args: list[str], timeout: float) -> dict[str, Any]:
     return result
 
 
-def _whole(prom_url: str, size: int, at_epoch: float, timeout: float) -> dict[str, Any]:
+def _whole(
+    prom_url: str, prom_pid: int | None, size: int, at_epoch: float, timeout: float, encode: bool
+) -> dict[str, Any]:
     ctx = multiprocessing.get_context("fork")
     parent, child = ctx.Pipe()
-    process = ctx.Process(target=_serve, args=(size, child), daemon=True)
+    process = ctx.Process(target=_serve, args=(size, encode, child), daemon=True)
     process.start()
     try:
         k8s_url, counts = parent.recv()
@@ -207,6 +296,10 @@ def _whole(prom_url: str, size: int, at_epoch: float, timeout: float) -> dict[st
                 str(size),
                 "--at",
                 str(at_epoch),
+                "--prom-pid",
+                str(prom_pid or 0),
+                "--double-pid",
+                str(process.pid),
             ],
             timeout,
         )
@@ -224,15 +317,18 @@ def assess_rss(
     url: str,
     sizes: tuple[int, ...],
     *,
+    prom_pid: int | None = None,
     shard_nodes: int = 1000,
     modes: tuple[str, ...] = ("metrics", "whole"),
     timeout: float = 2400,
+    encode_lists: bool = True,
 ) -> None:
     """Print the peak RSS table (see the module docstring) for the Prometheus at ``url``."""
     from collect_scale import AT
 
     print("\nassess peak RSS MiB (each a fresh process; VmHWM, imports included):", flush=True)
     columns: dict[str, list[tuple[int, float]]] = {}
+    failed: list[int] = []
     for size in sizes:
         if "metrics" in modes:
             for per, label in ((0, "metrics only, unsharded"), (shard_nodes, "metrics only, device shards")):
@@ -246,8 +342,8 @@ def assess_rss(
                     flush=True,
                 )
         if "whole" in modes:
-            f = _whole(url, size, AT.timestamp(), timeout)
-            assert f["nodes"] == f["joined"] == size, f
+            load = os.getloadavg()[0]
+            f = _whole(url, prom_pid, size, AT.timestamp(), timeout, encode_lists)
             columns.setdefault("whole assessment", []).append((size, f["peak"]))
             columns.setdefault("  of which Kubernetes", []).append((size, f["k8s_peak"]))
             print(
@@ -257,11 +353,21 @@ def assess_rss(
                 f"{f['devices']:,} devices joined, {f['requests']} Kubernetes requests, verdicts {f['verdicts']})",
                 flush=True,
             )
+            print(
+                f"{'':8}whole: client CPU {f['cpu_s']:.1f} s, Prometheus CPU {f['prom_cpu_s']:.1f} s, double CPU "
+                f"{f['double_cpu_s']:.1f} s, wall {f['wall_s']:.1f} s (load average before: {load:.2f}); "
+                f"join check: {f['joined']:,} of {f['nodes']:,} nodes joined a series, {f['unmapped']} series unmapped"
+            )
+            _print_timeline(f["marks"])
+            if not f["nodes"] == f["joined"] == size:
+                failed.append(size)
     for label, rows in columns.items():
         for (n0, r0), (n1, r1) in itertools.pairwise(rows):
             print(
                 f"  {label}: {n0}->{n1} GPU nodes: {(r1 - r0) / (n1 - n0) * 1000:.0f} MiB per 1,000 GPU nodes"
             )
+    if failed:
+        sys.exit(f"join check failed at {failed} GPU nodes: not every node joined its series")
 
 
 def main() -> int:
@@ -269,23 +375,35 @@ def main() -> int:
     parser.add_argument(
         "--sizes", default="100,2000", help="GPU node counts, comma-separated (jobs of the TSDB)"
     )
-    parser.add_argument("--data-dir", help="collect_scale's TSDB (reused; backfilled when empty)")
+    parser.add_argument(
+        "--data-dir",
+        action="append",
+        default=[],
+        help="collect_scale's TSDB (reused; backfilled when empty); repeat for TSDBs of other sizes",
+    )
     parser.add_argument("--modes", default="metrics,whole", help="metrics (alone), whole (the assessment)")
     parser.add_argument(
         "--shard-nodes", type=int, default=1000, help="GPU nodes per device shard (metrics only)"
     )
     parser.add_argument("--timeout", type=float, default=2400, help="seconds per measured process")
+    parser.add_argument(
+        "--double-encodes",
+        action="store_true",
+        help="the double encodes each list when asked (as before), not before the clock starts",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)  # metrics | whole
     parser.add_argument("--url", help=argparse.SUPPRESS)
     parser.add_argument("--k8s", help=argparse.SUPPRESS)
     parser.add_argument("--size", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--at", type=float, help=argparse.SUPPRESS)
+    parser.add_argument("--prom-pid", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--double-pid", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child == "metrics":
         print(json.dumps(metrics_child(args.url, args.size, args.shard_nodes)))
         return 0
     if args.child == "whole":
-        print(json.dumps(whole_child(args.url, args.k8s, args.size, args.at)))
+        print(json.dumps(whole_child(args.url, args.k8s, args.size, args.at, args.prom_pid, args.double_pid)))
         return 0
     from collect_scale import find_binaries, start
 
@@ -295,18 +413,36 @@ def main() -> int:
         print("prometheus/promtool not on PATH (apt-get install prometheus)", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory(prefix="assess-memory-") as tmp:
-        server = start(binaries, Path(args.data_dir or tmp), sizes, 2)
-        try:
-            assess_rss(
-                server.url,
-                sizes,
-                shard_nodes=args.shard_nodes,
-                modes=tuple(args.modes.split(",")),
-                timeout=args.timeout,
-            )
-        finally:
-            server.stop()
+        for root, held in _tsdbs([Path(d) for d in args.data_dir] or [Path(tmp)], sizes):
+            server = start(binaries, root, held, 2)
+            try:
+                assess_rss(
+                    server.url,
+                    held,
+                    prom_pid=server.process.pid,
+                    shard_nodes=args.shard_nodes,
+                    modes=tuple(args.modes.split(",")),
+                    timeout=args.timeout,
+                    encode_lists=not args.double_encodes,
+                )
+            finally:
+                server.stop()
     return 0
+
+
+def _tsdbs(roots: list[Path], sizes: tuple[int, ...]) -> list[tuple[Path, tuple[int, ...]]]:
+    """Which TSDB serves which sizes: each size from the first directory whose ``collect_scale.json``
+    holds it; sizes no directory holds are backfilled into the last directory given (when it is empty)."""
+    held: dict[Path, list[int]] = {}
+    for size in sizes:
+        marker: Path | None = None
+        for root in roots:
+            file = root / "collect_scale.json"
+            if file.is_file() and size in json.loads(file.read_text()).get("sizes", []):
+                marker = root
+                break
+        held.setdefault(marker or roots[-1], []).append(size)
+    return [(root, tuple(group)) for root, group in held.items()]
 
 
 if __name__ == "__main__":

@@ -133,6 +133,11 @@ def node_ip(size: int, i: int) -> str:
     return f"10.{size % 251}.{i // 250}.{i % 250}"
 
 
+def exporter_pod(i: int) -> str:
+    """The name of node ``i``'s dcgm-exporter pod, as its series' ``pod`` label gives it."""
+    return f"nvidia-dcgm-exporter-{i:05d}"
+
+
 #: Labels of a series as dcgm-exporter 3.x behind the GPU Operator's ServiceMonitor writes them
 #: (``/work/shared/data/prometheus/eks-p5-h100-instant-query-DCGM_FI_DEV_GPU_UTIL.json``, a real EKS p5
 #: answer: the device's ``gpu``, ``UUID``, ``pci_bus_id``, ``device``, ``modelName``, ``Hostname``,
@@ -142,10 +147,10 @@ def series_labels(size: int, i: int, g: int) -> str:
     """The label text of GPU ``g`` of node ``i`` of cluster ``size`` (sorted by name, as Prometheus keeps them)."""
     uuid = f"{size:08x}-{i:04x}-{g:04x}-{(i * 8 + g) % 65536:04x}-{(size * 131 + i * 8 + g):012x}"
     return (
-        f'DCGM_FI_DRIVER_VERSION="535.161.08",Hostname="nvidia-dcgm-exporter-{i:05d}",UUID="GPU-{uuid}",'
+        f'DCGM_FI_DRIVER_VERSION="535.161.08",Hostname="{exporter_pod(i)}",UUID="GPU-{uuid}",'
         f'container="nvidia-dcgm-exporter",device="nvidia{g}",gpu="{g}",instance="{node_ip(size, i)}:9400",'
         f'job="n{size}",modelName="NVIDIA A10G",namespace="gpu-operator",node="{node_name(size, i)}",'
-        f'pci_bus_id="00000000:{0x10 + g * 16:02X}:00.0",pod="nvidia-dcgm-exporter-{i:05d}"'
+        f'pci_bus_id="00000000:{0x10 + g * 16:02X}:00.0",pod="{exporter_pod(i)}"'
     )
 
 

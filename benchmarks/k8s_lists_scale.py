@@ -68,12 +68,14 @@ def seed(
     *,
     name_ip: Callable[[int], tuple[str, str]] | None = None,
     gpu_template: dict[str, Any] | None = None,
+    exporter_pod: Callable[[int], str] | None = None,
 ) -> dict[str, int]:
     """Fill ``double`` with ``nodes`` nodes (``gpu_share`` GPU nodes, spread evenly) and their pods.
 
     ``name_ip(i)`` names node ``i`` and gives its InternalIP (default ``ip-10-…ec2.internal``, ``10.a.b.1``;
     ``benchmarks/assess_memory.py`` names them as its TSDB's series do); ``gpu_template`` replaces the
-    cycle of ``GPU_TEMPLATES`` for every GPU node.
+    cycle of ``GPU_TEMPLATES`` for every GPU node; ``exporter_pod(i)`` names node ``i``'s dcgm-exporter pod
+    (default: the DaemonSet's hash-suffixed name) as the ``pod`` label of its series does.
 
     Every node runs the EKS DaemonSets (aws-node, kube-proxy, ebs-csi-node; GPU nodes also the
     dcgm-exporter and the device plugin); the rest of its ``pods_per_node`` are Deployment pods of
@@ -110,9 +112,10 @@ def seed(
         node_pods = []
         for k, (app, namespace) in enumerate(daemonsets):
             host_network = namespace == "kube-system"
+            suffixed = f"{app}-{zlib.crc32(name.encode()) % 36**5:05x}"
             node_pods.append(
                 pod(
-                    f"{app}-{zlib.crc32(name.encode()) % 36**5:05x}",
+                    exporter_pod(i) if exporter_pod and app == "nvidia-dcgm-exporter" else suffixed,
                     namespace,
                     name,
                     node_ip,

@@ -11,7 +11,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from rightsizer.testing.k8s import KubernetesDouble, RecordedRequest
+from rightsizer.testing.k8s import ApiError, KubernetesDouble, RecordedRequest
 
 pytestmark = pytest.mark.integration
 
@@ -196,6 +196,46 @@ def test_list_items_carry_no_kind_like_the_api_server(double: KubernetesDouble, 
     assert body["metadata"]["resourceVersion"] == str(double.resource_version)
     assert all("kind" not in item for item in body["items"])
     assert http.get("/api/v1/nodes/gpu-a").json()["kind"] == "Node"
+
+
+def _pages(http: httpx.Client, path: str, **params: Any) -> list[dict[str, Any]]:
+    """Every page of a list, its continue token dropped (it names a fresh snapshot each time)."""
+    pages, token = [], None
+    while True:
+        answer = http.get(path, params={**params, **({"continue": token} if token else {})})
+        assert answer.headers["content-type"] == "application/json"
+        page = answer.json()
+        token = page["metadata"].pop("continue", None)
+        pages.append(page)
+        if not token:
+            return pages
+
+
+def test_encoded_lists_answer_as_before_until_the_store_changes(
+    double: KubernetesDouble, http: httpx.Client
+) -> None:
+    for index in range(5):
+        double.add_pod(pod(f"p{index}", labels={"app": "train" if index % 2 else "serve"}))
+    before = _pages(http, "/api/v1/pods", limit=2)
+    selected = _pages(http, "/api/v1/pods", labelSelector="app=train")
+
+    double.encode_lists("/api/v1/pods", "/api/v1/nodes")
+
+    assert _pages(http, "/api/v1/pods", limit=2) == before
+    assert [len(p["items"]) for p in before] == [2, 2, 1]
+    assert before[0]["metadata"]["remainingItemCount"] == 3
+    assert _pages(http, "/api/v1/pods", labelSelector="app=train") == selected
+    assert [p["metadata"]["name"] for p in _pages(http, "/api/v1/nodes")[0]["items"]] == [
+        "gpu-a",
+        "gpu-b",
+        "gpu-c",
+    ]
+    double.add_pod(pod("p5"))  # a write: the encoded lists are stale
+    after = _pages(http, "/api/v1/pods")[0]
+    assert [p["metadata"]["name"] for p in after["items"]] == [f"p{index}" for index in range(6)]
+    assert after["metadata"]["resourceVersion"] == str(double.resource_version)
+    with pytest.raises(ApiError):
+        double.encode_lists("/api/v1/bogus")
 
 
 # ------------------------------------------------------------------------------------------------ writes

@@ -360,15 +360,13 @@ class _Serving(_Controllers):
             if snapshot.counted:
                 metadata["remainingItemCount"] = len(snapshot.items) - end
         res = target.res
-        return _Response(
-            200,
-            {
-                "kind": f"{res.kind}List",
-                "apiVersion": res.api_version(target.version),
-                "metadata": metadata,
-                "items": [json.loads(item) for item in snapshot.items[offset:end]],
-            },
+        head = json.dumps(
+            {"kind": f"{res.kind}List", "apiVersion": res.api_version(target.version), "metadata": metadata}
         )
+        # The items' own JSON, joined as json.dumps would write the list: byte for byte the same answer
+        # as decoding and re-encoding them, without doing either (150,000 pods a list, issue 33).
+        body = b"".join((head[:-1].encode(), b', "items": [', b", ".join(snapshot.items[offset:end]), b"]}"))
+        return _Response(200, body, {"Content-Type": "application/json"})
 
     @staticmethod
     def _decode_continue(token: str) -> tuple[str, int]:
@@ -379,8 +377,18 @@ class _Serving(_Controllers):
             raise ApiError(400, f"continue key is not valid: {error}") from error
 
     def _snapshot(self, target: _Target, request: RecordedRequest) -> _PageSnapshot:
-        labels = parse_label_selector(request.param("labelSelector") or "")
-        fields = parse_field_selector(request.param("fieldSelector") or "", target.res)
+        labels, fields = request.param("labelSelector") or "", request.param("fieldSelector") or ""
+        encoded = self._encoded.get(_list_key(target, labels, fields))
+        if encoded is not None and encoded.resource_version == str(self._rv):
+            return encoded
+        if encoded is not None:  # the store changed since: every encoded list is stale
+            self._encoded.clear()
+        return self._encode_list(target, labels, fields)
+
+    def _encode_list(self, target: _Target, label_selector: str, field_selector: str) -> _PageSnapshot:
+        """Every object ``target``'s list selects, each serialized as it is now."""
+        labels = parse_label_selector(label_selector)
+        fields = parse_field_selector(field_selector, target.res)
         items = []
         for (namespace, _), obj in sorted(self._store[target.res.plural].items()):
             if target.namespace is not None and namespace != target.namespace:
@@ -511,6 +519,11 @@ class _Serving(_Controllers):
 
 
 # ------------------------------------------------------------------------------------------------ HTTP
+
+
+def _list_key(target: _Target, label_selector: str, field_selector: str) -> tuple[str, ...]:
+    """What makes two list requests answer the same items at one resourceVersion."""
+    return (target.res.plural, target.namespace or "", target.version, label_selector, field_selector)
 
 
 #: As on the real server, list items carry no ``kind``/``apiVersion``.

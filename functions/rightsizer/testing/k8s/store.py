@@ -55,6 +55,7 @@ class _Store:
     _frozen_pdbs: set[tuple[str, str]]
     _pdbs_dirty: bool
     _pages: dict[str, _PageSnapshot]
+    _encoded: dict[tuple[str, ...], _PageSnapshot]
     _tokens: set[str] | None
     _injections: list[_Injection]
     _requests: list[RecordedRequest]
