@@ -5,6 +5,7 @@ execution ids, same budget) the unsharded assessment starts on the same facts.""
 from __future__ import annotations
 
 import dataclasses
+import gc
 from collections.abc import Sequence
 from typing import Any
 
@@ -152,6 +153,25 @@ def test_a_sharded_run_locks_once_reads_per_shard_and_starts_the_unsharded_drain
         service.prepare("run-3", AT, snap.nodes, gpu, bucket, state, per_shard=3, lock_seconds=600).locked_by
         is None
     )
+    # AND the process's garbage collector is as it was (a warm Lambda runs the next merge in it)
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+
+
+def test_a_merge_that_fails_while_reading_leaves_the_garbage_collector_as_it_was() -> None:
+    snap = cluster()
+    state, bucket = MemoryState("demo"), Bucket()
+    prepared = service.prepare("run-1", AT, snap.nodes, gpu, bucket, state, per_shard=3, lock_seconds=600)
+    for spec in SPECS_CODEC.validate_json(bucket.get_bytes(prepared.manifest or "")):
+        service.observe_shard("run-1", spec, bucket, Pods(snap), reader_for(snap))
+
+    def facts(_n: object, _p: object) -> ClusterSnapshot:
+        raise TimeoutError("the PodDisruptionBudget list timed out")
+
+    with pytest.raises(TimeoutError):
+        service.merge(
+            "run-1", AT, deps(snap, state, Starter(), None), bucket, facts, RunDecoder(), lock_seconds=600
+        )
+    assert gc.isenabled() and gc.get_freeze_count() == 0
 
 
 def test_a_merge_without_the_lock_acts_on_nothing_and_release_gives_it_back() -> None:
