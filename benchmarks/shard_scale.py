@@ -10,13 +10,15 @@ Generated answers, no servers (a 2-core machine cannot host a 100,000-node API s
   every field the API server sends, ~5-6 KB each). Deployment pods on idle GPU nodes would add the
   placement simulation's cost, which is the planner's, sharded or not (``benchmarks/placement_scale.py``). In a
   fresh process (a cold Lambda): the shard's Nodes decoded (the object ``prepare`` wrote), one pod list
-  answer per node decoded (``services.shard.pods_on``: JSON → compact ``Pod``), its series reduced to
-  device signals (``collect_signals``: every raw sample of the window read, an upper bound of the live
-  path's per-step aggregates) and the ``ShardPartial`` encoded (the S3 body).
+  answer per node decoded (``services.shard.pods_on``: bytes → compact ``Pod``, as ``list_models``), its
+  series reduced to device signals (``collect_signals``: every raw sample of the window read, an upper
+  bound of the live path's per-step aggregates) and the ``ShardPartial`` encoded (the S3 body).
 - **The merge**: the shard's partial copied ``--nodes / --per-shard`` times under renamed nodes, instances
   and node groups (100 distinct shards of 1,000 nodes), with every Node and the AWS inventory of all of
-  them. In a fresh process: every partial and the Nodes decoded, the cluster-wide snapshot built
-  (``snapshot_from_documents``), ``merge_shards``, then ``plan`` (the default policy).
+  them. In a fresh process, ``services.shard.merge`` itself: every partial and the Nodes decoded
+  (``adapters.shard_codec``), the cluster-wide snapshot built (``snapshot_from_documents``),
+  ``merge_shards``, then the scheduled assessment (``run_assessment``, the default policy) on in-memory
+  state.
 
 Cost per run (public us-east-1 prices, 2026-12): AWS Lambda x86 $0.0000166667 per GB-s and $0.20 per 1M
 requests (https://aws.amazon.com/lambda/pricing/); Step Functions Standard $0.025 per 1,000 state
@@ -131,6 +133,7 @@ def generate(work: Path, per_shard: int, pods_per_node: int) -> None:
 
 def shard_child(work: Path) -> dict[str, Any]:
     """One shard, as the observe task runs it (a fresh process)."""
+    from rightsizer.adapters.kubernetes_models import ModelPages, paused_gc
     from rightsizer.adapters.snapshot_dir import load_snapshot
     from rightsizer.domain.join import NodeJoiner
     from rightsizer.domain.model import Node
@@ -146,9 +149,14 @@ def shard_child(work: Path) -> dict[str, Any]:
     policy = Policy()
 
     class Reader:
-        def list_pods(self, *, namespace: str | None = None, field_selector: str = "") -> list[Any]:
-            items: list[Any] = json.loads(answers[field_selector.removeprefix("spec.nodeName=")])["items"]
-            return items
+        """``ClusterReader.list_models`` over the answers: one page a node, decoded as the adapter does."""
+
+        def list_models(self, kind: Any, project: Any, *, field_selector: str = "") -> list[Any]:
+            pages = ModelPages(kind)
+            with paused_gc():
+                objects, _ = pages.page(answers[field_selector.removeprefix("spec.nodeName=")])
+            pages.close()
+            return [kept for obj in objects if (kept := project(obj)) is not None]
 
     def run() -> dict[str, float]:
         nodes = NODES_CODEC.validate_json(node_bytes)

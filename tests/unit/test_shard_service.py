@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-from collections.abc import Sequence
+import json
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
 
+from rightsizer.adapters.kubernetes_models import ModelPages
 from rightsizer.adapters.memory_state import MemoryState
 from rightsizer.adapters.shard_codec import RunDecoder
 from rightsizer.domain.catalog import load_catalog
@@ -44,20 +46,25 @@ class Bucket:
 
 
 class Pods:
-    """``list_pods(field_selector=spec.nodeName=<node>)`` over the snapshot's pods, recording each ask."""
+    """``list_models(Pod, field_selector=spec.nodeName=<node>)`` over the snapshot's pods (one list page
+    each, decoded as the adapter decodes it), recording each ask."""
 
     def __init__(self, snap: ClusterSnapshot) -> None:
         self._snap = snap
         self.asked: list[str] = []
 
-    def list_pods(self, *, namespace: str | None = None, field_selector: str = "") -> list[dict[str, Any]]:
+    def list_models(
+        self, kind: type[Pod], project: Callable[[Pod], Any], *, field_selector: str = "", **_: Any
+    ) -> list[Any]:
         self.asked.append(field_selector)
         node = field_selector.removeprefix("spec.nodeName=")
-        return [
+        items = [
             p.model_dump(mode="json", by_alias=True, exclude_none=True)
             for p in self._snap.pods
             if p.spec.nodeName == node
         ]
+        pods, _ = ModelPages(kind).page(json.dumps({"items": items}).encode())
+        return [kept for p in pods if (kept := project(p)) is not None]
 
 
 class Starter:
