@@ -195,6 +195,10 @@ def whole_child(
     live._with_xids = timeline.timed("xids", live._with_xids)  # type: ignore[assignment]
     snapshots.observe = timeline.timed("kubernetes", snapshots.observe)  # type: ignore[assignment]
     snapshot = runtime.observe_fresh(at)
+    if os.environ.get("ASSESS_MEMORY_PICKLE"):  # local profiling aid (not a product path)
+        import pickle
+
+        Path(os.environ["ASSESS_MEMORY_PICKLE"]).write_bytes(pickle.dumps((snapshot, runtime.policy(), at)))
     timeline.mark("plan start")
     result = plan(snapshot, runtime.policy(), at, node_label=config.prometheus.node_label)
     timeline.mark("plan end")

@@ -28,15 +28,13 @@ by ``rightsizer.adapters.secrets`` (``ssm:GetParameter``, ``secretsmanager:GetSe
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import gc
 import json
 import logging
 import re
 import threading
 import time
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -63,6 +61,7 @@ from rightsizer.domain.observation import (
 )
 from rightsizer.domain.policy import Policy
 from rightsizer.domain.usage import UP, CollectedSignals, Window
+from rightsizer.gc_pause import cyclic_gc_paused
 from rightsizer.logsafety import is_credential_name, register_secret
 
 log = logging.getLogger(__name__)
@@ -574,23 +573,6 @@ SERIAL_BYTES: Final = 1 << 20
 SERIAL_SECONDS: Final = 0.5
 
 
-@contextlib.contextmanager
-def _cyclic_gc_paused() -> Generator[None, None, None]:
-    """Pause Python's cyclic garbage collector (reference counting still frees everything).
-
-    Parsed answers are acyclic JSON, freed by reference counting as soon as they are reduced; but they
-    are millions of new lists and dicts, and the cyclic collector would rescan the whole growing heap
-    every few hundred of them: half the client's CPU at 2,000 nodes (``benchmarks/collect_scale.py``).
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def _reduce_answer(feeder: MatrixFeeder, q: MetricQuery, content: bytes, stats: ClientStats) -> str | None:
     """Decode one answer of ``q`` and feed it to the reducer; why it is unusable, or None."""
     try:
@@ -721,7 +703,7 @@ def collect_live(
                 log.warning("prometheus query %s unusable (%s): %s unknown", q.path, problem, q.metric)
                 target.problem = target.problem or problem
 
-    with _cyclic_gc_paused():
+    with cyclic_gc_paused():
         _ask(tasks, run, heavy, max_workers)
         if scope and (targets := reducer.uncounted_targets()):
             # targets named otherwise than the node's matchers know: their up counts by name
@@ -737,7 +719,7 @@ def collect_live(
         raise MetricsFailed(
             f"{len(failed)} of {len(outcomes)} Prometheus queries failed, first {failed[0][0]}: {failed[0][1]}"
         )
-    with _cyclic_gc_paused():
+    with cyclic_gc_paused():
         signals = reducer.finish()
     return dataclasses.replace(signals, node_problems=node_problems) if node_problems else signals
 
