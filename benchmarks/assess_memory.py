@@ -146,7 +146,13 @@ class Timeline:
 
 
 def whole_child(
-    prom_url: str, k8s_url: str, size: int, at_epoch: float, prom_pid: int | None, double_pid: int | None
+    prom_url: str,
+    k8s_url: str,
+    size: int,
+    at_epoch: float,
+    prom_pid: int | None,
+    double_pid: int | None,
+    series: bool = True,
 ) -> dict[str, Any]:
     """The assess Lambda's observation and plan through the composition root, against the double and the
     Prometheus (see the module docstring); its RSS figures (MiB), its timeline and what it decided."""
@@ -195,10 +201,6 @@ def whole_child(
     live._with_xids = timeline.timed("xids", live._with_xids)  # type: ignore[assignment]
     snapshots.observe = timeline.timed("kubernetes", snapshots.observe)  # type: ignore[assignment]
     snapshot = runtime.observe_fresh(at)
-    if os.environ.get("ASSESS_MEMORY_PICKLE"):  # local profiling aid (not a product path)
-        import pickle
-
-        Path(os.environ["ASSESS_MEMORY_PICKLE"]).write_bytes(pickle.dumps((snapshot, runtime.policy(), at)))
     timeline.mark("plan start")
     result = plan(snapshot, runtime.policy(), at, node_label=config.prometheus.node_label)
     timeline.mark("plan end")
@@ -209,7 +211,7 @@ def whole_child(
     figures["prom_cpu_s"], figures["double_cpu_s"] = end[3] - start[3], end[4] - start[4]
     figures["marks"] = timeline.marks
     signals = snapshot.signals
-    assert signals is not None and not signals.problems, signals and signals.problems
+    assert signals is not None and (not series or not signals.problems), signals and signals.problems
     figures.update(
         nodes=len(result.nodes),
         pods=len(snapshot.pods) + len(snapshot.pod_addresses),
@@ -280,7 +282,13 @@ def _run_child(args: list[str], timeout: float) -> dict[str, Any]:
 
 
 def _whole(
-    prom_url: str, prom_pid: int | None, size: int, at_epoch: float, timeout: float, encode: bool
+    prom_url: str,
+    prom_pid: int | None,
+    size: int,
+    at_epoch: float,
+    timeout: float,
+    encode: bool,
+    series: bool,
 ) -> dict[str, Any]:
     ctx = multiprocessing.get_context("fork")
     parent, child = ctx.Pipe()
@@ -304,6 +312,7 @@ def _whole(
                 str(prom_pid or 0),
                 "--double-pid",
                 str(process.pid),
+                *([] if series else ["--no-series"]),
             ],
             timeout,
         )
@@ -326,8 +335,10 @@ def assess_rss(
     modes: tuple[str, ...] = ("metrics", "whole"),
     timeout: float = 2400,
     encode_lists: bool = True,
+    series: bool = True,
 ) -> None:
-    """Print the peak RSS table (see the module docstring) for the Prometheus at ``url``."""
+    """Print the peak RSS table (see the module docstring) for the Prometheus at ``url``; without
+    ``series`` (a size no TSDB holds) the whole assessment's Kubernetes read and plan only."""
     from collect_scale import AT
 
     print("\nassess peak RSS MiB (each a fresh process; VmHWM, imports included):", flush=True)
@@ -347,11 +358,12 @@ def assess_rss(
                 )
         if "whole" in modes:
             load = os.getloadavg()[0]
-            f = _whole(url, prom_pid, size, AT.timestamp(), timeout, encode_lists)
-            columns.setdefault("whole assessment", []).append((size, f["peak"]))
-            columns.setdefault("  of which Kubernetes", []).append((size, f["k8s_peak"]))
+            f = _whole(url, prom_pid, size, AT.timestamp(), timeout, encode_lists, series)
+            name = "whole assessment" if series else "no series: Kubernetes + plan"
+            columns.setdefault(name, []).append((size, f["peak"]))
+            columns.setdefault(f"  of which Kubernetes ({name})", []).append((size, f["k8s_peak"]))
             print(
-                f"{size:>6} GPU nodes  {'whole assessment':<30} peak {f['peak']:6.0f}  (imports {f['before']:4.0f}; "
+                f"{size:>6} GPU nodes  {name:<30} peak {f['peak']:6.0f}  (imports {f['before']:4.0f}; "
                 f"Kubernetes read: peak {f['k8s_peak']:.0f}, then {f['k8s_rss']:.0f} held; client CPU "
                 f"{f['cpu_s']:.1f} s, wall {f['wall_s']:.1f} s; {f['pods']:,} pods, "
                 f"{f['devices']:,} devices joined, {f['requests']} Kubernetes requests, verdicts {f['verdicts']})",
@@ -363,7 +375,7 @@ def assess_rss(
                 f"join check: {f['joined']:,} of {f['nodes']:,} nodes joined a series, {f['unmapped']} series unmapped"
             )
             _print_timeline(f["marks"])
-            if not f["nodes"] == f["joined"] == size:
+            if series and not f["nodes"] == f["joined"] == size:
                 failed.append(size)
     for label, rows in columns.items():
         for (n0, r0), (n1, r1) in itertools.pairwise(rows):
@@ -402,12 +414,22 @@ def main() -> int:
     parser.add_argument("--at", type=float, help=argparse.SUPPRESS)
     parser.add_argument("--prom-pid", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--double-pid", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--no-series", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--without-series",
+        default="",
+        help="GPU node counts (comma-separated) no TSDB holds: the Kubernetes read and the plan only, "
+        "against the last TSDB's Prometheus (no series: every node unknown; the metrics part not measured)",
+    )
     args = parser.parse_args()
     if args.child == "metrics":
         print(json.dumps(metrics_child(args.url, args.size, args.shard_nodes)))
         return 0
     if args.child == "whole":
-        print(json.dumps(whole_child(args.url, args.k8s, args.size, args.at, args.prom_pid, args.double_pid)))
+        figures = whole_child(
+            args.url, args.k8s, args.size, args.at, args.prom_pid, args.double_pid, not args.no_series
+        )
+        print(json.dumps(figures))
         return 0
     from collect_scale import find_binaries, start
 
@@ -417,7 +439,9 @@ def main() -> int:
         print("prometheus/promtool not on PATH (apt-get install prometheus)", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory(prefix="assess-memory-") as tmp:
-        for root, held in _tsdbs([Path(d) for d in args.data_dir] or [Path(tmp)], sizes):
+        groups = _tsdbs([Path(d) for d in args.data_dir] or [Path(tmp)], sizes)
+        bare = tuple(int(s) for s in args.without_series.split(",") if s)
+        for k, (root, held) in enumerate(groups):
             server = start(binaries, root, held, 2)
             try:
                 assess_rss(
@@ -429,6 +453,16 @@ def main() -> int:
                     timeout=args.timeout,
                     encode_lists=not args.double_encodes,
                 )
+                if bare and k == len(groups) - 1:
+                    assess_rss(
+                        server.url,
+                        bare,
+                        prom_pid=server.process.pid,
+                        modes=("whole",),
+                        timeout=args.timeout,
+                        encode_lists=not args.double_encodes,
+                        series=False,
+                    )
             finally:
                 server.stop()
     return 0
