@@ -10,8 +10,8 @@ included, as a Lambda's memory is):
 - **whole**: what the assess Lambda does between its cold start and its decision records: a ``Runtime``
   (``rightsizer.wiring``) whose config points at the Kubernetes API double (kubeconfig context) and at
   the Prometheus, ``Runtime.observe_fresh`` (= ``services.observe.observe_live``: discovery, the preflight, every
-  list page by page projected to what the plan reads, then ``live_signals`` with the product's default
-  device shards), then ``plan`` as ``services.assess.run_assessment`` calls it. The double serves, from a
+  list page by page projected to what the plan reads, and, from the moment the Nodes are listed, the
+  ``live_signals`` queries with the product's default device shards in a thread), then ``plan`` as ``services.assess.run_assessment`` calls it. The double serves, from a
   forked child process (its memory is not the client's), N realistic EKS GPU nodes (the repository's
   g5.12xlarge node file as a g5.48xlarge: 8 A10G, ``k8s_objects.resized``) with 15 realistic pods each
   (``k8s_lists_scale.seed``: the EKS DaemonSets, dcgm-exporter, the device plugin, Deployment pods of
@@ -27,9 +27,11 @@ included, as a Lambda's memory is):
 
 Printed per N: peak RSS MiB of each; for the whole run also the client's CPU, Prometheus' CPU (``/proc``
 of its pid) and the double's, the wall seconds with the load average before the run, the peak and the
-RSS when the Kubernetes part was done (the ``ClusterSnapshot`` held, before Prometheus is asked), and a
-timeline: each step between two marks (the Kubernetes read, the XID queries, the metrics, the plan)
-with its wall and every process's CPU seconds; then the slopes per 1,000 GPU nodes between the sizes.
+RSS when the Kubernetes read was done (the ``ClusterSnapshot`` held, with the Prometheus answers read
+ahead meanwhile, at most ``prometheus_ahead.READ_AHEAD_BYTES``), and a timeline: each step between two
+marks (the Kubernetes read, the metrics collection — in a thread from the moment the Nodes are listed —,
+the XID queries, the join handed over to the collection, the plan) with its wall and every process's
+CPU seconds; then the slopes per 1,000 GPU nodes between the sizes.
 The join check (every node joined a series) fails the run when it does not hold. Usage (the TSDB is
 built by collect_scale when the directory is empty; ``--data-dir`` may be repeated, each size read from
 the TSDB that holds it, one Prometheus at a time)::
@@ -188,18 +190,24 @@ def whole_child(
         "double", str(kubeconfig), request_timeout=600.0
     )
     figures: dict[str, Any] = {"before": _status_mib("VmRSS")}
-    live_signals = live.live_signals
+    observe = snapshots.observe
 
     def probed(*args: Any, **kwargs: Any) -> Any:  # the Kubernetes part is done: the snapshot is held
-        figures["k8s_peak"], figures["k8s_rss"] = _status_mib("VmHWM"), _status_mib("VmRSS")
-        return live_signals(*args, **kwargs)
+        try:
+            return observe(*args, **kwargs)
+        finally:
+            figures["k8s_peak"], figures["k8s_rss"] = _status_mib("VmHWM"), _status_mib("VmRSS")
 
     at = datetime.fromtimestamp(at_epoch, UTC)
     timeline = Timeline(prom_pid, double_pid)
-    # observe_live calls these by their modules' names
-    live.live_signals = timeline.timed("metrics", probed)  # type: ignore[assignment]
+    # observe_live calls these by their modules' names; the metrics run in a thread of their own from the
+    # moment the Nodes are listed (services.observe._MetricsAhead), finish hands them the join
+    snapshots.observe = timeline.timed("kubernetes", probed)  # type: ignore[assignment]
     live._with_xids = timeline.timed("xids", live._with_xids)  # type: ignore[assignment]
-    snapshots.observe = timeline.timed("kubernetes", snapshots.observe)  # type: ignore[assignment]
+    live._MetricsAhead.finish = timeline.timed("join handed over", live._MetricsAhead.finish)  # type: ignore[method-assign]
+    runtime.__dict__["observers"] = dataclasses.replace(
+        runtime.observers, collect=timeline.timed("metrics", runtime.observers.collect)
+    )
     snapshot = runtime.observe_fresh(at)
     timeline.mark("plan start")
     result = plan(snapshot, runtime.policy(), at, node_label=config.prometheus.node_label)
