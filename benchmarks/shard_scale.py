@@ -10,13 +10,15 @@ Generated answers, no servers (a 2-core machine cannot host a 100,000-node API s
   every field the API server sends, ~5-6 KB each). Deployment pods on idle GPU nodes would add the
   placement simulation's cost, which is the planner's, sharded or not (``benchmarks/placement_scale.py``). In a
   fresh process (a cold Lambda): the shard's Nodes decoded (the object ``prepare`` wrote), one pod list
-  answer per node decoded (``services.shard.pods_on``: JSON → compact ``Pod``), its series reduced to
-  device signals (``collect_signals``: every raw sample of the window read, an upper bound of the live
-  path's per-step aggregates) and the ``ShardPartial`` encoded (the S3 body).
+  answer per node decoded (``services.shard.pods_on``: bytes → compact ``Pod``, as ``list_models``), its
+  series reduced to device signals (``collect_signals``: every raw sample of the window read, an upper
+  bound of the live path's per-step aggregates) and the ``ShardPartial`` encoded (the S3 body).
 - **The merge**: the shard's partial copied ``--nodes / --per-shard`` times under renamed nodes, instances
   and node groups (100 distinct shards of 1,000 nodes), with every Node and the AWS inventory of all of
-  them. In a fresh process: every partial and the Nodes decoded, the cluster-wide snapshot built
-  (``snapshot_from_documents``), ``merge_shards``, then ``plan`` (the default policy).
+  them. In a fresh process, ``services.shard.merge`` itself: every partial and the Nodes decoded
+  (``adapters.shard_codec``), the cluster-wide snapshot built (``snapshot_from_documents``),
+  ``merge_shards``, then the scheduled assessment (``run_assessment``, the default policy) on in-memory
+  state.
 
 Cost per run (public us-east-1 prices, 2026-12): AWS Lambda x86 $0.0000166667 per GB-s and $0.20 per 1M
 requests (https://aws.amazon.com/lambda/pricing/); Step Functions Standard $0.025 per 1,000 state
@@ -131,6 +133,7 @@ def generate(work: Path, per_shard: int, pods_per_node: int) -> None:
 
 def shard_child(work: Path) -> dict[str, Any]:
     """One shard, as the observe task runs it (a fresh process)."""
+    from rightsizer.adapters.kubernetes_models import ModelPages, paused_gc
     from rightsizer.adapters.snapshot_dir import load_snapshot
     from rightsizer.domain.join import NodeJoiner
     from rightsizer.domain.model import Node
@@ -146,9 +149,14 @@ def shard_child(work: Path) -> dict[str, Any]:
     policy = Policy()
 
     class Reader:
-        def list_pods(self, *, namespace: str | None = None, field_selector: str = "") -> list[Any]:
-            items: list[Any] = json.loads(answers[field_selector.removeprefix("spec.nodeName=")])["items"]
-            return items
+        """``ClusterReader.list_models`` over the answers: one page a node, decoded as the adapter does."""
+
+        def list_models(self, kind: Any, project: Any, *, field_selector: str = "") -> list[Any]:
+            pages = ModelPages(kind)
+            with paused_gc():
+                objects, _ = pages.page(answers[field_selector.removeprefix("spec.nodeName=")])
+            pages.close()
+            return [kept for obj in objects if (kept := project(obj)) is not None]
 
     def run() -> dict[str, float]:
         nodes = NODES_CODEC.validate_json(node_bytes)
@@ -223,41 +231,53 @@ def build_merge_inputs(work: Path, shards: int) -> None:
 
 
 def merge_child(work: Path) -> dict[str, Any]:
-    """The merge, as the merge task runs it (a fresh process): the run's objects (``load_run``), the
-    cluster-wide snapshot, ``merge_shards``, ``plan``."""
+    """The merge, as the merge task runs it (a fresh process): ``services.shard.merge`` — the run's objects
+    (``load_run``), the cluster-wide snapshot (``snapshot_from_documents`` of the documents the merge's
+    own reads return), ``merge_shards``, then the scheduled assessment (``run_assessment``: healing, the
+    plan, budgets, decision records) on in-memory state with the run lock held."""
+    from datetime import datetime
+
+    from rightsizer.adapters.memory_state import MemoryState
     from rightsizer.adapters.shard_codec import RunDecoder
     from rightsizer.adapters.snapshot_dir import snapshot_from_documents
-    from rightsizer.domain.planner import plan
+    from rightsizer.domain.model import ClusterSnapshot
     from rightsizer.domain.policy import Policy
-    from rightsizer.domain.shard import merge_shards
-    from rightsizer.services.shard import load_run
+    from rightsizer.services.assess import AssessmentDeps
+    from rightsizer.services.drain import DrainRequest
+    from rightsizer.services.shard import RUN_LOCK, merge
     from rightsizer.services.snapshot import kubectl_list
+    from rightsizer.testing.fakes import FakeClusterWriter
 
     inventory = {
         name: json.loads((work / name).read_text()) for name in ("nodegroups.json", "instances.json")
     }
     meta = json.loads((work / "shard" / "snapshot.json").read_text())
+    now = datetime.fromisoformat(meta["taken_at"].replace("Z", "+00:00"))
 
-    def run() -> dict[str, float]:
-        nodes, specs, partials = load_run("run", DirStore(work / "bucket"), RunDecoder())
+    def facts(nodes: Any, pods: Any) -> ClusterSnapshot:
         documents = {
             "snapshot.json": meta,
             "nodes.json": kubectl_list(nodes),
-            "pods.json": kubectl_list([p for part in partials for p in part.pods]),
+            "pods.json": kubectl_list(pods),
             "pdbs.json": {"items": []},
             **inventory,
         }
-        base = snapshot_from_documents(documents, root=work)
-        merged = merge_shards(base, specs, partials)
-        decided = plan(merged, Policy())
-        verdicts: dict[str, int] = {}
-        for report in decided.nodes:
-            verdicts[report.verdict] = verdicts.get(report.verdict, 0) + 1
+        return snapshot_from_documents(documents, root=work)
+
+    class Starter:
+        def start(self, request: DrainRequest) -> str:
+            return request.execution_id
+
+    state = MemoryState("bench")
+    assert state.acquire(RUN_LOCK, "run", now, 3600) is not None
+    deps = AssessmentDeps("bench", lambda _at: facts([], []), Policy(), FakeClusterWriter(), state, Starter())
+
+    def run() -> dict[str, Any]:
+        summary = merge("run", now, deps, DirStore(work / "bucket"), facts, RunDecoder(), lock_seconds=3600)
         return {
-            "nodes": len(decided.nodes),
-            "pods": len(merged.pods),
-            "actions": len(decided.actions),
-            **{f"v_{k}": v for k, v in verdicts.items()},
+            "nodes": len(summary.records),
+            "started": len(summary.started),
+            **{f"v_{k}": v for k, v in sorted(summary.verdicts.items())},
         }
 
     out = _measure(run)
@@ -346,8 +366,8 @@ def main() -> int:
         f"   {min(shards, 40)} at a time: ~{-(-shards // 40) * (shard['wall_s'] + args.io_s_per_shard):.0f} s"
     )
     print(
-        f"{'merge + plan':<24}{merge['nodes']:>9,}{merge['pods']:>11,}{merge['cpu_s']:>9.1f}{merge['wall_s']:>9.1f}{merge['peak_mib']:>10.0f}"
-        f"   actions {merge['actions']}, "
+        f"{'merge + assessment':<24}{merge['nodes']:>9,}{shards * shard['pods']:>11,}{merge['cpu_s']:>9.1f}{merge['wall_s']:>9.1f}{merge['peak_mib']:>10.0f}"
+        f"   drains started {merge['started']}, "
         + ", ".join(f"{k[2:]} {v}" for k, v in merge.items() if k.startswith("v_"))
     )
     print(

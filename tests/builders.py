@@ -376,6 +376,7 @@ def write_snapshot_dir(
     *,
     groups: list[AsgInfo] | None = None,
     at: datetime = AT,
+    pdbs: list[dict[str, Any]] | None = None,
 ) -> Any:
     """Write a docs/architecture.md §5 snapshot directory (kubectl Lists, query_range matrices, nodegroups.json)."""
     import json
@@ -393,6 +394,7 @@ def write_snapshot_dir(
     (root / "snapshot.json").write_text(json.dumps(meta))
     (root / "nodes.json").write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": nodes}))
     (root / "pods.json").write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": pods}))
+    (root / "pdbs.json").write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": pdbs or []}))
     if groups is None:
         snap = snapshot(nodes, pods, {})
         groups = list(snap.inventory.groups.values())

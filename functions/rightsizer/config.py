@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from rightsizer.domain.errors import ConfigError
 from rightsizer.domain.periods import Period
 from rightsizer.domain.policy import Policy, Seconds, load_policy
-from rightsizer.domain.validation import combined, config_error
+from rightsizer.domain.validation import KeyedValueError, combined, config_error
 
 SECRET_SCHEMES = ("env", "file", "ssm", "secretsmanager")
 
@@ -47,7 +47,7 @@ class ClusterConfig(_Section):
     @model_validator(mode="after")
     def _one_way_in(self) -> ClusterConfig:
         if not self.name and not self.context:
-            raise ValueError("set cluster.name (EKS) or cluster.context (kubeconfig)")
+            raise KeyedValueError("name", "set cluster.name (EKS) or cluster.context (kubeconfig)")
         return self
 
 
@@ -91,18 +91,19 @@ class PrometheusConfig(_Section):
     @model_validator(mode="after")
     def _auth_needs(self) -> PrometheusConfig:
         if self.auth in ("bearer", "basic") and not self.secret:
-            raise ValueError(f"prometheus.auth {self.auth} needs prometheus.secret")
+            raise KeyedValueError("secret", f"prometheus.auth {self.auth} needs a secret reference here")
         if self.auth == "basic" and not self.username:
-            raise ValueError("prometheus.auth basic needs prometheus.username")
+            raise KeyedValueError("username", "prometheus.auth basic needs the user name here")
         return self
 
     @model_validator(mode="after")
     def _timeout_within_deadline(self) -> PrometheusConfig:
         # a query may run at most what is left of the cycle's deadline: a timeout beyond it never applies
         if self.timeout > self.deadline:
-            raise ValueError(
-                f"prometheus.timeout ({self.timeout} s) must be ≤ prometheus.deadline ({self.deadline} s): "
-                "lower timeout or raise deadline"
+            raise KeyedValueError(
+                "timeout",
+                f"{self.timeout} s must be ≤ prometheus.deadline ({self.deadline} s): lower timeout or raise "
+                "deadline",
             )
         return self
 
@@ -185,7 +186,11 @@ class Config(_Section):
     @model_validator(mode="after")
     def _step_within_window(self) -> Config:
         if self.prometheus.step > self.policy.idle_window:
-            raise ValueError("prometheus.step must be ≤ policy.idle_window")
+            raise KeyedValueError(
+                "policy.idle_window",
+                f"{self.policy.idle_window} s is shorter than prometheus.step ({self.prometheus.step} s): a "
+                "window must hold at least one step; lengthen idle_window or shorten prometheus.step",
+            )
         return self
 
 

@@ -104,17 +104,36 @@ def template_parameters(path: Path) -> dict[str, dict[str, Any]]:
 
 
 def samconfig_overrides(path: Path, environment: str = "default") -> dict[str, str]:
-    """``[<environment>.deploy.parameters].parameter_overrides`` of a ``samconfig.toml`` as name → value
-    (the ``Key="value" Key2="value"`` string, or a list of such items).
+    """The ``parameter_overrides`` ``sam deploy --config-env <environment>`` uses, as name → value: those
+    of ``[<environment>.deploy.parameters]`` over those of ``[<environment>.global.parameters]`` (SAM CLI's
+    precedence; each the ``Key="value" Key2="value"`` string, or a list of such items).
 
     Raises:
-        ConfigError: unreadable TOML or an override that is not ``Key=Value``.
+        ConfigError: unreadable TOML, an environment the file does not have (``sam deploy`` would ask for
+            every parameter instead of deploying the values checked), or an override that is not ``Key=Value``.
     """
     try:
         document = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"cannot read: {exc}", source=str(path)) from exc
-    raw = document.get(environment, {}).get("deploy", {}).get("parameters", {}).get("parameter_overrides", "")
+    if not isinstance(document.get(environment), dict):
+        have = sorted(k for k, v in document.items() if isinstance(v, dict))
+        close = difflib.get_close_matches(environment, have, n=1, cutoff=0.6)
+        fix = f"pass --environment {(close or have)[0]}" if have else "add its [default.deploy.parameters]"
+        raise ConfigError(
+            f"no environment {environment!r} (the file has: {', '.join(have) or 'none'}); {fix}",
+            source=str(path),
+            field="--environment",
+        )
+    overrides: dict[str, str] = {}
+    for command in ("global", "deploy"):
+        section = document[environment].get(command, {}).get("parameters", {})
+        overrides.update(_overrides(section.get("parameter_overrides", ""), path))
+    return overrides
+
+
+def _overrides(raw: str | list[Any], path: Path) -> dict[str, str]:
+    """``Key="value" Key2="value"`` (or a list of such items) as name → value."""
     items = shlex.split(raw) if isinstance(raw, str) else [str(i) for i in raw]
     overrides = {}
     for item in items:

@@ -283,7 +283,10 @@ def test_denied_read_permission_fails_closed_naming_identity_and_verb(
     ("body", "key"),
     [
         ("cluster:\n  name: c\nprometheus:\n  urll: http://x\n", "prometheus.urll"),
-        ("cluster:\n  name: c\nprometheus:\n  step: 2h\n", "<root>"),
+        (
+            "cluster:\n  name: c\nprometheus:\n  step: 2h\n",
+            "policy.idle_window: 1800 s is shorter than prometheus.step",
+        ),
         ("prometheus:\n  url: http://x\n", "cluster"),
     ],
 )

@@ -467,3 +467,72 @@ def test_cli_table_and_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[s
         "workload-scale-to-zero",
         "fast",
     ]
+
+
+@pytest.mark.parametrize(
+    ("names", "refused"),
+    [
+        # the directory names order the series, each snapshot's taken_at places it: one time line or refused
+        ([0, 30 * 60, 60 * 60], None),
+        ([-7, 30 * 60 - 7, 60 * 60 + 59], None),  # named a few seconds off its taken_at: `date` in a cron job
+        ([0, 30 * 60, 60 * 60 + 61], "named 2026-11-02T10:31:01Z but taken at 2026-11-02T10:30:00Z"),
+        ([30 * 60, 0, 60 * 60], "named 2026-11-02T09:30:00Z but taken at 2026-11-02T10:00:00Z"),  # swapped
+        ([0, 30 * 60, 90 * 60], "named 2026-11-02T11:00:00Z but taken at 2026-11-02T10:30:00Z"),
+    ],
+)
+def test_a_snapshot_series_is_one_time_line_of_names_and_taken_at(
+    tmp_path: Path, names: list[int], refused: str | None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    start = AT - timedelta(minutes=30)
+    for k, offset in enumerate(names):
+        when = start + timedelta(minutes=30 * k)
+        named = (start + timedelta(seconds=offset)).isoformat().replace("+00:00", "Z")
+        write_snapshot_dir(tmp_path / named, [gpu_node("n-idle")], [], node_devices("n-idle"), at=when)
+    code = main(["backtest", "--snapshot-series", str(tmp_path)])
+    err = capsys.readouterr().err
+    if refused is None:
+        assert code == 0, err
+    else:
+        assert code == 2 and refused in err and "taken_at" in err, err
+
+
+def test_one_snapshot_under_two_names_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # a copy of one snapshot named a few seconds apart: the same instant twice in one history
+    for named in ("2026-11-02T10:00:00Z", "2026-11-02T10:00:30Z"):
+        write_snapshot_dir(tmp_path / named, [gpu_node("n-idle")], [], node_devices("n-idle"), at=AT)
+    assert main(["backtest", "--snapshot-series", str(tmp_path)]) == 2
+    assert "a history holds each instant once" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("extra", "flag"),
+    [
+        # every argument the user typed is refused before the history is read (minutes from a packaged
+        # trace or from Prometheus), not after: the sweep's values and key, the policy files, the plot
+        (["--sweep", "idle_window=10x"], "idle_window"),
+        (["--sweep", "idle_windw=10m,30m"], "--sweep"),
+        (["--sweep", "idle_window=10m,-5m"], "idle_window"),
+        (["--policy", "{tmp}/typo.yaml"], "idle_windw"),
+        (["--policy", "{tmp}/none.yaml"], "none.yaml"),
+        (["--plot", "{tmp}/missing/bt.png"], "--plot"),
+        (["--unserved-gpu-minute-usd", "-1"], "--unserved-gpu-minute-usd"),
+        (["--provision-delay", "measured"], "--provision-delay"),
+        (["--step", "0s"], "--step"),
+    ],
+)
+def test_a_bad_argument_stops_before_the_history_is_read(
+    extra: list[str],
+    flag: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import rightsizer.cli.backtest as cli_backtest
+
+    (tmp_path / "typo.yaml").write_text("idle_windw: 10m\n")
+    read: list[object] = []
+    monkeypatch.setattr(cli_backtest, "_backtest_source", lambda args: read.append(args))
+    argv = ["backtest", "--trace", "t.csv.gz", *(a.replace("{tmp}", str(tmp_path)) for a in extra)]
+    assert main(argv) == 2
+    assert read == [], "the history was read before the argument was refused"
+    assert flag in capsys.readouterr().err

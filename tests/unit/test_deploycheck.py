@@ -302,3 +302,67 @@ def test_good_sharding_and_fleet_parameters_pass() -> None:
         )
         == []
     )
+
+
+@pytest.mark.parametrize(
+    ("text", "environment", "expected"),
+    [
+        # the values sam deploy would use are the ones checked, wherever samconfig.toml keeps them
+        ('[default.deploy.parameters]\nparameter_overrides = "DryRun=no"\n', "default", {"DryRun": "no"}),
+        ('[default.global.parameters]\nparameter_overrides = "DryRun=no"\n', "default", {"DryRun": "no"}),
+        (
+            '[prod.global.parameters]\nparameter_overrides = "DryRun=no ClusterName=a"\n'
+            '[prod.deploy.parameters]\nparameter_overrides = ["ClusterName=b"]\n',
+            "prod",
+            {"DryRun": "no", "ClusterName": "b"},
+        ),
+        ("[default.deploy.parameters]\ncapabilities = 'CAPABILITY_IAM'\n", "default", {}),  # guided asks
+    ],
+)
+def test_samconfig_overrides_are_the_ones_sam_deploys(
+    tmp_path: Path, text: str, environment: str, expected: dict[str, str]
+) -> None:
+    path = tmp_path / "samconfig.toml"
+    path.write_text("version = 0.1\n" + text)
+    assert samconfig_overrides(path, environment) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "environment", "needle"),
+    [
+        # an environment the file does not have said "ok" having checked only the template's defaults
+        (
+            '[prod.deploy.parameters]\nparameter_overrides = "DryRun=maybe"\n',
+            "default",
+            "pass --environment prod",
+        ),
+        (
+            '[prod.deploy.parameters]\nparameter_overrides = "DryRun=maybe"\n',
+            "prd",
+            "pass --environment prod",
+        ),
+        ("", "default", "add its [default.deploy.parameters]"),
+        (
+            '[default.deploy.parameters]\nparameter_overrides = "DryRun"\n',
+            "default",
+            "'DryRun' is not Key=Value",
+        ),
+    ],
+)
+def test_a_samconfig_validate_cannot_read_as_sam_would_is_refused_naming_why(
+    tmp_path: Path, text: str, environment: str, needle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "samconfig.toml"
+    path.write_text("version = 0.1\n" + text)
+    (tmp_path / "template.yaml").write_text(TEMPLATE.read_text())
+    assert main(["validate", "--samconfig", str(path), "--environment", environment]) == 2
+    assert needle in capsys.readouterr().err
+
+
+def test_the_template_beside_the_samconfig_is_the_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `sam deploy` reads the template beside samconfig.toml; validate from another directory did not
+    monkeypatch.chdir(tmp_path)
+    assert main(["validate", "--samconfig", str(ROOT / "samconfig.toml")]) == 0
+    assert f"against {ROOT / 'template.yaml'}" in capsys.readouterr().out

@@ -64,3 +64,26 @@ def test_readmes_two_commands_are_make_targets_and_ci_runs_the_test_one() -> Non
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     assert re.search(r"^make test\b", ci, re.MULTILINE)
     assert len(readme.splitlines()) < 150  # a newcomer's five minutes; the rest is in docs/
+
+
+def test_every_cli_error_line_the_docs_quote_is_one_the_cli_prints() -> None:
+    # operations.md quoted `rightsizer: failed: eks:DescribeCluster <name>: Unable to locate credentials`
+    # and exit 1 for a live command without credentials, long after the CLI said (and its test checked)
+    # `rightsizer: error: aws: no AWS credentials found: …` and exit 2. Every quoted error line must contain
+    # one of the lines tests/integration/test_cli_no_aws.py proves, with the exit code said beside it.
+    from tests.integration.test_cli_no_aws import CASES
+
+    proven = {(text, code) for _, code, text in CASES}
+    texts = [(ROOT / "README.md").read_text(encoding="utf-8")]
+    texts += [p.read_text(encoding="utf-8") for p in sorted((ROOT / "docs").glob("*.md"))]
+    quoted = []
+    for raw in texts:
+        text = " ".join(raw.split())  # a quote may wrap lines
+        for m in re.finditer(r"`rightsizer: (?:error|failed): ([^`]*)`", text):
+            quoted.append((m.group(1), text[m.end() : m.end() + 300]))
+    assert quoted, "the docs quote no CLI error line"
+    for line, after in quoted:
+        matches = [(t, c) for t, c in proven if t in line]
+        assert matches, f"docs quote {line!r}: no such line in test_cli_no_aws.CASES"
+        said = re.search(r"exit (\d)", after)
+        assert said is None or int(said.group(1)) in {c for _, c in matches}, (line, after[:80])

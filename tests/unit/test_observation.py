@@ -49,6 +49,7 @@ def write(root: Path, files: dict[str, dict[str, Any]], *, metrics_format: int |
         "snapshot.json": meta,
         "nodes.json": {"kind": "List", "items": [node]},
         "pods.json": {"kind": "List", "items": []},
+        "pdbs.json": {"kind": "List", "items": []},
         **files,
     }
     for relative, doc in docs.items():

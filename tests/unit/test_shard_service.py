@@ -5,11 +5,14 @@ execution ids, same budget) the unsharded assessment starts on the same facts.""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+import gc
+import json
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
 
+from rightsizer.adapters.kubernetes_models import ModelPages
 from rightsizer.adapters.memory_state import MemoryState
 from rightsizer.adapters.shard_codec import RunDecoder
 from rightsizer.domain.catalog import load_catalog
@@ -43,20 +46,25 @@ class Bucket:
 
 
 class Pods:
-    """``list_pods(field_selector=spec.nodeName=<node>)`` over the snapshot's pods, recording each ask."""
+    """``list_models(Pod, field_selector=spec.nodeName=<node>)`` over the snapshot's pods (one list page
+    each, decoded as the adapter decodes it), recording each ask."""
 
     def __init__(self, snap: ClusterSnapshot) -> None:
         self._snap = snap
         self.asked: list[str] = []
 
-    def list_pods(self, *, namespace: str | None = None, field_selector: str = "") -> list[dict[str, Any]]:
+    def list_models(
+        self, kind: type[Pod], project: Callable[[Pod], Any], *, field_selector: str = "", **_: Any
+    ) -> list[Any]:
         self.asked.append(field_selector)
         node = field_selector.removeprefix("spec.nodeName=")
-        return [
+        items = [
             p.model_dump(mode="json", by_alias=True, exclude_none=True)
             for p in self._snap.pods
             if p.spec.nodeName == node
         ]
+        pods, _ = ModelPages(kind).page(json.dumps({"items": items}).encode())
+        return [kept for p in pods if (kept := project(p)) is not None]
 
 
 class Starter:
@@ -152,6 +160,25 @@ def test_a_sharded_run_locks_once_reads_per_shard_and_starts_the_unsharded_drain
         service.prepare("run-3", AT, snap.nodes, gpu, bucket, state, per_shard=3, lock_seconds=600).locked_by
         is None
     )
+    # AND the process's garbage collector is as it was (a warm Lambda runs the next merge in it)
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+
+
+def test_a_merge_that_fails_while_reading_leaves_the_garbage_collector_as_it_was() -> None:
+    snap = cluster()
+    state, bucket = MemoryState("demo"), Bucket()
+    prepared = service.prepare("run-1", AT, snap.nodes, gpu, bucket, state, per_shard=3, lock_seconds=600)
+    for spec in SPECS_CODEC.validate_json(bucket.get_bytes(prepared.manifest or "")):
+        service.observe_shard("run-1", spec, bucket, Pods(snap), reader_for(snap))
+
+    def facts(_n: object, _p: object) -> ClusterSnapshot:
+        raise TimeoutError("the PodDisruptionBudget list timed out")
+
+    with pytest.raises(TimeoutError):
+        service.merge(
+            "run-1", AT, deps(snap, state, Starter(), None), bucket, facts, RunDecoder(), lock_seconds=600
+        )
+    assert gc.isenabled() and gc.get_freeze_count() == 0
 
 
 def test_a_merge_without_the_lock_acts_on_nothing_and_release_gives_it_back() -> None:

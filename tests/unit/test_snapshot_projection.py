@@ -206,6 +206,7 @@ def test_asg_tags_are_read_by_the_opt_in_and_the_self_managed_node_group_name() 
         },
         "nodes.json": {"items": []},
         "pods.json": {"items": []},
+        "pdbs.json": {"items": []},
         "nodegroups.json": {
             "autoScalingGroups": [
                 {

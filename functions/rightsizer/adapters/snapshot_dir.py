@@ -63,7 +63,10 @@ def _read_json(root: Path, path: Path, *, required: bool) -> Any:
         data = read_snapshot_file(root, path)
     except FileNotFoundError:
         if required:
-            raise SnapshotError("required file is missing", source=str(path)) from None
+            why = _REQUIRED_WHY.get(path.name)
+            raise SnapshotError(
+                "required file is missing" + (f": {why}" if why else ""), source=str(path)
+            ) from None
         return None
     try:
         return orjson.loads(data)
@@ -448,9 +451,17 @@ def _inventory(path: Path, data: Any, instances_path: Path, instances_data: Any)
     )
 
 
-REQUIRED_FILES = ("snapshot.json", "nodes.json", "pods.json")
+#: Files a snapshot cannot be decided without. ``pdbs.json`` is one: read as "no PodDisruptionBudgets" its
+#: absence would let a replay drain pods the cluster protects (``rightsizer snapshot`` always writes it;
+#: a cluster without budgets has ``{"items": []}``). The optional ones below are absent conservatively:
+#: PVCs/PVs count every claim as node-local data, no inventory removes nothing, and so on.
+REQUIRED_FILES = ("snapshot.json", "nodes.json", "pods.json", "pdbs.json")
+#: Why a required file is required, said when it is missing.
+_REQUIRED_WHY = {
+    "pdbs.json": "without it no PodDisruptionBudget would protect a pod; re-capture the snapshot, or write "
+    '{"items": []} if the cluster has none',
+}
 OPTIONAL_FILES = (
-    "pdbs.json",
     "persistentvolumeclaims.json",
     "persistentvolumes.json",
     "resourceclaims.json",
@@ -483,7 +494,10 @@ def snapshot_from_documents(
     """
     for name in REQUIRED_FILES:
         if docs.get(name) is None:
-            raise SnapshotError("required file is missing", source=str(root / name))
+            why = _REQUIRED_WHY.get(name)
+            raise SnapshotError(
+                "required file is missing" + (f": {why}" if why else ""), source=str(root / name)
+            )
     try:
         meta = _SnapshotFile.model_validate(docs["snapshot.json"])
     except ValidationError as exc:
@@ -495,8 +509,7 @@ def snapshot_from_documents(
     if addresses:
         pod_items = [item for item in pod_items if not isinstance(item, PodAddress)]
     pods = _typed_list(root / "pods.json", {"items": pod_items}, Pod)
-    pdb_data = docs.get("pdbs.json")
-    pdbs = _typed_list(root / "pdbs.json", pdb_data, PodDisruptionBudget) if pdb_data is not None else []
+    pdbs = _typed_list(root / "pdbs.json", docs["pdbs.json"], PodDisruptionBudget)
     pvc_data, pv_data = docs.get("persistentvolumeclaims.json"), docs.get("persistentvolumes.json")
     pvcs = (
         _typed_list(root / "persistentvolumeclaims.json", pvc_data, PersistentVolumeClaim)

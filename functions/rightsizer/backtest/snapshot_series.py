@@ -58,6 +58,7 @@ def read_snapshot_series(directory: str | Path) -> Source:
     steps = {s.meta.step_seconds for s in snaps}
     if len(steps) != 1:
         raise ConfigError(f"snapshots use different step seconds {sorted(steps)}", source=str(root))
+    _names_agree(entries, snaps, steps.pop())
     formats = {s.meta.metrics_format for s in snaps}
     if len(formats) != 1:
         raise ConfigError(
@@ -110,6 +111,34 @@ def read_snapshot_series(directory: str | Path) -> Source:
         inventory="snapshots",
         notes=tuple(dict.fromkeys(notes)),
     )
+
+
+def _names_agree(entries: list[tuple[datetime, Path]], snaps: list[ClusterSnapshot], step: int) -> None:
+    """The series is ordered by directory name and replayed by each snapshot's own ``taken_at``: the two
+    must be one time line. A name more than one step from its snapshot's ``taken_at`` (a snapshot copied
+    under another time's name), or two directories holding one instant, would replay silently out of
+    order or twice; a name a few seconds off (``rightsizer snapshot --out snaps/$(date -u +%FT%TZ)``) is
+    the same instant.
+
+    Raises:
+        ConfigError: naming the directory, its name's time and its ``taken_at`` (``field`` ``taken_at``).
+    """
+    seen: dict[datetime, Path] = {}
+    for (named, path), snap in zip(entries, snaps, strict=True):
+        taken = snap.meta.taken_at
+        if abs((taken - named).total_seconds()) > step:
+            raise ConfigError(
+                f"named {_rfc(named.timestamp())} but taken at {_rfc(taken.timestamp())}; name it by its own time",
+                source=str(path),
+                field="taken_at",
+            )
+        if taken in seen:
+            raise ConfigError(
+                f"taken at {_rfc(taken.timestamp())}, as {seen[taken]} is: a history holds each instant once",
+                source=str(path),
+                field="taken_at",
+            )
+        seen[taken] = path
 
 
 def _snapshot_dirs(root: Path) -> list[tuple[datetime, Path]]:

@@ -42,10 +42,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
             )
     if args.samconfig:
         try:
+            # sam reads the template beside its samconfig.toml: so does validate unless told otherwise
+            template = Path(args.template) if args.template else Path(args.samconfig).parent / "template.yaml"
             overrides = samconfig_overrides(Path(args.samconfig), args.environment)
-            problems += check_deployment(Path(args.template), overrides, source=args.samconfig)
+            problems += check_deployment(template, overrides, source=args.samconfig)
             warnings += deployment_warnings(overrides, source=args.samconfig)
-            checked.append(f"{args.samconfig} against {args.template}")
+            checked.append(f"{args.samconfig} against {template}")
         except ConfigError as exc:
             problems += exc.problems
     for warning in warnings:
@@ -114,5 +116,7 @@ def add_parsers(sub: Any) -> None:
     v.add_argument("--policy", metavar="FILE", help="a policy file (e.g. the text of PolicyParameterName)")
     v.add_argument("--samconfig", metavar="FILE", help="samconfig.toml whose parameter_overrides to check")
     v.add_argument("--environment", default="default", help="samconfig environment (default: default)")
-    v.add_argument("--template", default="template.yaml", metavar="FILE", help="the SAM template")
+    v.add_argument(
+        "--template", metavar="FILE", help="the SAM template (default: template.yaml beside --samconfig)"
+    )
     v.set_defaults(func=cmd_validate)

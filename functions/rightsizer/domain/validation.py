@@ -19,7 +19,28 @@ from pydantic import BaseModel, ValidationError
 
 from rightsizer.domain.errors import ConfigError
 
-__all__ = ["combined", "config_error", "validation_problems"]
+__all__ = ["KeyedValueError", "combined", "config_error", "validation_problems"]
+
+
+class KeyedValueError(ValueError):
+    """A model-level check's error blaming one key (``key``, dotted, relative to the model checked):
+    pydantic places such errors at the model itself, which for a whole document is no key at all."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+def _loc(err: Any, field_name: Callable[[str], str] | None) -> list[str]:
+    """The error's key path; a :class:`KeyedValueError` from a model-level check adds its key."""
+    loc = [str(p) for p in err["loc"]]
+    if field_name is not None and loc:
+        loc[0] = field_name(loc[0])
+    raised = err.get("ctx", {}).get("error")
+    if isinstance(raised, KeyedValueError):
+        loc += raised.key.split(".")
+    return loc
+
 
 _EXPECTED = {
     "int_parsing": "a whole number",
@@ -132,10 +153,7 @@ def validation_problems(
     """
     lines = []
     for err in exc.errors():
-        loc = [str(p) for p in err["loc"]]
-        if field_name is not None and loc:
-            loc[0] = field_name(loc[0])
-        path = ".".join(p for p in (prefix, *loc) if p) or "<root>"
+        path = ".".join(p for p in (prefix, *_loc(err, field_name)) if p) or "<root>"
         message = str(err["msg"]).removeprefix("Value error, ")
         if (
             err["type"] not in ("missing", "extra_forbidden")
@@ -161,10 +179,7 @@ def config_error(
     """A ``ConfigError`` naming the first problem of ``exc``, with every problem in ``problems``."""
     problems = validation_problems(exc, source=source, model=model, prefix=prefix, field_name=field_name)
     first = exc.errors()[0] if exc.errors() else {"loc": ()}
-    loc = [str(p) for p in first["loc"]]
-    if field_name is not None and loc:
-        loc[0] = field_name(loc[0])
-    field = ".".join(p for p in (prefix, *loc) if p) or "<root>"
+    field = ".".join(p for p in (prefix, *_loc(first, field_name)) if p) or "<root>"
     text = problems[0].removeprefix(f"{source}: " if source else "").removeprefix(f"{field}: ")
     if len(problems) > 1:
         text += f" (and {len(problems) - 1} more: rightsizer validate lists them)"

@@ -61,10 +61,13 @@ def _floored(runtime: Runtime, at: datetime) -> datetime:
 
 
 def _nodes(runtime: Runtime) -> list[Node]:
-    """Every Node, projected page by page (``CompactObjects.node``: what the plan reads)."""
-    from rightsizer.domain.pod_parts import CompactObjects
+    """Every Node, each page decoded from its bytes into the compact models the plan reads
+    (``ClusterReader.list_models``, as the unsharded observation lists them)."""
+    return runtime.observers.cluster.list_models(Node, _same)
 
-    return runtime.observers.cluster.list_projected("nodes", CompactObjects().node)
+
+def _same(node: Node) -> Node:
+    return node
 
 
 def _is_gpu() -> Any:
@@ -180,8 +183,9 @@ def observe_shard(
 ) -> dict[str, Any]:
     """One Distributed Map item (``services.shard.observe_shard``); returns a small summary (the partial
     itself is in S3)."""
-    reader = cast(NodeReader, runtime.observers.cluster)
-    partial = service.observe_shard(run, spec, _bucket(settings), reader, _signals_reader(runtime, at))
+    partial = service.observe_shard(
+        run, spec, _bucket(settings), runtime.observers.cluster, _signals_reader(runtime, at)
+    )
     return {
         "shard": spec.id,
         "nodes": len(partial.nodes),
@@ -198,9 +202,7 @@ def merge_run(runtime: Runtime, settings: ShardSettings, run: str, at: datetime)
     cluster = runtime.observers.cluster
 
     def facts(nodes: Sequence[Node], pods: Sequence[Pod]) -> ClusterSnapshot:
-        observation = service.cluster_facts(
-            cluster, cast(NodeReader, cluster), runtime.inventory, request, nodes, pods
-        )
+        observation = service.cluster_facts(cluster, runtime.inventory, request, nodes, pods)
         snapshot = live.snapshot_from_observation(observation, runtime.observers.decode)
         return dataclasses.replace(snapshot, node_label=config.prometheus.node_label)
 
