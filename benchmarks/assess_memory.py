@@ -10,8 +10,8 @@ included, as a Lambda's memory is):
 - **whole**: what the assess Lambda does between its cold start and its decision records: a ``Runtime``
   (``rightsizer.wiring``) whose config points at the Kubernetes API double (kubeconfig context) and at
   the Prometheus, ``Runtime.observe_fresh`` (= ``services.observe.observe_live``: discovery, the preflight, every
-  list page by page projected to what the plan reads, then ``live_signals`` with the product's default
-  device shards), then ``plan`` as ``services.assess.run_assessment`` calls it. The double serves, from a
+  list page by page projected to what the plan reads, and, from the moment the Nodes are listed, the
+  ``live_signals`` queries with the product's default device shards in a thread), then ``plan`` as ``services.assess.run_assessment`` calls it. The double serves, from a
   forked child process (its memory is not the client's), N realistic EKS GPU nodes (the repository's
   g5.12xlarge node file as a g5.48xlarge: 8 A10G, ``k8s_objects.resized``) with 15 realistic pods each
   (``k8s_lists_scale.seed``: the EKS DaemonSets, dcgm-exporter, the device plugin, Deployment pods of
@@ -27,9 +27,11 @@ included, as a Lambda's memory is):
 
 Printed per N: peak RSS MiB of each; for the whole run also the client's CPU, Prometheus' CPU (``/proc``
 of its pid) and the double's, the wall seconds with the load average before the run, the peak and the
-RSS when the Kubernetes part was done (the ``ClusterSnapshot`` held, before Prometheus is asked), and a
-timeline: each step between two marks (the Kubernetes read, the XID queries, the metrics, the plan)
-with its wall and every process's CPU seconds; then the slopes per 1,000 GPU nodes between the sizes.
+RSS when the Kubernetes read was done (the ``ClusterSnapshot`` held, with the Prometheus answers read
+ahead meanwhile, at most ``prometheus_ahead.READ_AHEAD_BYTES``), and a timeline: each step between two
+marks (the Kubernetes read, the metrics collection — in a thread from the moment the Nodes are listed —,
+the XID queries, the join handed over to the collection, the plan) with its wall and every process's
+CPU seconds; then the slopes per 1,000 GPU nodes between the sizes.
 The join check (every node joined a series) fails the run when it does not hold. Usage (the TSDB is
 built by collect_scale when the directory is empty; ``--data-dir`` may be repeated, each size read from
 the TSDB that holds it, one Prometheus at a time)::
@@ -146,7 +148,13 @@ class Timeline:
 
 
 def whole_child(
-    prom_url: str, k8s_url: str, size: int, at_epoch: float, prom_pid: int | None, double_pid: int | None
+    prom_url: str,
+    k8s_url: str,
+    size: int,
+    at_epoch: float,
+    prom_pid: int | None,
+    double_pid: int | None,
+    series: bool = True,
 ) -> dict[str, Any]:
     """The assess Lambda's observation and plan through the composition root, against the double and the
     Prometheus (see the module docstring); its RSS figures (MiB), its timeline and what it decided."""
@@ -182,18 +190,24 @@ def whole_child(
         "double", str(kubeconfig), request_timeout=600.0
     )
     figures: dict[str, Any] = {"before": _status_mib("VmRSS")}
-    live_signals = live.live_signals
+    observe = snapshots.observe
 
     def probed(*args: Any, **kwargs: Any) -> Any:  # the Kubernetes part is done: the snapshot is held
-        figures["k8s_peak"], figures["k8s_rss"] = _status_mib("VmHWM"), _status_mib("VmRSS")
-        return live_signals(*args, **kwargs)
+        try:
+            return observe(*args, **kwargs)
+        finally:
+            figures["k8s_peak"], figures["k8s_rss"] = _status_mib("VmHWM"), _status_mib("VmRSS")
 
     at = datetime.fromtimestamp(at_epoch, UTC)
     timeline = Timeline(prom_pid, double_pid)
-    # observe_live calls these by their modules' names
-    live.live_signals = timeline.timed("metrics", probed)  # type: ignore[assignment]
+    # observe_live calls these by their modules' names; the metrics run in a thread of their own from the
+    # moment the Nodes are listed (services.observe._MetricsAhead), finish hands them the join
+    snapshots.observe = timeline.timed("kubernetes", probed)  # type: ignore[assignment]
     live._with_xids = timeline.timed("xids", live._with_xids)  # type: ignore[assignment]
-    snapshots.observe = timeline.timed("kubernetes", snapshots.observe)  # type: ignore[assignment]
+    live._MetricsAhead.finish = timeline.timed("join handed over", live._MetricsAhead.finish)  # type: ignore[method-assign]
+    runtime.__dict__["observers"] = dataclasses.replace(
+        runtime.observers, collect=timeline.timed("metrics", runtime.observers.collect)
+    )
     snapshot = runtime.observe_fresh(at)
     timeline.mark("plan start")
     result = plan(snapshot, runtime.policy(), at, node_label=config.prometheus.node_label)
@@ -205,7 +219,7 @@ def whole_child(
     figures["prom_cpu_s"], figures["double_cpu_s"] = end[3] - start[3], end[4] - start[4]
     figures["marks"] = timeline.marks
     signals = snapshot.signals
-    assert signals is not None and not signals.problems, signals and signals.problems
+    assert signals is not None and (not series or not signals.problems), signals and signals.problems
     figures.update(
         nodes=len(result.nodes),
         pods=len(snapshot.pods) + len(snapshot.pod_addresses),
@@ -276,7 +290,13 @@ def _run_child(args: list[str], timeout: float) -> dict[str, Any]:
 
 
 def _whole(
-    prom_url: str, prom_pid: int | None, size: int, at_epoch: float, timeout: float, encode: bool
+    prom_url: str,
+    prom_pid: int | None,
+    size: int,
+    at_epoch: float,
+    timeout: float,
+    encode: bool,
+    series: bool,
 ) -> dict[str, Any]:
     ctx = multiprocessing.get_context("fork")
     parent, child = ctx.Pipe()
@@ -300,6 +320,7 @@ def _whole(
                 str(prom_pid or 0),
                 "--double-pid",
                 str(process.pid),
+                *([] if series else ["--no-series"]),
             ],
             timeout,
         )
@@ -322,8 +343,10 @@ def assess_rss(
     modes: tuple[str, ...] = ("metrics", "whole"),
     timeout: float = 2400,
     encode_lists: bool = True,
+    series: bool = True,
 ) -> None:
-    """Print the peak RSS table (see the module docstring) for the Prometheus at ``url``."""
+    """Print the peak RSS table (see the module docstring) for the Prometheus at ``url``; without
+    ``series`` (a size no TSDB holds) the whole assessment's Kubernetes read and plan only."""
     from collect_scale import AT
 
     print("\nassess peak RSS MiB (each a fresh process; VmHWM, imports included):", flush=True)
@@ -343,11 +366,12 @@ def assess_rss(
                 )
         if "whole" in modes:
             load = os.getloadavg()[0]
-            f = _whole(url, prom_pid, size, AT.timestamp(), timeout, encode_lists)
-            columns.setdefault("whole assessment", []).append((size, f["peak"]))
-            columns.setdefault("  of which Kubernetes", []).append((size, f["k8s_peak"]))
+            f = _whole(url, prom_pid, size, AT.timestamp(), timeout, encode_lists, series)
+            name = "whole assessment" if series else "no series: Kubernetes + plan"
+            columns.setdefault(name, []).append((size, f["peak"]))
+            columns.setdefault(f"  of which Kubernetes ({name})", []).append((size, f["k8s_peak"]))
             print(
-                f"{size:>6} GPU nodes  {'whole assessment':<30} peak {f['peak']:6.0f}  (imports {f['before']:4.0f}; "
+                f"{size:>6} GPU nodes  {name:<30} peak {f['peak']:6.0f}  (imports {f['before']:4.0f}; "
                 f"Kubernetes read: peak {f['k8s_peak']:.0f}, then {f['k8s_rss']:.0f} held; client CPU "
                 f"{f['cpu_s']:.1f} s, wall {f['wall_s']:.1f} s; {f['pods']:,} pods, "
                 f"{f['devices']:,} devices joined, {f['requests']} Kubernetes requests, verdicts {f['verdicts']})",
@@ -359,7 +383,7 @@ def assess_rss(
                 f"join check: {f['joined']:,} of {f['nodes']:,} nodes joined a series, {f['unmapped']} series unmapped"
             )
             _print_timeline(f["marks"])
-            if not f["nodes"] == f["joined"] == size:
+            if series and not f["nodes"] == f["joined"] == size:
                 failed.append(size)
     for label, rows in columns.items():
         for (n0, r0), (n1, r1) in itertools.pairwise(rows):
@@ -398,12 +422,22 @@ def main() -> int:
     parser.add_argument("--at", type=float, help=argparse.SUPPRESS)
     parser.add_argument("--prom-pid", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--double-pid", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--no-series", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--without-series",
+        default="",
+        help="GPU node counts (comma-separated) no TSDB holds: the Kubernetes read and the plan only, "
+        "against the last TSDB's Prometheus (no series: every node unknown; the metrics part not measured)",
+    )
     args = parser.parse_args()
     if args.child == "metrics":
         print(json.dumps(metrics_child(args.url, args.size, args.shard_nodes)))
         return 0
     if args.child == "whole":
-        print(json.dumps(whole_child(args.url, args.k8s, args.size, args.at, args.prom_pid, args.double_pid)))
+        figures = whole_child(
+            args.url, args.k8s, args.size, args.at, args.prom_pid, args.double_pid, not args.no_series
+        )
+        print(json.dumps(figures))
         return 0
     from collect_scale import find_binaries, start
 
@@ -413,7 +447,9 @@ def main() -> int:
         print("prometheus/promtool not on PATH (apt-get install prometheus)", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory(prefix="assess-memory-") as tmp:
-        for root, held in _tsdbs([Path(d) for d in args.data_dir] or [Path(tmp)], sizes):
+        groups = _tsdbs([Path(d) for d in args.data_dir] or [Path(tmp)], sizes)
+        bare = tuple(int(s) for s in args.without_series.split(",") if s)
+        for k, (root, held) in enumerate(groups):
             server = start(binaries, root, held, 2)
             try:
                 assess_rss(
@@ -425,6 +461,16 @@ def main() -> int:
                     timeout=args.timeout,
                     encode_lists=not args.double_encodes,
                 )
+                if bare and k == len(groups) - 1:
+                    assess_rss(
+                        server.url,
+                        bare,
+                        prom_pid=server.process.pid,
+                        modes=("whole",),
+                        timeout=args.timeout,
+                        encode_lists=not args.double_encodes,
+                        series=False,
+                    )
             finally:
                 server.stop()
     return 0

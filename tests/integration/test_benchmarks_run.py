@@ -28,7 +28,7 @@ RUN = {
     "plan_scale.py": (["--sizes", "10", "--runs", "1"], "nodes"),
     "placement_scale.py": (["--sizes", "20", "--trials", "2"], "trials"),
     "validate_scale.py": (["--sizes", "4,6", "--runs", "1"], "| node | 6 |"),
-    "shard_scale.py": (["--nodes", "20", "--per-shard", "10"], "merge + plan"),
+    "shard_scale.py": (["--nodes", "20", "--per-shard", "10"], "cost of one run"),
     "k8s_lists_scale.py": (["--sizes", "8", "--gpu-share", "1"], "| live | 8 |"),
     "handlers_webhook.py": (["--requests", "5", "--warmup", "1"], "workflows started"),
     "handlers.py": (["--rounds", "1"], "assess"),

@@ -502,3 +502,37 @@ def test_one_snapshot_under_two_names_is_refused(tmp_path: Path, capsys: pytest.
         write_snapshot_dir(tmp_path / named, [gpu_node("n-idle")], [], node_devices("n-idle"), at=AT)
     assert main(["backtest", "--snapshot-series", str(tmp_path)]) == 2
     assert "a history holds each instant once" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("extra", "flag"),
+    [
+        # every argument the user typed is refused before the history is read (minutes from a packaged
+        # trace or from Prometheus), not after: the sweep's values and key, the policy files, the plot
+        (["--sweep", "idle_window=10x"], "idle_window"),
+        (["--sweep", "idle_windw=10m,30m"], "--sweep"),
+        (["--sweep", "idle_window=10m,-5m"], "idle_window"),
+        (["--policy", "{tmp}/typo.yaml"], "idle_windw"),
+        (["--policy", "{tmp}/none.yaml"], "none.yaml"),
+        (["--plot", "{tmp}/missing/bt.png"], "--plot"),
+        (["--unserved-gpu-minute-usd", "-1"], "--unserved-gpu-minute-usd"),
+        (["--provision-delay", "measured"], "--provision-delay"),
+        (["--step", "0s"], "--step"),
+    ],
+)
+def test_a_bad_argument_stops_before_the_history_is_read(
+    extra: list[str],
+    flag: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import rightsizer.cli.backtest as cli_backtest
+
+    (tmp_path / "typo.yaml").write_text("idle_windw: 10m\n")
+    read: list[object] = []
+    monkeypatch.setattr(cli_backtest, "_backtest_source", lambda args: read.append(args))
+    argv = ["backtest", "--trace", "t.csv.gz", *(a.replace("{tmp}", str(tmp_path)) for a in extra)]
+    assert main(argv) == 2
+    assert read == [], "the history was read before the argument was refused"
+    assert flag in capsys.readouterr().err

@@ -9,6 +9,7 @@ no action the whole snapshot does not plan (missing data is never permission).
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -77,3 +78,33 @@ def test_a_missing_pdbs_file_says_why_it_is_required(
     assert 'no PodDisruptionBudget would protect a pod; re-capture the snapshot, or write {"items": []}' in (
         capsys.readouterr().err
     )
+
+
+@pytest.mark.parametrize("wrong", ["[1]", '"text"', "7"])
+@pytest.mark.parametrize(
+    "name",
+    [f.relative_to(DEMO).as_posix() for f in sorted(DEMO.rglob("*.json")) if f.name != "expected.json"],
+)
+def test_a_file_of_the_wrong_kind_is_named_in_the_users_words(
+    tmp_path: Path,
+    name: str,
+    wrong: str,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # snapshot.json as a list said "<root>: Input should be a valid dictionary or instance of _SnapshotFile":
+    # a key that is no key and a class the user never wrote. Each file of the wrong kind is refused naming
+    # the file (exit 2), or, a metrics answer, makes its nodes unknown and says so; never acted on.
+    part = Path(shutil.copytree(DEMO, tmp_path / "snap"))
+    (part / name).write_text(wrong)
+    code = main(["plan", "--snapshot", str(part), "--json"])
+    out, err = capsys.readouterr()
+    assert "<root>" not in err and not re.search(r"\b_[A-Z]\w+", err), err
+    if name.startswith("metrics/"):
+        assert code == 0 and f"{Path(name).name} unusable" in caplog.text, caplog.text
+        assert {(a["kind"], a["node"]) for a in json.loads(out)["actions"]} <= DEMO_ACTIONS
+    else:
+        assert code == 2 and f"{part / name}: " in err, err
+
+
+DEMO_ACTIONS = {("scale_in", "ip-10-0-83-246.ec2.internal")}

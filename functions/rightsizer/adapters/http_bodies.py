@@ -3,7 +3,7 @@
 httpx binds a response's stream to the response (``httpx._client.BoundSyncStream`` holds the
 ``Response`` whose ``stream`` it is, httpx 0.28): a reference cycle, so a response and its body outlive
 their last use until the cyclic collector runs. ``collect_live`` pauses that collector while it decodes
-(``adapters.prometheus._cyclic_gc_paused``), so every answer of a collection stayed in memory to its end:
+(``rightsizer.gc_pause.cyclic_gc_paused``), so every answer of a collection stayed in memory to its end:
 180 MiB of bytes at 10,000 GPU nodes (194 answers), where one at a time is what the reducer needs
 (``benchmarks/assess_memory.py``).
 """

@@ -28,16 +28,14 @@ by ``rightsizer.adapters.secrets`` (``ssm:GetParameter``, ``secretsmanager:GetSe
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import gc
 import json
 import logging
 import re
 import threading
 import time
-from collections.abc import Callable, Generator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final, Literal
@@ -47,6 +45,7 @@ import orjson
 
 from rightsizer.adapters import prometheus_matrix
 from rightsizer.adapters.http_bodies import unbound
+from rightsizer.adapters.prometheus_ahead import ReadAhead
 from rightsizer.adapters.prometheus_answers import answer_problem, refusal_answer
 from rightsizer.adapters.prometheus_auth import BearerAuth, CredentialsLike, SigV4Auth
 from rightsizer.adapters.prometheus_matrix import MatrixFeeder
@@ -63,6 +62,7 @@ from rightsizer.domain.observation import (
 )
 from rightsizer.domain.policy import Policy
 from rightsizer.domain.usage import UP, CollectedSignals, Window
+from rightsizer.gc_pause import cyclic_gc_paused
 from rightsizer.logsafety import is_credential_name, register_secret
 
 log = logging.getLogger(__name__)
@@ -574,23 +574,6 @@ SERIAL_BYTES: Final = 1 << 20
 SERIAL_SECONDS: Final = 0.5
 
 
-@contextlib.contextmanager
-def _cyclic_gc_paused() -> Generator[None, None, None]:
-    """Pause Python's cyclic garbage collector (reference counting still frees everything).
-
-    Parsed answers are acyclic JSON, freed by reference counting as soon as they are reduced; but they
-    are millions of new lists and dicts, and the cyclic collector would rescan the whole growing heap
-    every few hundred of them: half the client's CPU at 2,000 nodes (``benchmarks/collect_scale.py``).
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def _reduce_answer(feeder: MatrixFeeder, q: MetricQuery, content: bytes, stats: ClientStats) -> str | None:
     """Decode one answer of ``q`` and feed it to the reducer; why it is unusable, or None."""
     try:
@@ -605,9 +588,9 @@ def _reduce_answer(feeder: MatrixFeeder, q: MetricQuery, content: bytes, stats: 
     return problem
 
 
-def collect_live(
+def collect_live(  # noqa: C901 (11): run/settle share the collection's state
     client: PrometheusClient,
-    joiner: NodeJoiner,
+    joiner: NodeJoiner | Future[NodeJoiner],
     window: Window,
     policy: Policy,
     node_label: str | None = None,
@@ -636,6 +619,7 @@ def collect_live(
     Args:
         client: a ``PrometheusClient``.
         joiner: resolves series labels to nodes (docs/architecture.md §3 join); unjoinable series go to ``unmapped``.
+            A ``Future`` of it: the queries start at once, answers wait for it (``prometheus_ahead``).
         window: the idle window (``end`` Unix s, ``seconds``, ``step``).
         policy: the ``Policy`` (its ``gpu_activity_max_pct`` sets ``active_steps``).
         node_label: config ``prometheus.node_label`` (tried first by the join).
@@ -667,24 +651,31 @@ def collect_live(
     """
     _check_node_label(node_label)
     tasks = plan_queries(window, job=job, split_seconds=split_seconds, shards=shards, scope=scope)
-    reducer = ObservationReducer(joiner, window, float(policy.gpu_activity_max_pct))
-    feeder = MatrixFeeder(reducer)
+
+    def reducing(joined: NodeJoiner) -> tuple[ObservationReducer, MatrixFeeder]:
+        reducer = ObservationReducer(joined, window, float(policy.gpu_activity_max_pct))
+        return reducer, MatrixFeeder(reducer)
+
+    ahead: ReadAhead[SubQuery, tuple[ObservationReducer, MatrixFeeder]] = ReadAhead(
+        joiner, reducing, clock=clock
+    )
     outcomes = {q.path: _Outcome() for q in observation_queries(job)}
     lock = threading.Lock()
     started = clock()
     expired: list[SubQuery] = []
     heavy = threading.Event()  # an answer was large or slow: the rest go max_workers at a time
 
-    def remaining() -> float | None:
-        return None if deadline_seconds is None else deadline_seconds - (clock() - started)
+    def remaining() -> float | None:  # the wait for the join is not Prometheus' time
+        return None if deadline_seconds is None else deadline_seconds - (clock() - started - ahead.waited)
 
     def run(task: SubQuery) -> None:
+        if ahead.failed():  # the Kubernetes read failed: nothing will be decided on these answers
+            return
         left = remaining()
         if left is not None and left <= 0:
             with lock:
                 expired.append(task)
             return
-        q = task.query
         start, end = task.span(window.step)
         problem: str | None = None
         content: bytes | None = None
@@ -705,24 +696,36 @@ def collect_live(
             ):
                 heavy.set()
         with lock:  # decoded and reduced one answer at a time: bounded memory, whatever the fleet
-            target = outcomes[q.path]
-            if content is not None:
-                problem = _reduce_answer(feeder, q, content, client.stats)
-            if problem is not None and task.shard is not None:
-                log.warning(
-                    "prometheus query %s unusable in shard %s (%s): %s unknown on its nodes",
-                    q.path,
-                    task.shard.matcher() or "rest",
-                    problem,
-                    q.metric,
-                )
-                target.failed_shards.setdefault(task.shard, problem)
-            elif problem is not None:
-                log.warning("prometheus query %s unusable (%s): %s unknown", q.path, problem, q.metric)
-                target.problem = target.problem or problem
+            if content is not None and ahead.hold(task, content):
+                return
+            for held, body in ahead.drain() if content is not None else ():
+                settle(held, body, None)
+            settle(task, content, problem)
 
-    with _cyclic_gc_paused():
+    def settle(task: SubQuery, content: bytes | None, problem: str | None) -> None:  # under the lock
+        q = task.query
+        target = outcomes[q.path]
+        if content is not None:
+            problem = _reduce_answer(ahead.made()[1], q, content, client.stats)
+        if problem is not None and task.shard is not None:
+            log.warning(
+                "prometheus query %s unusable in shard %s (%s): %s unknown on its nodes",
+                q.path,
+                task.shard.matcher() or "rest",
+                problem,
+                q.metric,
+            )
+            target.failed_shards.setdefault(task.shard, problem)
+        elif problem is not None:
+            log.warning("prometheus query %s unusable (%s): %s unknown", q.path, problem, q.metric)
+            target.problem = target.problem or problem
+
+    with cyclic_gc_paused():
         _ask(tasks, run, heavy, max_workers)
+        with lock:
+            for held, body in ahead.drain():
+                settle(held, body, None)
+        reducer = ahead.made()[0]
         if scope and (targets := reducer.uncounted_targets()):
             # targets named otherwise than the node's matchers know: their up counts by name
             run(SubQuery(MetricQuery(UP, "count", job, target_matchers(targets)), window.end, window.seconds))
@@ -737,7 +740,7 @@ def collect_live(
         raise MetricsFailed(
             f"{len(failed)} of {len(outcomes)} Prometheus queries failed, first {failed[0][0]}: {failed[0][1]}"
         )
-    with _cyclic_gc_paused():
+    with cyclic_gc_paused():
         signals = reducer.finish()
     return dataclasses.replace(signals, node_problems=node_problems) if node_problems else signals
 

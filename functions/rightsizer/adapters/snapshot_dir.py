@@ -77,7 +77,7 @@ def _read_json(root: Path, path: Path, *, required: bool) -> Any:
 def _validation_error(path: Path, prefix: str, exc: ValidationError) -> SnapshotError:
     # every mistake of the file, the first in the message (rightsizer.domain.validation)
     error = config_error(exc, source=str(path), prefix=prefix)
-    message = str(error).removeprefix(f"{error.source}: {error.field}: ")
+    message = str(error).removeprefix(": ".join(filter(None, (error.source, error.field))) + ": ")
     return SnapshotError(message, source=error.source, field=error.field, problems=error.problems)
 
 

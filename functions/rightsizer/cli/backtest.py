@@ -153,6 +153,12 @@ def cmd_backtest(args: argparse.Namespace) -> int:
     if price is not None and price < 0:
         raise ConfigError("the price cannot be negative", field="--unserved-gpu-minute-usd")
     sweep = Sweep.parse(args.sweep) if args.sweep else None
+    # Everything the user typed is checked before the history is read (minutes from a trace or Prometheus):
+    # the sweep's key and values, and the policy files.
+    if sweep is not None:
+        for value in sweep.values:
+            sweep.variant(Policy(), value)
+    extra = [(Path(path).stem, read_policy_file(path)) for path in args.policy or []]
     model = SimModel(
         step=parse_seconds(args.step, "--step"),
         provision_delay=_delay(args.provision_delay, "--provision-delay", args, warm=False),
@@ -180,13 +186,13 @@ def cmd_backtest(args: argparse.Namespace) -> int:
     else:
         policies.append(NamedPolicy("config" if config else "default", config.policy if config else Policy()))
         base = policies[0].name
-    for path in args.policy or []:
-        name = Path(path).stem
+    for stem, policy in extra:
+        name = stem
         taken = {p.name for p in policies}
         suffix = 2
         while name in taken:
-            name, suffix = f"{Path(path).stem}-{suffix}", suffix + 1
-        policies.append(NamedPolicy(name, read_policy_file(path)))
+            name, suffix = f"{stem}-{suffix}", suffix + 1
+        policies.append(NamedPolicy(name, policy))
         base = name
     request = BacktestRequest(tuple(policies), model, sweep, base, warm_pool=warm_pool)
     report = run_backtest(source, request)

@@ -153,8 +153,10 @@ def validation_problems(
     """
     lines = []
     for err in exc.errors():
-        path = ".".join(p for p in (prefix, *_loc(err, field_name)) if p) or "<root>"
+        path = ".".join(p for p in (prefix, *_loc(err, field_name)) if p)
         message = str(err["msg"]).removeprefix("Value error, ")
+        if err["type"] == "model_type":  # pydantic names our model class: the user wrote a JSON/YAML value
+            message = f"expected a mapping, got {type(err.get('input')).__name__}"
         if (
             err["type"] not in ("missing", "extra_forbidden")
             and "input" in err
@@ -163,7 +165,8 @@ def validation_problems(
         ):
             message += f" (got {_shown(err['input'])})"
         fix = _fix(err, model)
-        line = f"{path}: {message}" + (f"; {fix}" if fix else "")
+        # a whole document of the wrong kind has no key to name: the source names it
+        line = (f"{path}: " if path else "") + message + (f"; {fix}" if fix else "")
         lines.append(f"{source}: {line}" if source else line)
     return lines
 
@@ -179,7 +182,7 @@ def config_error(
     """A ``ConfigError`` naming the first problem of ``exc``, with every problem in ``problems``."""
     problems = validation_problems(exc, source=source, model=model, prefix=prefix, field_name=field_name)
     first = exc.errors()[0] if exc.errors() else {"loc": ()}
-    field = ".".join(p for p in (prefix, *_loc(first, field_name)) if p) or "<root>"
+    field = ".".join(p for p in (prefix, *_loc(first, field_name)) if p) or None
     text = problems[0].removeprefix(f"{source}: " if source else "").removeprefix(f"{field}: ")
     if len(problems) > 1:
         text += f" (and {len(problems) - 1} more: rightsizer validate lists them)"

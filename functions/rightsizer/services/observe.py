@@ -10,14 +10,16 @@ that client (:class:`SignalCollector`) and the snapshot directory's decoders —
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from rightsizer.config import Config
 from rightsizer.domain.errors import ConfigError
-from rightsizer.domain.model import ClusterSnapshot, MetricData
+from rightsizer.domain.model import ClusterSnapshot, MetricData, Node
 from rightsizer.domain.policy import Policy
 from rightsizer.ports import ClusterReader, MetricsRangeReader, NodeGroupInventory, NodeReader
 from rightsizer.services.snapshot import Observation, ObserveRequest
@@ -42,11 +44,12 @@ __all__ = [
 
 class SignalCollector(Protocol):
     """Per-device signals of a window read live from Prometheus (``adapters.prometheus.collect_live``
-    bound to one client; its docstring has the queries, DCGM fields and errors)."""
+    bound to one client; its docstring has the queries, DCGM fields and errors). The joiner may come as
+    a ``Future``: the queries then start before it is known (``adapters.prometheus_ahead``)."""
 
     def __call__(
         self,
-        joiner: NodeJoiner,
+        joiner: NodeJoiner | Future[NodeJoiner],
         window: Window,
         policy: Policy,
         node_label: str | None = None,
@@ -141,25 +144,15 @@ def live_signals(
         PrometheusUnavailable: ``prometheus.deadline`` passed with queries unanswered.
         MetricsFailed: most queries of a whole-cluster read failed.
     """
-    from rightsizer.domain.catalog import load_catalog
-    from rightsizer.domain.gpu import is_gpu_node
     from rightsizer.domain.join import NodeJoiner
-    from rightsizer.domain.observation import device_shards, series_shards
     from rightsizer.domain.usage import Window
 
     node_label = config.prometheus.node_label
     window = Window.ending(snapshot.meta.taken_at, policy.idle_window, snapshot.meta.step_seconds)
-    shards: tuple[Shard, ...] = ()
-    per_shard = config.prometheus.shard_nodes
-    if not scope:  # one node's read needs no shards
-        catalog = load_catalog()
-        gpu_nodes = [n.name for n in snapshot.nodes if is_gpu_node(n, catalog)]
-        if len(gpu_nodes) > per_shard and node_label:
-            shards = series_shards(node_label, gpu_nodes, per_shard)
-        elif len(gpu_nodes) > per_shard:
-            shards = device_shards(-(-len(gpu_nodes) // per_shard))
+    shards = () if scope else _shards(config, snapshot.nodes)  # one node's read needs no shards
+    joiner = joiner or NodeJoiner(snapshot.nodes, snapshot.pods, node_label, snapshot.pod_addresses)
     signals = collect(
-        joiner or NodeJoiner(snapshot.nodes, snapshot.pods, node_label, snapshot.pod_addresses),
+        joiner,
         window,
         policy,
         node_label,
@@ -171,28 +164,125 @@ def live_signals(
         # validate) keeps its failed metrics as problems: that node is then unknown and not drained
         fail_share=None if scope else 0.5,
     )
-    longer = None
-    if not scope and policy.workloads.scale_to_zero and policy.workloads.idle_window != policy.idle_window:
-        # Workload verdicts judge nodes over the workloads' own window (issue 32): one more read, only when
-        # the policy acts on workloads (docs/workloads.md).
-        longer = collect(
-            joiner or NodeJoiner(snapshot.nodes, snapshot.pods, node_label, snapshot.pod_addresses),
-            Window.ending(snapshot.meta.taken_at, policy.workloads.idle_window, snapshot.meta.step_seconds),
-            policy,
-            node_label,
-            job=config.prometheus.job,
-            shards=shards,
-            deadline_seconds=float(config.prometheus.deadline),
-            fail_share=0.5,
-        )
+    longer = None if scope else _workload_signals(config, policy, snapshot, collect, joiner, shards)
     return dataclasses.replace(snapshot, signals=signals, workload_signals=longer)
+
+
+def _shards(config: Config, nodes: Sequence[Node]) -> tuple[Shard, ...]:
+    """The series shards of a whole-cluster read of ``nodes`` (see :func:`live_signals`)."""
+    from rightsizer.domain.catalog import load_catalog
+    from rightsizer.domain.gpu import is_gpu_node
+    from rightsizer.domain.observation import device_shards, series_shards
+
+    node_label, per_shard = config.prometheus.node_label, config.prometheus.shard_nodes
+    catalog = load_catalog()
+    gpu_nodes = [n.name for n in nodes if is_gpu_node(n, catalog)]
+    if len(gpu_nodes) > per_shard and node_label:
+        return series_shards(node_label, gpu_nodes, per_shard)
+    if len(gpu_nodes) > per_shard:
+        return device_shards(-(-len(gpu_nodes) // per_shard))
+    return ()
+
+
+def _workload_signals(
+    config: Config,
+    policy: Policy,
+    snapshot: ClusterSnapshot,
+    collect: SignalCollector,
+    joiner: NodeJoiner,
+    shards: Sequence[Shard],
+) -> CollectedSignals | None:
+    """Workload verdicts judge nodes over the workloads' own window (issue 32): one more read, only when
+    the policy acts on workloads (docs/workloads.md) over another window than the nodes'."""
+    from rightsizer.domain.usage import Window
+
+    if not policy.workloads.scale_to_zero or policy.workloads.idle_window == policy.idle_window:
+        return None
+    return collect(
+        joiner,
+        Window.ending(snapshot.meta.taken_at, policy.workloads.idle_window, snapshot.meta.step_seconds),
+        policy,
+        config.prometheus.node_label,
+        job=config.prometheus.job,
+        shards=shards,
+        deadline_seconds=float(config.prometheus.deadline),
+        fail_share=0.5,
+    )
+
+
+class _MetricsAhead:
+    """The whole-cluster Prometheus read, started in a thread as soon as the Nodes are listed (the shards
+    need only them) while the rest of the Kubernetes read runs; its joiner is handed over when that read
+    is done (``adapters.prometheus_ahead``: answers wait for it, bounded). Prometheus works while the
+    client decodes the Pods: the assessment's wall is no longer their sum (docs/architecture.md §8)."""
+
+    def __init__(self, config: Config, policy: Policy, collect: SignalCollector, request: ObserveRequest):
+        self._config, self._policy, self._collect, self._request = config, policy, collect, request
+        self._joiner: Future[NodeJoiner] = Future()
+        self._thread: threading.Thread | None = None
+        self._shards: tuple[Shard, ...] = ()
+        self._outcome: CollectedSignals | BaseException | None = None
+
+    def start(self, nodes: Sequence[Node]) -> None:
+        """``observe``'s ``on_nodes``: start the collection over these Nodes' shards."""
+        from rightsizer.domain.usage import Window
+
+        request, policy = self._request, self._policy
+        window = Window.ending(request.at, policy.idle_window, request.step_seconds)
+        self._shards = _shards(self._config, nodes)
+        self._thread = threading.Thread(target=self._run, args=(window,), name="metrics-ahead", daemon=True)
+        self._thread.start()
+
+    def _run(self, window: Window) -> None:
+        config = self._config
+        try:
+            self._outcome = self._collect(
+                self._joiner,
+                window,
+                self._policy,
+                config.prometheus.node_label,
+                job=config.prometheus.job,
+                shards=self._shards,
+                deadline_seconds=float(config.prometheus.deadline),
+                fail_share=0.5,
+            )
+        except BaseException as exc:  # handed to the caller's thread by finish
+            self._outcome = exc
+
+    def cancel(self, cause: BaseException) -> None:
+        """The Kubernetes read failed: the collection asks nothing more and ends (not waited for)."""
+        if not self._joiner.done():
+            self._joiner.set_exception(cause)
+
+    def finish(self, snapshot: ClusterSnapshot) -> ClusterSnapshot:
+        """``snapshot`` with the collection's signals, once its joiner (from ``snapshot``) is handed over.
+
+        Raises:
+            PrometheusUnavailable / MetricsFailed: as :func:`live_signals`.
+        """
+        from rightsizer.domain.join import NodeJoiner
+
+        node_label = self._config.prometheus.node_label
+        joiner = NodeJoiner(snapshot.nodes, snapshot.pods, node_label, snapshot.pod_addresses)
+        if self._thread is None:  # the Nodes were never announced: read now
+            return live_signals(self._config, self._policy, snapshot, self._collect, joiner=joiner)
+        self._joiner.set_result(joiner)
+        self._thread.join()
+        outcome = self._outcome
+        if isinstance(outcome, BaseException):
+            raise outcome
+        assert outcome is not None
+        longer = _workload_signals(self._config, self._policy, snapshot, self._collect, joiner, self._shards)
+        return dataclasses.replace(snapshot, signals=outcome, workload_signals=longer)
 
 
 def observe_live(
     config: Config, policy: Policy, observers: Observers, at: datetime, *, floor: bool = True
 ) -> ClusterSnapshot:
     """A live ``ClusterSnapshot`` at ``at`` (floored to the query step unless ``floor`` is false, so range
-    and subquery points coincide) with GPU signals aggregated in Prometheus (:func:`live_signals`).
+    and subquery points coincide) with GPU signals aggregated in Prometheus (:func:`live_signals`'s
+    queries and shards). The Prometheus read starts once the Nodes are listed and runs while the Pods
+    and the rest are read (:class:`_MetricsAhead`); its answers are reduced once the join is known.
 
     Raises:
         ConfigError / PermanentError / TransientError / PrometheusUnavailable / MetricsFailed: as
@@ -201,10 +291,18 @@ def observe_live(
     from rightsizer.services.snapshot import observe
 
     request = observe_request(config, policy, _floored(config, at) if floor else at)
-    # Page by page, keeping only what the plan reads (issue 11 item 7): nothing here is written to disk.
-    observation = observe(observers.cluster, observers.inventory, None, request, project=True)
-    snapshot = snapshot_from_observation(observation, observers.decode)
-    return live_signals(config, policy, _with_xids(snapshot, observers, request), observers.collect)
+    ahead = _MetricsAhead(config, policy, observers.collect, request)
+    try:
+        # Page by page, keeping only what the plan reads (issue 11 item 7): nothing here is written to
+        # disk; the Prometheus read starts once the Nodes are listed.
+        observation = observe(
+            observers.cluster, observers.inventory, None, request, project=True, on_nodes=ahead.start
+        )
+        snapshot = _with_xids(snapshot_from_observation(observation, observers.decode), observers, request)
+    except BaseException as exc:
+        ahead.cancel(exc)
+        raise
+    return ahead.finish(snapshot)
 
 
 def _with_xids(

@@ -192,11 +192,15 @@ def _address_or_pod(gpu_nodes: frozenset[str]) -> Callable[[Pod], Pod | PodAddre
     return project
 
 
-def _projected_documents(cluster: ClusterReader) -> tuple[list[Node], dict[str, Any]]:
+def _projected_documents(
+    cluster: ClusterReader, on_nodes: Callable[[Sequence[Node]], None] | None = None
+) -> tuple[list[Node], dict[str, Any]]:
     """The Kubernetes documents of a live plan, projected page by page (issue 11 item 7) and decoded from
     each page's bytes (issue 33 item 2): the typed objects the plan reads instead of the raw lists
-    (``snapshot_dir`` accepts either)."""
+    (``snapshot_dir`` accepts either). ``on_nodes`` is told the Nodes before the Pods are listed."""
     nodes = cluster.list_models(Node, _same)
+    if on_nodes is not None:
+        on_nodes(nodes)
     catalog = load_catalog()
     gpu_nodes = frozenset(n.name for n in nodes if is_gpu_node(n, catalog))
     pods = cluster.list_models(Pod, _address_or_pod(gpu_nodes))
@@ -315,13 +319,15 @@ def observe(
     request: ObserveRequest,
     *,
     project: bool = False,
+    on_nodes: Callable[[Sequence[Node]], None] | None = None,
 ) -> Observation:
     """Read the cluster, its node groups and its DCGM metrics into an :class:`Observation`.
 
     Order: discovery (is ``resource.k8s.io`` served?), one ``SelfSubjectAccessReview`` per read
     permission, then the Kubernetes lists (⌈N/page⌉ calls each), the AWS inventory for the nodes'
     instances, and the 14 ``observation_queries`` (metrics format 2: every raw sample of (at − W, at]
-    counted, ``rightsizer.domain.observation``) at the configured step.
+    counted, ``rightsizer.domain.observation``) at the configured step. With ``project``, ``on_nodes`` is
+    told the typed Nodes as soon as they are listed (the live plan starts its Prometheus queries then).
 
     Returns:
         Documents ``snapshot.json``, ``nodes.json``, ``pods.json``, ``pdbs.json``,
@@ -340,7 +346,7 @@ def observe(
     dra = _preflight(cluster)
     documents: dict[str, Any] = {"snapshot.json": snapshot_meta(request)}
     if project:
-        typed, kubernetes = _projected_documents(cluster)
+        typed, kubernetes = _projected_documents(cluster, on_nodes)
         ids = sorted({n.instance_id for n in typed if n.instance_id})
     else:
         nodes = cluster.list_nodes()
