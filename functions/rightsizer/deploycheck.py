@@ -150,15 +150,27 @@ def check_offhours(offhours: OffhoursConfig, source: str) -> list[str]:
 
 
 def check_offhours_refs(offhours: Any, source: str) -> list[str]:
-    """Node groups naming a schedule the timetable lacks, read from the raw mapping (so they are reported
-    even when another key of the same document is invalid); each line names the group's index and the fix."""
+    """Node groups naming a schedule the timetable lacks, or listed twice, read from the raw mapping (so they
+    are reported even when another key of the same document is invalid); each line names the group's index
+    and the fix."""
     if not isinstance(offhours, dict):
         return []
     raw_schedules, raw_groups = offhours.get("schedules"), offhours.get("node_groups")
     schedules: dict[str, Any] = raw_schedules if isinstance(raw_schedules, dict) else {}
     groups: list[Any] = raw_groups if isinstance(raw_groups, list) else []
     problems = []
+    first: dict[str, int] = {}
     for i, group in enumerate(groups):
+        listed = group.get("name") if isinstance(group, dict) else None
+        if isinstance(listed, str) and listed in first:
+            # the tick follows the first entry and notes duplicate_config_entry (services.offhours)
+            j = first[listed]
+            problems.append(
+                f"{source}: node_groups.{i}.name: {listed!r} is listed already (node_groups.{j}, schedule "
+                f"{groups[j].get('schedule')!r}); off-hours would ignore this entry: remove one"
+            )
+        elif isinstance(listed, str):
+            first[listed] = i
         name = group.get("schedule") if isinstance(group, dict) else None
         if isinstance(name, str) and name not in schedules:
             close = difflib.get_close_matches(name, list(schedules), n=1, cutoff=0.6)

@@ -25,7 +25,7 @@ from pydantic import BaseModel
 
 from rightsizer.adapters.eks_auth import EksTokenSource
 from rightsizer.adapters.kubernetes import KubernetesCluster
-from rightsizer.adapters.kubernetes_models import ModelPages, _constructed
+from rightsizer.adapters.kubernetes_models import ModelPages, _constructed, _lean_constructed
 from rightsizer.domain.errors import TransientError
 from rightsizer.domain.model import Node, Pod, PodSpec
 from rightsizer.domain.planner import plan
@@ -193,11 +193,12 @@ def test_a_malformed_object_fails_its_page_naming_the_field() -> None:
         ModelPages(Pod).page(b'{"items": [')
 
 
-def test_constructed_models_are_what_model_construct_makes() -> None:
+@pytest.mark.parametrize("construct", [_constructed, _lean_constructed])
+def test_constructed_models_are_what_model_construct_makes(construct: Any) -> None:
     values = {name: getattr(PodSpec(), name) for name in PodSpec.model_fields}
     values["nodeName"] = "gpu-0"
     fields = {"nodeName"}
-    ours, theirs = _constructed(PodSpec, dict(values), fields), PodSpec.model_construct(fields, **values)
+    ours, theirs = construct(PodSpec, dict(values), fields), PodSpec.model_construct(fields, **values)
     assert ours == theirs
     for attribute in ("__dict__", "__pydantic_fields_set__", "__pydantic_extra__", "__pydantic_private__"):
         assert getattr(ours, attribute) == getattr(theirs, attribute), attribute

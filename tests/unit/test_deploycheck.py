@@ -366,3 +366,24 @@ def test_the_template_beside_the_samconfig_is_the_default(
     monkeypatch.chdir(tmp_path)
     assert main(["validate", "--samconfig", str(ROOT / "samconfig.toml")]) == 0
     assert f"against {ROOT / 'template.yaml'}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("second", ["nights", "weekends"])
+def test_a_node_group_listed_twice_is_named_in_config_and_deployment(
+    second: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # validate said ok; the off-hours tick follows the first entry and ignores the other (a second schedule
+    # the operator meant is silently dropped)
+    offhours = {
+        "schedules": {
+            **NIGHTS,
+            "weekends": [{"days": ["Sat"], "start": "00:00", "end": "00:00", "timezone": "UTC"}],
+        },
+        "node_groups": [{"name": "gpu-dev", "schedule": "nights"}, {"name": "gpu-dev", "schedule": second}],
+    }
+    needle = "node_groups.1.name: 'gpu-dev' is listed already (node_groups.0, schedule 'nights')"
+    assert any(needle in p for p in problems(OffhoursConfig=json.dumps(offhours))), problems()
+    config = tmp_path / "config.yaml"
+    config.write_text(json.dumps({"cluster": {"name": "c"}, "offhours": offhours}))
+    assert main(["validate", "--config", str(config)]) == 2
+    assert needle in capsys.readouterr().err

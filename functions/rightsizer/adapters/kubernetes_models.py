@@ -245,7 +245,7 @@ _PLAIN, _KEEP, _CONVERT, _SHARED = 0, 1, 2, 3
 def _constructed(model: type[BaseModel], values: dict[str, Any], fields_set: set[str]) -> Any:
     """``model.model_construct(_fields_set=fields_set, **values)`` for ``values`` holding every field,
     without its per-field loop (a third of this module's CPU at 150,000 pods): the same four attributes
-    set the same way (pydantic 2 ``BaseModel.model_construct``; ``tests/unit/test_kubernetes_models.py``
+    set the same way (pydantic 2 ``BaseModel.model_construct``; ``tests/integration/test_kubernetes_models.py``
     compares the two). The models are frozen, ``extra="ignore"``, with no private attributes or
     ``model_post_init``."""
     obj = model.__new__(model)
@@ -257,11 +257,27 @@ def _constructed(model: type[BaseModel], values: dict[str, Any], fields_set: set
     return obj
 
 
+def _lean_constructed(model: type[BaseModel], values: dict[str, Any], fields_set: set[str]) -> Any:
+    """:func:`_constructed` with each field set as an attribute, so the instance's ``__dict__`` is a
+    key-sharing dict (PEP 412: the model class keeps the keys once, each object its values only): ~25 %
+    less memory per pod, ~13 % more CPU to make it (one partial of 15,000 pods, CPython 3.11). The same
+    four attributes, equal values."""
+    obj = model.__new__(model)
+    _set = object.__setattr__
+    for name, value in values.items():
+        _set(obj, name, value)
+    _set(obj, "__pydantic_fields_set__", fields_set)
+    _set(obj, "__pydantic_extra__", None)
+    _set(obj, "__pydantic_private__", None)
+    return obj
+
+
 class _Models:
     """Turns decoded structs of one kind into compact models; its tables live as long as one read."""
 
-    def __init__(self, kind: type[BaseModel]) -> None:
+    def __init__(self, kind: type[BaseModel], *, lean: bool = False) -> None:
         self._kind = kind
+        self._construct = _lean_constructed if lean else _constructed
         self._sets: dict[tuple[type[BaseModel], int], set[str]] = {}
         self._plans: dict[type[BaseModel], list[_Step]] = {}
         self._defaults: dict[type[BaseModel], dict[str, Any]] = {}
@@ -305,7 +321,7 @@ class _Models:
         if fields_set is None:
             names = [step[0] for i, step in enumerate(plan) if given & (2 << i)]
             fields_set = self._sets[(model, given)] = set(names)
-        return _constructed(model, values, fields_set)
+        return self._construct(model, values, fields_set)
 
     def _values(self, model: type[BaseModel], plan: list[_Step], struct: Any) -> tuple[dict[str, Any], int]:
         """(every field's value, the bits of the fields the struct gives: ``2 << index`` in ``plan``)."""
@@ -388,12 +404,15 @@ class ModelPages(Generic[M]):
     Raises (``page``):
         msgspec.DecodeError: the page is not JSON; msgspec.ValidationError: an object lacks a required
         field or has a value of the wrong type (the message names its path, ``$.items[3].metadata``).
+
+    ``lean``: models whose ``__dict__`` shares its keys with the class (:func:`_lean_constructed`), for a
+    reader that holds more objects than it has CPU to spare (the sharded merge's 1.5 million pods).
     """
 
-    def __init__(self, kind: type[M]) -> None:
+    def __init__(self, kind: type[M], *, lean: bool = False) -> None:
         self.kind: type[M] = kind
         self._decode = _decoder(kind).decode
-        self._models = _Models(kind)
+        self._models = _Models(kind, lean=lean)
 
     def page(self, data: bytes) -> tuple[list[M], str | None]:
         """(the page's objects, its continue token or None)."""

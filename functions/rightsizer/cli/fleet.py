@@ -14,10 +14,19 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from rightsizer.cli.common import EXIT_FAILED, EXIT_OK, parse_time, read_policy_file
+from rightsizer.cli.common import EXIT_FAILED, EXIT_OK, count_arg, parse_time, read_policy_file
 from rightsizer.domain.errors import ConfigError
 from rightsizer.domain.fleet import ClusterResult, FleetReport, FleetRules, FleetTarget, fleet_report
 from rightsizer.domain.policy import Policy
+from rightsizer.domain.validation import config_error
+
+
+def _concurrency(text: str) -> int:
+    """argparse type of ``--concurrency``: 1 to 64 clusters at once (argparse exits 2 naming the option)."""
+    value = count_arg(text)
+    if not 1 <= value <= 64:
+        raise argparse.ArgumentTypeError(f"{value} is not 1 to 64 clusters at once")
+    return value
 
 
 def _load_manifest(path: str) -> list[FleetTarget]:
@@ -33,13 +42,14 @@ def _load_manifest(path: str) -> list[FleetTarget]:
     except (OSError, yaml.YAMLError) as exc:
         raise ConfigError(f"cannot read the manifest: {exc}", source=path) from exc
     try:
-        return operator_manifest(raw, FleetRules())
+        targets = operator_manifest(raw, FleetRules())
     except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"])
-        raise ConfigError(err["msg"], source=path, field=where or "<entry>") from exc
+        raise config_error(exc, source=path, model=FleetTarget) from exc  # entry index, field, value, fix
     except ValueError as exc:
         raise ConfigError(str(exc), source=path) from exc
+    if not targets:
+        raise ConfigError("lists no cluster: add {account_id, region, cluster} entries", source=path)
+    return targets
 
 
 def _table(report: FleetReport) -> str:
@@ -132,7 +142,7 @@ def add_parsers(sub: Any) -> None:
         action="store_true",
         help="price from the packaged catalog (no pricing:GetProducts)",
     )
-    p.add_argument("--concurrency", type=int, default=4, choices=range(1, 65), metavar="N", help="1-64")
+    p.add_argument("--concurrency", type=_concurrency, default=4, metavar="N", help="1-64")
     p.add_argument("--at", metavar="TIME", help="RFC 3339 instant to decide at (default: now)")
     p.add_argument("--json", action="store_true", help="print the fleet report as one JSON document")
     p.set_defaults(func=cmd_fleet_plan)

@@ -126,7 +126,10 @@ def operator_manifest(document: Any, rules: FleetRules) -> list[FleetTarget]:
     """
     if not isinstance(document, list):
         raise ValueError("a fleet manifest is a JSON list of {account_id, region, cluster, ...} entries")
-    return dedupe((FleetTarget.model_validate(entry) for entry in document), rules)
+    from pydantic import TypeAdapter
+
+    # validated as one list, so an error's location starts with the entry's index
+    return dedupe(TypeAdapter(list[FleetTarget]).validate_python(document), rules)
 
 
 @dataclass(frozen=True)
