@@ -11,7 +11,9 @@ for idle, busy, unknown, ambiguous and volume-pinned nodes.
 
 from __future__ import annotations
 
+import dataclasses
 import re
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -337,3 +339,35 @@ def test_a_volume_reachable_from_this_node_only_keeps_it() -> None:
         lists = [r for r in double.requests if r.path == "/api/v1/nodes"]
         assert lists and all(r.param("fieldSelector") for r in lists)
         assert all(r.param("labelSelector") == "topology.kubernetes.io/zone in (us-east-1c)" for r in lists)
+
+
+def test_the_whole_cluster_read_asks_prometheus_while_it_lists_the_pods(prometheus: str) -> None:
+    """``observe_live`` starts its queries once the Nodes are listed (issue 33 item 2): the Pods are listed
+    while Prometheus already works, and the signals are those of a read made after the Kubernetes one."""
+    double, config, observers = world(40, prometheus)
+    transport = RecordingTransport()
+    observers = builders.live_observers(
+        observers.cluster, None, PrometheusClient(prometheus, transport=transport)
+    )
+    asked: list[int] = []
+
+    def pods_listed(request: RecordedRequest) -> None:  # before the Pods list is served
+        if request.path == "/api/v1/pods" and not request.param("fieldSelector"):
+            deadline = time.monotonic() + 10  # a read that waited for the Pods would never ask
+            while not transport.queries and time.monotonic() < deadline:
+                time.sleep(0.01)
+            asked.append(len(transport.queries))
+
+    double.on_request(pods_listed)
+    double.bind_cluster_role(cluster_role("rightsizer-read"))  # the assessment's identity
+    try:
+        policy = Policy()
+        snapshot = live.observe_live(config, policy, observers, AT + timedelta(seconds=30))
+        after = live.live_signals(
+            config, policy, dataclasses.replace(snapshot, signals=None), observers.collect
+        )
+    finally:
+        double.stop()
+    assert asked and asked[0] >= 1
+    assert snapshot.signals == after.signals
+    assert snapshot.signals is not None and len(snapshot.signals.devices) >= 5
