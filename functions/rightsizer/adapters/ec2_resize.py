@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Ec2Resizer", "preflight_fits"]
 
-#: The AWS actions this module calls (IAM ``service:Action``); ``tests/integration/test_iam.py`` checks it.
+#: The AWS actions this module calls (IAM ``service:Action``); ``tests/integration/test_iam_resize.py`` checks it.
 IAM_ACTIONS: Final = frozenset(
     {
         "ec2:DescribeInstances",
