@@ -133,13 +133,14 @@ def generate(work: Path, per_shard: int, pods_per_node: int) -> None:
 
 def shard_child(work: Path) -> dict[str, Any]:
     """One shard, as the observe task runs it (a fresh process)."""
-    from rightsizer.adapters.kubernetes_models import ModelPages, paused_gc
+    from rightsizer.adapters.kubernetes_models import ModelPages
     from rightsizer.adapters.snapshot_dir import load_snapshot
     from rightsizer.domain.join import NodeJoiner
     from rightsizer.domain.model import Node
     from rightsizer.domain.policy import Policy
     from rightsizer.domain.shard import PARTIAL_CODEC, ShardPartial
     from rightsizer.domain.usage import Window, collect_signals
+    from rightsizer.gc_pause import cyclic_gc_paused
     from rightsizer.services.shard import NODES_CODEC, pods_on
 
     base = load_snapshot(work / "shard")  # metrics and Nodes from disk: not measured (the answers)
@@ -153,7 +154,7 @@ def shard_child(work: Path) -> dict[str, Any]:
 
         def list_models(self, kind: Any, project: Any, *, field_selector: str = "") -> list[Any]:
             pages = ModelPages(kind)
-            with paused_gc():
+            with cyclic_gc_paused():
                 objects, _ = pages.page(answers[field_selector.removeprefix("spec.nodeName=")])
             pages.close()
             return [kept for obj in objects if (kept := project(obj)) is not None]

@@ -36,8 +36,13 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (wheel,) = work.glob("gpu_rightsizer-*.whl")
     venv = work / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    # Without PYTHONPATH: a checkout on it (functions/ with its egg-info) reads to pip as the package
+    # already installed, and the wheel would not be (the developers' targeted runs set it).
     subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", str(wheel)], check=True, timeout=900
+        [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", str(wheel)],
+        check=True,
+        timeout=900,
+        env=_env(),
     )
     return venv / "bin"
 

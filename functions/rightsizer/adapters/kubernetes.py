@@ -65,7 +65,7 @@ from rightsizer.adapters.eks_auth import EksTokenSource
 from rightsizer.adapters.kubernetes_errors import (
     KubernetesAccessError,
 )
-from rightsizer.adapters.kubernetes_models import ModelPages, paused_gc
+from rightsizer.adapters.kubernetes_models import ModelPages
 from rightsizer.adapters.kubernetes_transport import DEFAULT_PAGE_SIZE, client_module
 from rightsizer.adapters.kubernetes_workloads import KubernetesWorkloadWrites
 from rightsizer.adapters.kubernetes_writes import (
@@ -77,6 +77,7 @@ from rightsizer.adapters.kubernetes_writes import (
 from rightsizer.domain.errors import TransientError
 from rightsizer.domain.model import Node, Pod
 from rightsizer.domain.pods import READABLE_CONTROLLERS
+from rightsizer.gc_pause import cyclic_gc_paused
 from rightsizer.ports import JSON, AccessCheck, ListKind
 
 __all__ = [
@@ -466,8 +467,10 @@ class KubernetesCluster(KubernetesNodeWrites, KubernetesWorkloadWrites):
             lister = getattr(client_module().CoreV1Api(api), method)
             return lister(**_selectors(label_selector, field_selector), **page)
 
+        # The cyclic collector would rescan the growing heap of models every few hundred objects made (a
+        # quarter of the read's CPU at 30,000 pods); what is made here is acyclic.
         try:
-            with paused_gc():
+            with cyclic_gc_paused():
                 return self._pages(check, call, decode, restart=restart)
         finally:
             pages.close()

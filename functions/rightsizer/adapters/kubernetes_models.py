@@ -26,14 +26,12 @@ from dicts (``tests/integration/test_kubernetes_models.py`` proves them equal, o
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import gc
 import operator
 import sys
 import types
 import typing
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Annotated, Any, Final, Generic, TypeVar, Union
 
@@ -53,7 +51,7 @@ from rightsizer.domain.model import (
 from rightsizer.domain.pod_parts import READ_VOLUME_SOURCES, SHARED
 from rightsizer.domain.read_fields import ENV_NAMES, NODE_ANNOTATIONS, POD_ANNOTATIONS
 
-__all__ = ["ModelPages", "Page", "object_struct", "paused_gc"]
+__all__ = ["ModelPages", "Page", "object_struct"]
 
 M = TypeVar("M", Node, Pod)
 T = TypeVar("T")
@@ -160,22 +158,6 @@ def object_struct(kind: type[BaseModel]) -> Any:
     embeds objects in its own shape (a shard's partial, ``adapters.shard_codec``); made on first use and
     shared with the list pages' decoder. :meth:`ModelPages.models` makes the compact models of them."""
     return _kind_struct(kind)
-
-
-@contextlib.contextmanager
-def paused_gc() -> Iterator[None]:
-    """The cyclic garbage collector paused while compact models are made, then restored as it was.
-
-    It would rescan the growing heap of models every few hundred objects made (a quarter of a read's CPU
-    at 30,000 pods); what is made here is acyclic, and reference counting frees each page's bytes and
-    structs as soon as they are decoded."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 # ------------------------------------------------------------------------------------- struct → model

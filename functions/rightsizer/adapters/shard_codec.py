@@ -24,9 +24,10 @@ from typing import Any, Final
 import msgspec
 from pydantic import ValidationError
 
-from rightsizer.adapters.kubernetes_models import ModelPages, object_struct, paused_gc
+from rightsizer.adapters.kubernetes_models import ModelPages, object_struct
 from rightsizer.domain.model import Node, Pod
 from rightsizer.domain.shard import PARTIAL_CODEC, PARTIAL_FORMAT, ShardPartial, ShardsIncomplete
+from rightsizer.gc_pause import cyclic_gc_paused
 
 #: Partial formats this release reads.
 READS_FORMATS: Final = frozenset({1, PARTIAL_FORMAT})
@@ -94,12 +95,12 @@ class RunDecoder:
             structs = self._node_list.decode(body)
         except msgspec.DecodeError as exc:
             raise ShardsIncomplete(f"the run's Nodes object is not a Node array: {exc}") from exc
-        with paused_gc():
+        with cyclic_gc_paused():
             return self._nodes.models(structs)
 
     def partial(self, body: bytes) -> ShardPartial:
         """A shard's partial (``PARTIAL_CODEC``'s JSON, format 1 or 2), its pods compact."""
-        with paused_gc():
+        with cyclic_gc_paused():
             try:
                 fields, structs = self._fields(body)
             except (msgspec.ValidationError, ValueError) as exc:

@@ -37,6 +37,7 @@ from rightsizer.domain.model import (
 )
 from rightsizer.domain.shard import PARTIAL_CODEC, SPECS_CODEC, ShardPartial, ShardSpec, cut_shards
 from rightsizer.domain.shard import merge_shards as merge_partials
+from rightsizer.gc_pause import cyclic_gc_paused
 from rightsizer.ports import ClusterReader, NodeGroupInventory
 from rightsizer.services.assess import AssessmentDeps, AssessmentSummary, run_assessment
 from rightsizer.services.snapshot import (
@@ -311,14 +312,9 @@ def _long_lived() -> Iterator[None]:
     collections scan only what the plan makes. Each full collection would otherwise walk every pod: a
     fifth of the merge's CPU at 10,000 GPU nodes (``benchmarks/shard_scale.py``). Reference counting
     still frees a frozen object nothing refers to."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with cyclic_gc_paused():
         yield
         gc.freeze()
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def release(run: str, locks: LeaseStore) -> bool:
