@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
+import threading
 from collections.abc import Callable, Generator
 from typing import ParamSpec, TypeVar
 
@@ -21,17 +22,34 @@ _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
 
+_lock = threading.Lock()
+_depth = 0  # pauses open now, in every thread: the collector is process-wide
+_resume = False  # whether the collector was enabled when the first of them began
+
+
 @contextlib.contextmanager
 def cyclic_gc_paused() -> Generator[None, None, None]:
-    """Disable the cyclic collector inside the block, and enable it again after it when it was enabled
-    (nested pauses leave it to the outermost). Garbage cycles made inside are collected afterwards."""
-    enabled = gc.isenabled()
-    gc.disable()
+    """Disable the cyclic collector inside the block; the last pause to end (in any thread: the live
+    assessment pauses in its Prometheus thread and its Kubernetes read at once) enables it again when it
+    was enabled before the first began, even when the block raised. Garbage cycles made inside are
+    collected afterwards.
+
+    One count under a lock: a pause reading ``gc.isenabled()`` on its own would, between another
+    thread's disable and enable, leave the collector disabled for good or end a pause still open.
+    """
+    global _depth, _resume
+    with _lock:
+        if _depth == 0:
+            _resume = gc.isenabled()
+            gc.disable()
+        _depth += 1
     try:
         yield
     finally:
-        if enabled:
-            gc.enable()
+        with _lock:
+            _depth -= 1
+            if _depth == 0 and _resume:
+                gc.enable()
 
 
 def gc_paused(fn: Callable[_P, _R]) -> Callable[_P, _R]:
