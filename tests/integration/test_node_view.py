@@ -12,7 +12,9 @@ for idle, busy, unknown, ambiguous and volume-pinned nodes.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import re
+import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -371,3 +373,62 @@ def test_the_whole_cluster_read_asks_prometheus_while_it_lists_the_pods(promethe
     assert asked and asked[0] >= 1
     assert snapshot.signals == after.signals
     assert snapshot.signals is not None and len(snapshot.signals.devices) >= 5
+
+
+class SlowTransport(RecordingTransport):
+    """Each PromQL query answered ``delay`` seconds late: a query is in flight when the Kubernetes read fails."""
+
+    def __init__(self, delay: float) -> None:
+        super().__init__()
+        self.delay = delay
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        time.sleep(self.delay)
+        return super().handle_request(request)
+
+
+@pytest.mark.parametrize("where", ["pods", "joiner"])
+def test_a_failed_kubernetes_read_ends_the_prometheus_read_before_it_raises(
+    prometheus: str, where: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Prometheus read started once the Nodes were listed; when the rest of the read fails (the Pods
+    list refused; or handing the joiner over failed) the caller gets that error, and by then the queries
+    stopped, the Prometheus thread and its pool are joined and the cyclic collector is enabled: nothing
+    outlives the call (a warm Lambda would carry them into its next invocation)."""
+    double, config, observers = world(40, prometheus)
+    transport = SlowTransport(0.2)
+    observers = builders.live_observers(
+        observers.cluster, None, PrometheusClient(prometheus, transport=transport)
+    )
+
+    def pods_listed(request: RecordedRequest) -> None:  # the queries are under way when the Pods are asked
+        if request.path == "/api/v1/pods" and not request.param("fieldSelector"):
+            deadline = time.monotonic() + 10
+            while not transport.queries and time.monotonic() < deadline:
+                time.sleep(0.01)
+
+    double.on_request(pods_listed)
+    double.bind_cluster_role(cluster_role("rightsizer-read"))
+    if where == "pods":
+        double.inject("GET", r"^/api/v1/pods$", 403, times=None)
+        expected: type[BaseException] = Exception
+    else:
+
+        def broken(*args: Any, **kwargs: Any) -> None:
+            raise RuntimeError("joiner not built")
+
+        monkeypatch.setattr("rightsizer.domain.join.NodeJoiner", broken)
+        expected = RuntimeError
+    before = set(threading.enumerate())
+    try:
+        with pytest.raises(expected) as raised:
+            live.observe_live(config, Policy(), observers, AT + timedelta(seconds=30))
+        # the double's own request threads (a kept-alive Kubernetes connection) are not the read's
+        left = [t.name for t in set(threading.enumerate()) - before if "request" not in t.name]
+    finally:
+        double.stop()
+    if where == "pods":
+        assert "403" in str(raised.value) or "forbidden" in str(raised.value).lower(), raised.value
+    assert transport.queries  # the read had started: the test is not vacuous
+    assert left == []
+    assert gc.isenabled()

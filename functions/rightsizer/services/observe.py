@@ -250,9 +250,14 @@ class _MetricsAhead:
             self._outcome = exc
 
     def cancel(self, cause: BaseException) -> None:
-        """The Kubernetes read failed: the collection asks nothing more and ends (not waited for)."""
+        """The Kubernetes read failed: the collection asks nothing more, and its thread (with its pool) is
+        joined before the caller raises ``cause``: no thread or connection outlives the call (a warm
+        Lambda would carry them into its next invocation). Queries in flight end within their budget
+        (``prometheus.deadline``); the collection's own outcome is dropped."""
         if not self._joiner.done():
             self._joiner.set_exception(cause)
+        if self._thread is not None:
+            self._thread.join()
 
     def finish(self, snapshot: ClusterSnapshot) -> ClusterSnapshot:
         """``snapshot`` with the collection's signals, once its joiner (from ``snapshot``) is handed over.
@@ -263,7 +268,11 @@ class _MetricsAhead:
         from rightsizer.domain.join import NodeJoiner
 
         node_label = self._config.prometheus.node_label
-        joiner = NodeJoiner(snapshot.nodes, snapshot.pods, node_label, snapshot.pod_addresses)
+        try:
+            joiner = NodeJoiner(snapshot.nodes, snapshot.pods, node_label, snapshot.pod_addresses)
+        except BaseException as exc:  # the collection would wait for a joiner that never comes
+            self.cancel(exc)
+            raise
         if self._thread is None:  # the Nodes were never announced: read now
             return live_signals(self._config, self._policy, snapshot, self._collect, joiner=joiner)
         self._joiner.set_result(joiner)
