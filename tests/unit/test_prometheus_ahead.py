@@ -112,3 +112,28 @@ def test_a_joiner_given_at_once_holds_nothing() -> None:
     assert broken.failed() and not broken.hold("a", b"x")
     with pytest.raises(RuntimeError, match="403"):
         broken.made()
+
+
+def test_a_wait_under_way_is_already_left_out_of_prometheus_time() -> None:
+    """``collect_live`` reads ``waited`` outside its lock while one thread waits for the join (a query
+    failing meanwhile is judged against the deadline): the wait so far must already be left out, or a
+    long Pods list turns one failed query into a false ``deadline`` expiry of the whole read."""
+    now = [0.0]
+    asked = threading.Event()
+
+    def clock() -> float:
+        asked.set()  # made() reads the clock as its wait begins
+        return now[0]
+
+    joiner: Future[NodeJoiner] = Future()
+    ahead: ReadAhead[str, NodeJoiner] = ReadAhead(joiner, lambda j: j, budget=1, clock=clock)
+    assert not ahead.hold("big", b"too large")
+    waiter = threading.Thread(target=ahead.made)
+    waiter.start()
+    assert asked.wait(5)
+    now[0] = 40.0  # the Pods list still under way
+    during = ahead.waited
+    joiner.set_result(_joiner())
+    waiter.join(timeout=5)
+    now[0] = 50.0  # Prometheus' own time again
+    assert (during, ahead.waited) == (40.0, 40.0)

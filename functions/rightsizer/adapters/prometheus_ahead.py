@@ -10,6 +10,7 @@ the collection waits for the join, so the client's memory stays bounded whatever
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -41,9 +42,7 @@ class ReadAhead(Generic[Item, T]):
         budget: bytes of answers held at most while the joiner is not known.
         clock: monotonic seconds (tests).
 
-    Attributes:
-        waited: seconds spent waiting for the joiner (not Prometheus' time: ``collect_live`` leaves it
-            out of ``prometheus.deadline``).
+    Read :attr:`waited` from any thread (``collect_live``'s deadline is read outside its lock).
     """
 
     def __init__(
@@ -60,7 +59,18 @@ class ReadAhead(Generic[Item, T]):
         self._clock = clock
         self._held: list[tuple[Item, bytes]] = []
         self._bytes = 0
-        self.waited = 0.0
+        self._waited = 0.0
+        self._since: float | None = None  # when the wait under way began
+        self._clock_lock = threading.Lock()
+
+    @property
+    def waited(self) -> float:
+        """Seconds spent waiting for the joiner, including a wait still under way (not Prometheus' time:
+        ``collect_live`` leaves it out of ``prometheus.deadline``; a query failing while another thread
+        waits is then judged on Prometheus' time alone, not taken for an expired deadline)."""
+        with self._clock_lock:
+            since = self._since
+            return self._waited + (0.0 if since is None else self._clock() - since)
 
     def failed(self) -> bool:
         """Whether the joiner will never come (the Kubernetes read failed): ask nothing more."""
@@ -86,11 +96,15 @@ class ReadAhead(Generic[Item, T]):
         """
         if self._made is None:
             assert self._future is not None
-            started = self._clock()
+            with self._clock_lock:
+                self._since = self._clock()
             try:
                 joiner = self._future.result()
             finally:
-                self.waited += self._clock() - started
+                with self._clock_lock:
+                    assert self._since is not None
+                    self._waited += self._clock() - self._since
+                    self._since = None
             self._made = self._make(joiner)
         return self._made
 
