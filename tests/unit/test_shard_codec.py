@@ -11,6 +11,7 @@ same; a partial of a format this release does not know, or a malformed one, is r
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import math
 from typing import Any
@@ -149,3 +150,28 @@ def test_the_run_nodes_read_back_as_the_unsharded_read_makes_them() -> None:
     assert RunDecoder().nodes(body) == unsharded(items, Node)
     with pytest.raises(ShardsIncomplete, match="not a Node array"):
         RunDecoder().nodes(b'{"items": []}')
+
+
+@pytest.mark.parametrize("old", [False, True], ids=["format-2", "format-1"])
+@pytest.mark.parametrize("missing", ["run", "shard", "nodes", "pods", "signals", "workload_signals", "xids"])
+def test_a_partial_missing_a_field_is_refused_naming_it_never_read_as_its_default(
+    missing: str, old: bool
+) -> None:
+    """Both formats write every field (format 1 all but ``format``). A body without one was cut or made by
+    hand: read with the field's default, a partial without ``pods`` would be a shard whose nodes run
+    nothing - the merge could call them idle. It is refused, naming the field, and the collector is on."""
+    document = json.loads(PARTIAL_CODEC.dump_json(partial("s0000")))
+    del document[missing]
+    body = json.dumps(document, separators=(",", ":")).encode()
+    if old:
+        body = format_1(body)
+    with pytest.raises(ShardsIncomplete, match=f"malformed: Object missing required field `{missing}`"):
+        RunDecoder().partial(body)
+    assert gc.isenabled()
+
+
+@pytest.mark.parametrize("found", ["true", '"2"', "2.0", "1.0", "0", "3"])
+def test_a_format_that_is_not_one_of_ours_exactly_is_refused(found: str) -> None:
+    body = PARTIAL_CODEC.dump_json(partial("s0000")).replace(b'"format":2', b'"format":' + found.encode())
+    with pytest.raises(ShardsIncomplete, match="this release reads formats 1, 2"):
+        RunDecoder().partial(body)

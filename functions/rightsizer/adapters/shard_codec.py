@@ -31,15 +31,21 @@ from rightsizer.gc_pause import cyclic_gc_paused
 
 #: Partial formats this release reads.
 READS_FORMATS: Final = frozenset({1, PARTIAL_FORMAT})
+#: Fields every partial carries (both formats write every field; format 1 has no ``format``). A body
+#: without one was cut or made by hand: its defaults would read as facts (no ``pods``: a shard whose
+#: nodes run nothing), so it is refused naming the field; a missing object is never permission.
+WIRE_FIELDS: Final = tuple(f.name for f in dataclasses.fields(ShardPartial) if f.name != "format")
 
 
 def _envelope() -> Any:
     """A partial's top level: its pods as structs, every other field of ``ShardPartial`` as plain values
-    (validated by ``PARTIAL_CODEC``; a field added to the partial is read without a change here)."""
-    fields: list[tuple[str, Any, Any]] = [
-        (f.name, Any, msgspec.UNSET) for f in dataclasses.fields(ShardPartial) if f.name != "pods"
+    (validated by ``PARTIAL_CODEC``; a field added to the partial is read without a change here), each
+    required but ``format``."""
+    fields: list[tuple[str, Any] | tuple[str, Any, Any]] = [
+        (name, Any) for name in WIRE_FIELDS if name != "pods"
     ]
-    fields.append(("pods", list[object_struct(Pod)], msgspec.field(default_factory=list)))  # type: ignore[misc]
+    fields.append(("pods", list[object_struct(Pod)]))  # type: ignore[misc]
+    fields.append(("format", Any, msgspec.UNSET))
     return msgspec.defstruct("_Partial", fields, kw_only=True, gc=False)
 
 
@@ -64,7 +70,7 @@ def _format_of(body: bytes) -> Any:
 
 def _readable(found: Any) -> None:
     """Refuse a partial of a ``found`` format this release does not read (None: unknown, let pass)."""
-    if found is not None and found not in READS_FORMATS:
+    if found is not None and (type(found) is not int or found not in READS_FORMATS):  # not true, 2.0
         raise ShardsIncomplete(
             f"a partial is in format {found!r}; this release reads formats "
             f"{', '.join(map(str, sorted(READS_FORMATS)))} (a newer release's shard wrote it: "
@@ -128,6 +134,8 @@ class RunDecoder:
             fields = json.loads(body)
             if not isinstance(fields, dict):
                 raise ValueError("not a JSON object") from None
+            if missing := [name for name in WIRE_FIELDS if name not in fields]:
+                raise ValueError(f"Object missing required field `{missing[0]}`") from None
             pods = fields.pop("pods", [])
             return fields, msgspec.convert(pods, self._pod_structs)
         fields = {
