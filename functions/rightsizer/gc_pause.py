@@ -22,7 +22,7 @@ _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
 
-_lock = threading.Lock()
+_lock = threading.RLock()  # re-entrant: a finalizer run by a collection inside it may pause too
 _depth = 0  # pauses open now, in every thread: the collector is process-wide
 _resume = False  # whether the collector was enabled when the first of them began
 
@@ -39,16 +39,17 @@ def cyclic_gc_paused() -> Generator[None, None, None]:
     """
     global _depth, _resume
     with _lock:
-        if _depth == 0:
+        _depth += 1  # first: a pause begun inside (a finalizer) then counts as nested
+        if _depth == 1:
             _resume = gc.isenabled()
             gc.disable()
-        _depth += 1
     try:
         yield
     finally:
         with _lock:
+            last, resume = _depth == 1, _resume  # read before a pause begun inside could change them
             _depth -= 1
-            if _depth == 0 and _resume:
+            if last and resume:
                 gc.enable()
 
 

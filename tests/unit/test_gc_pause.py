@@ -98,3 +98,34 @@ def test_a_collector_the_caller_disabled_stays_disabled() -> None:
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_a_pause_begun_while_the_count_is_updated_in_the_same_thread_does_not_deadlock(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A collection may run a finalizer between bytecodes while the count's lock is held (Python runs
+    the collector at such points); a finalizer that pauses too must not wait for its own thread."""
+    import rightsizer.gc_pause as module
+
+    disable = gc.disable
+    nested: list[bool] = []
+
+    def disable_running_a_finalizer() -> None:
+        disable()
+        if not nested:
+            nested.append(True)
+            with cyclic_gc_paused():  # as a finalizer that pauses would, under the lock
+                pass
+
+    monkeypatch.setattr(module.gc, "disable", disable_running_a_finalizer)
+
+    def pause_once() -> None:
+        with cyclic_gc_paused():
+            pass
+
+    worker = threading.Thread(target=pause_once, daemon=True)
+    worker.start()
+    worker.join(5)
+    monkeypatch.undo()
+    assert not worker.is_alive()
+    assert nested == [True]
