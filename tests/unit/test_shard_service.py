@@ -20,7 +20,7 @@ from rightsizer.domain.gpu import is_gpu_node
 from rightsizer.domain.join import NodeJoiner
 from rightsizer.domain.model import ClusterSnapshot, Node, Pod
 from rightsizer.domain.policy import Policy
-from rightsizer.domain.shard import SPECS_CODEC, ShardPartial
+from rightsizer.domain.shard import SPECS_CODEC, ShardPartial, ShardsIncomplete
 from rightsizer.domain.usage import Window, collect_signals
 from rightsizer.services import shard as service
 from rightsizer.services.assess import AssessmentDeps, run_assessment
@@ -199,3 +199,27 @@ def test_a_merge_without_the_lock_acts_on_nothing_and_release_gives_it_back() ->
     assert service.release("run-9", state) is False
     assert service.release("run-1", state) is True
     assert state.get(service.RUN_LOCK) is None
+
+
+def test_a_partial_of_another_run_under_this_run_is_refused_and_nothing_acted_on() -> None:
+    """A partial is read from ``<run>/<shard>.partial.json``; one whose own ``run`` is another (copied
+    there, or left by an earlier run) holds another time's signals: stale, so the merge is refused."""
+    snap = cluster()
+    state, bucket, starter = MemoryState("demo"), Bucket(), Starter()
+    prepared = service.prepare("run-1", AT, snap.nodes, gpu, bucket, state, per_shard=3, lock_seconds=600)
+    specs = SPECS_CODEC.validate_json(bucket.get_bytes(prepared.manifest or ""))
+    for spec in specs:
+        service.observe_shard("run-1", spec, bucket, Pods(snap), reader_for(snap))
+    key = service.partial_key("run-1", specs[0].id)
+    bucket.objects[key] = bucket.objects[key].replace(b'"run":"run-1"', b'"run":"run-0"', 1)
+    with pytest.raises(ShardsIncomplete, match=rf"{key} is a partial of run 'run-0', not of run-1"):
+        service.merge(
+            "run-1",
+            AT,
+            deps(snap, state, starter, None),
+            bucket,
+            lambda n, p: snap,
+            RunDecoder(),
+            lock_seconds=600,
+        )
+    assert starter.requests == [] and gc.isenabled()

@@ -35,7 +35,14 @@ from rightsizer.domain.model import (
     Pod,
     PodDisruptionBudget,
 )
-from rightsizer.domain.shard import PARTIAL_CODEC, SPECS_CODEC, ShardPartial, ShardSpec, cut_shards
+from rightsizer.domain.shard import (
+    PARTIAL_CODEC,
+    SPECS_CODEC,
+    ShardPartial,
+    ShardsIncomplete,
+    ShardSpec,
+    cut_shards,
+)
 from rightsizer.domain.shard import merge_shards as merge_partials
 from rightsizer.gc_pause import cyclic_gc_paused
 from rightsizer.ports import ClusterReader, NodeGroupInventory
@@ -209,15 +216,26 @@ def load_run(
 
     Raises:
         the store's error for a missing object (a shard that never wrote its partial);
-        ShardsIncomplete: an object is malformed, or a partial of a format this release does not read.
+        ShardsIncomplete: an object is malformed, a partial of a format this release does not read, or
+            of another run.
     """
     try:
         nodes = decoder.nodes(store.get_bytes(run_key(run, "nodes.json")))
         specs = SPECS_CODEC.validate_json(store.get_bytes(run_key(run, "shards.json")))
-        partials = [decoder.partial(store.get_bytes(partial_key(run, s.id))) for s in specs]
+        partials = [_partial_of(run, s, store, decoder) for s in specs]
     finally:
         decoder.close()
     return nodes, specs, partials
+
+
+def _partial_of(run: str, spec: ShardSpec, store: BlobStore, decoder: RunDecoder) -> ShardPartial:
+    """``spec``'s partial of ``run``; one that says it is another run's (copied under this run, or left by
+    an earlier one) holds another time's signals: stale, refused (``ShardsIncomplete``)."""
+    key = partial_key(run, spec.id)
+    partial = decoder.partial(store.get_bytes(key))
+    if partial.run != run:
+        raise ShardsIncomplete(f"{key} is a partial of run {partial.run!r}, not of {run}: stale, not merged")
+    return partial
 
 
 def cluster_facts(
