@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -431,4 +432,25 @@ def test_a_failed_kubernetes_read_ends_the_prometheus_read_before_it_raises(
         assert "403" in str(raised.value) or "forbidden" in str(raised.value).lower(), raised.value
     assert transport.queries  # the read had started: the test is not vacuous
     assert left == []
+    assert gc.isenabled()
+
+
+def test_a_prometheus_thread_that_cannot_start_fails_with_its_own_error(
+    prometheus: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Lambda at its thread limit cannot start the Prometheus read: the caller gets that error (not a
+    join of a thread that never started, hiding it), and nothing is left paused or running."""
+
+    class Unstartable(threading.Thread):
+        def start(self) -> None:
+            raise RuntimeError("can't start new thread")
+
+    double, config, observers = world(4, prometheus)
+    double.bind_cluster_role(cluster_role("rightsizer-read"))
+    monkeypatch.setattr(live, "threading", SimpleNamespace(Thread=Unstartable))
+    try:
+        with pytest.raises(RuntimeError, match="can't start new thread"):
+            live.observe_live(config, Policy(), observers, AT + timedelta(seconds=30))
+    finally:
+        double.stop()
     assert gc.isenabled()

@@ -230,8 +230,9 @@ class _MetricsAhead:
         request, policy = self._request, self._policy
         window = Window.ending(request.at, policy.idle_window, request.step_seconds)
         self._shards = _shards(self._config, nodes)
-        self._thread = threading.Thread(target=self._run, args=(window,), name="metrics-ahead", daemon=True)
-        self._thread.start()
+        thread = threading.Thread(target=self._run, args=(window,), name="metrics-ahead", daemon=True)
+        thread.start()
+        self._thread = thread  # only once started: cancel() joins it (a thread that never ran cannot be)
 
     def _run(self, window: Window) -> None:
         config = self._config
