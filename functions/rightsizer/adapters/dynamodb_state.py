@@ -160,6 +160,25 @@ def _translated(operation: str, table: str, *expected: str) -> Iterator[None]:
         raise map_aws_error(exc, operation) from exc
 
 
+def put_new(client: DynamoDBClient, table: str, item: Item) -> bool:
+    """PutItem only where no item has this key yet (``attribute_not_exists(pk)``); False when one has.
+
+    Raises:
+        the taxonomy's errors (``_translated``) for anything but the failed condition.
+    """
+    try:
+        with _translated("PutItem", table, _CONDITION_FAILED):
+            client.put_item(
+                TableName=table,
+                Item=item,
+                ConditionExpression="attribute_not_exists(#pk)",
+                ExpressionAttributeNames=placeholders(PK),
+            )
+    except ClientError:
+        return False
+    return True
+
+
 class DynamoDbState:
     """Every state port on one DynamoDB table, bound to ``cluster`` (see the module docstring).
 
@@ -224,24 +243,6 @@ class DynamoDbState:
                 "ConsistentRead": True,
             }
         )
-
-    def _put_new(self, item: Item) -> bool:
-        """PutItem only where no item has this key yet (``attribute_not_exists(pk)``); False when one has.
-
-        Raises:
-            the taxonomy's errors (``_translated``) for anything but the failed condition.
-        """
-        try:
-            with _translated("PutItem", self._table, _CONDITION_FAILED):
-                self._client.put_item(
-                    TableName=self._table,
-                    Item=item,
-                    ConditionExpression="attribute_not_exists(#pk)",
-                    ExpressionAttributeNames=placeholders(PK),
-                )
-        except ClientError:
-            return False
-        return True
 
     # -------------------------------------------------------------------------------------- leases
 
@@ -584,7 +585,7 @@ class DynamoDbState:
             "instances": None if entry.instances is None else attr_n(entry.instances),
         }
         item.update({name: value for name, value in optional.items() if value is not None})
-        return self._put_new(item)
+        return put_new(self._client, self._table, item)
 
     @staticmethod
     def _entry(item: Item) -> LedgerEntry:
@@ -633,7 +634,7 @@ class DynamoDbState:
             **workflow_attributes(record, expected_version + 1),
         }
         if expected_version == 0:
-            written = self._put_new(item)
+            written = put_new(self._client, self._table, item)
         else:
             try:
                 with _translated("PutItem", self._table, _CONDITION_FAILED):
@@ -698,7 +699,7 @@ class DynamoDbState:
             "max_size": attr_n(sizes.max),
             "saved_at": attr_s(iso(now)),
         }
-        if not self._put_new(item):
+        if not put_new(self._client, self._table, item):
             stored = self._get(self._sizes_pk(group), "sizes")
             if stored is None:
                 # Forgotten between our write and our read: the caller's next tick saves again.

@@ -9,10 +9,8 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any, Final
 
-from botocore.exceptions import ClientError
-
 from rightsizer.adapters.dynamodb_codec import attr_s, get_s, placeholders
-from rightsizer.adapters.dynamodb_state import PK, SK, _translated
+from rightsizer.adapters.dynamodb_state import PK, SK, _translated, put_new
 from rightsizer.domain.errors import ConfigError
 from rightsizer.domain.workload_scale import SavedWorkload
 
@@ -25,7 +23,6 @@ __all__ = ["IAM_ACTIONS", "DynamoWorkloadSaves", "MemoryWorkloadSaves"]
 IAM_ACTIONS: Final = frozenset(
     {"dynamodb:PutItem", "dynamodb:GetItem", "dynamodb:Query", "dynamodb:DeleteItem"}
 )
-_CONDITION_FAILED: Final = "ConditionalCheckFailedException"
 
 
 class DynamoWorkloadSaves:
@@ -44,18 +41,10 @@ class DynamoWorkloadSaves:
     def save_workload(self, saved: SavedWorkload) -> SavedWorkload:
         """See ``ports.WorkloadSaves.save_workload`` (PutItem with ``attribute_not_exists``)."""
         item = {**self._key(saved.workload.text), "saved": attr_s(saved.model_dump_json())}
-        try:
-            with _translated("PutItem", self._table, _CONDITION_FAILED):
-                self._client.put_item(
-                    TableName=self._table,
-                    Item=item,
-                    ConditionExpression="attribute_not_exists(#pk)",
-                    ExpressionAttributeNames=placeholders(PK),
-                )
-        except ClientError:
-            stored = self.get_workload(saved.workload.text)
-            return stored if stored is not None else self.save_workload(saved)
-        return saved
+        if put_new(self._client, self._table, item):
+            return saved
+        stored = self.get_workload(saved.workload.text)
+        return stored if stored is not None else self.save_workload(saved)
 
     def get_workload(self, workload: str) -> SavedWorkload | None:
         """See ``ports.WorkloadSaves.get_workload``."""
