@@ -11,7 +11,6 @@ none of them (``test_iam`` proves that role exact for the drain itself).
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from dataclasses import asdict
 from typing import Any
@@ -26,13 +25,12 @@ from tests.builders import AT
 from tests.integration.test_replace_nodegroup_moto import EXECUTION, NudgingClock, World, make_world
 from tests.integration.test_statemachine import AslInterpreter, LambdaContext, drain_handler, load_asl
 from tests.support.iam import (
-    ALWAYS_ALLOWED,
     Lookup,
     Resolver,
     RolePolicy,
+    judge,
     load_template,
     recording,
-    requests_of,
 )
 
 pytest_plugins = ["tests.support.moto_fixtures"]
@@ -107,17 +105,9 @@ def _run_recorded(
 def _judged(recorder: Any, lookup: Lookup) -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
     """Holds the recorded calls to the template: returns the replacement grants and those a call used."""
     policy = drain_role("prod-eks", NODE_ROLE)
-    undeclared, missing, used = set(), [], set()
-    for call in recorder.calls:
-        for request in requests_of(call, lookup, table=TABLE):
-            if request.action not in getattr(sys.modules[call.owner], "IAM_ACTIONS", ()):
-                undeclared.add((call.owner, request.action))
-            if request.action in ALWAYS_ALLOWED:
-                continue
-            allowing = policy.allowing(request)
-            if not allowing:
-                missing.append((request.action, request.resource, dict(request.context), request.owner))
-            used |= {(s.where, a) for s, a in allowing}
+    judged = judge(policy, recorder.calls, lookup, table=TABLE)
+    undeclared, used = judged.undeclared, judged.used
+    missing = [(r.action, r.resource, dict(r.context), r.owner) for r in judged.missing]
     assert not undeclared, f"modules call actions they do not declare in IAM_ACTIONS: {sorted(undeclared)}"
     assert not missing, f"denied by template.yaml: {missing}"
     replacement = {(w, a) for w, a in policy.grants() if w.rpartition("/")[2] in REPLACE_SIDS}

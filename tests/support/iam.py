@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -509,3 +509,33 @@ class RolePolicy:
         ``dynamodb:LeadingKeys`` conditions: each must allow some request."""
         found = {(s.where, a) for s in self.statements for a in s.actions}
         return found | {(s.where, f"LeadingKeys={k}") for s in self.statements for k in s.leading_keys()}
+
+
+@dataclass(frozen=True)
+class Judged:
+    """What ``judge`` found: (module, action) pairs not in that module's ``IAM_ACTIONS``, the requests
+    no statement allows, and the (statement, action or condition key) pairs some request used."""
+
+    undeclared: set[tuple[str, str]]
+    missing: list[Request]
+    used: set[tuple[str, str]]
+
+
+def judge(policy: RolePolicy, calls: Iterable[Call], lookup: Lookup, *, table: str) -> Judged:
+    """Hold every request of ``calls`` against ``policy`` and the ``IAM_ACTIONS`` of its calling module
+    (``ALWAYS_ALLOWED`` actions need no grant)."""
+    undeclared: set[tuple[str, str]] = set()
+    missing: list[Request] = []
+    used: set[tuple[str, str]] = set()
+    for call in calls:
+        for request in requests_of(call, lookup, table=table):
+            if request.action not in getattr(sys.modules[call.owner], "IAM_ACTIONS", ()):
+                undeclared.add((call.owner, request.action))
+            if request.action in ALWAYS_ALLOWED:
+                continue
+            allowing = policy.allowing(request)
+            if not allowing:
+                missing.append(request)
+            used |= {(s.where, a) for s, a in allowing}
+            used |= {(s.where, k) for s, _ in allowing for k in s.matched_keys(request)}
+    return Judged(undeclared, missing, used)

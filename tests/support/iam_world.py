@@ -15,7 +15,6 @@ function's flows (``test_iam`` proves the drain role on them, ``test_iam_resize`
 from __future__ import annotations
 
 import json
-import sys
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -37,15 +36,13 @@ from tests.integration.test_handlers import POLICY, TABLE, Deployment, event, ha
 from tests.integration.test_statemachine import LambdaContext
 from tests.support import rbac
 from tests.support.iam import (
-    ALWAYS_ALLOWED,
     Call,
     Lookup,
-    Request,
     Resolver,
     RolePolicy,
+    judge,
     load_template,
     recording,
-    requests_of,
 )
 
 POLICY_PARAMETER = "/rightsizer/policy"
@@ -143,20 +140,8 @@ def verify_role(deployed: Deployed, role: str, calls: list[Call]) -> RolePolicy:
     assert calls, "the flow made no AWS call"
     policy = RolePolicy(deployed.resolver(), role)
     lookup = Lookup(deployed.session, deployed.endpoint_url)
-    undeclared: set[tuple[str, str]] = set()
-    missing: list[Request] = []
-    used: set[tuple[str, str]] = set()
-    for call in calls:
-        for request in requests_of(call, lookup, table=TABLE):
-            if request.action not in getattr(sys.modules[call.owner], "IAM_ACTIONS", ()):
-                undeclared.add((call.owner, request.action))
-            if request.action in ALWAYS_ALLOWED:
-                continue
-            allowing = policy.allowing(request)
-            if not allowing:
-                missing.append(request)
-            used |= {(s.where, a) for s, a in allowing}
-            used |= {(s.where, k) for s, _ in allowing for k in s.matched_keys(request)}
+    judged = judge(policy, calls, lookup, table=TABLE)
+    undeclared, missing, used = judged.undeclared, judged.missing, judged.used
     unused = sorted(policy.grants() - used)
     assert not undeclared, f"modules call actions they do not declare in IAM_ACTIONS: {sorted(undeclared)}"
     assert not missing, "denied by template.yaml:\n" + "\n".join(
